@@ -1,0 +1,29 @@
+# One-command set-up and run on a fresh machine. `make run` and `make test` create .venv when missing, install
+# the CPU build of torch 2.13.0 first (so no CUDA build is pulled), then ringbench with its test extras.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.ringbench-installed
+
+.PHONY: run test lint clean-results setup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/ringbench run
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean-results:
+	find results reports -mindepth 1 ! -name README.md -exec rm -rf {} +

@@ -1,0 +1,3 @@
+from ringbench.cli.app import main
+
+main()

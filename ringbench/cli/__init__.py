@@ -1,0 +1,1 @@
+"""The `ringbench` command line: one module per command, each a thin layer over one library call."""

@@ -1,0 +1,20 @@
+"""Errors that cross the library/CLI boundary; the CLI maps them to exit codes."""
+
+from __future__ import annotations
+
+
+class RingbenchError(Exception):
+    """Base class of the errors ringbench raises on purpose."""
+
+
+class UsageError(RingbenchError, ValueError):
+    """Bad input: one line naming the field, the value and what is allowed. The CLI exits with code 2."""
+
+
+class RunFailure(RingbenchError):
+    """A run could not finish (a rank crashed, stalled or failed its check). The CLI exits with code 1."""
+
+
+def bad_value(field: str, value: object, allowed: str) -> UsageError:
+    """The standard one-line message: ``mask='foo' is not allowed; expected one of: none, causal``."""
+    return UsageError(f"{field}={value!r} is not allowed; expected {allowed}")

@@ -1,0 +1,96 @@
+"""The one record at the centre: events, cases and metadata, with their version.
+
+Every producer (real runs, the simulator, imported traces) writes these tables and every consumer (analyses,
+reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
+
+Schema versions:
+  1 -- first version (this file). Earlier files: none.
+
+Events: one row per span on one rank.
+  kind       meaning of [start_ns, end_ns]                                    src / dst
+  iteration  one whole timed iteration on this rank (forward, plus backward)  rank / rank
+  compute    block arithmetic for one ring step (absent when the pair skips)  owner of the KV block / rank
+  send       exchange posted .. this rank's send completed                    rank / ring successor
+  recv       exchange posted .. the block from the predecessor is in hand     ring predecessor / rank
+  wait       time this rank sat blocked waiting for the exchange (exposed)    ring predecessor / rank
+  collective an all-gather / all-reduce (buffer strategy `allgather`)          -1 / rank
+
+Times are integer nanoseconds on one aligned clock (rank 0's), relative to the case's origin, so the spans of
+different ranks can be laid on one timeline; the residual of the alignment is in the metadata.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective")
+PHASES = ("fwd", "bwd")
+PAIR_KINDS = ("full", "causal", "partial", "skip", "")
+
+EVENTS_SCHEMA = pa.schema(
+    [
+        pa.field("case_id", pa.string()),
+        pa.field("repeat", pa.int32()),  # fresh process group index (run --repeat K)
+        pa.field("iteration", pa.int32()),  # timed iteration index (warm-up iterations are not recorded)
+        pa.field("phase", pa.string()),  # fwd | bwd
+        pa.field("rank", pa.int32()),
+        pa.field("ring_position", pa.int32()),
+        pa.field("step", pa.int32()),  # ring step 0..N-1 (-1 for iteration rows)
+        pa.field("kind", pa.string()),  # see EVENT_KINDS
+        pa.field("start_ns", pa.int64()),
+        pa.field("end_ns", pa.int64()),
+        pa.field("src", pa.int32()),
+        pa.field("dst", pa.int32()),
+        pa.field("bytes", pa.int64()),
+        pa.field("block", pa.int32()),  # rank that owns the KV block in hand at this step (-1 if none)
+        pa.field("pair", pa.string()),  # compute rows: full | causal | partial (masks); "" otherwise
+        pa.field("flops", pa.float64()),  # compute rows: arithmetic of this step (0 otherwise)
+    ]
+)
+EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)
+
+# Columns of the per-case summary table (cases.parquet / cases.csv / the `--json` cases list).
+CASE_AXES = (
+    "world",
+    "seq",
+    "heads",
+    "head_dim",
+    "batch",
+    "dtype",
+    "mask",
+    "layout",
+    "buffer",
+    "order",
+    "kernel",
+    "backward",
+)
+CASE_COLUMNS = (
+    "case_id",
+    "repeat",
+    *CASE_AXES,
+    "ring",  # ranks in ring order, e.g. "0-1-2-3"
+    "emulated",  # bool: compute time is modelled (emulated kernel), not measured arithmetic
+    "faults",  # injected faults, ";"-joined specs ("" when none)
+    "iters",
+    "warmup",
+    "step_ms",  # median time per iteration (slowest rank), ms
+    "step_ms_p10",
+    "step_ms_p90",
+    "fwd_ms",  # median forward time per iteration, ms
+    "bwd_ms",  # median backward time per iteration, ms (NaN without backward)
+    "tokens_per_s",
+    "tflops",  # useful (non-masked) arithmetic per second, TFLOP/s
+    "exposed_comm_ms",  # median per iteration of the slowest rank's exposed wait, ms
+    "exposed_comm_frac",  # exposed_comm_ms / step_ms
+    "fwd_max_abs_err",  # against the float64 single-device reference (NaN when --no-check)
+    "bwd_max_abs_err",
+    "passed",  # bool: errors within the dtype's tolerance (True when unchecked)
+    "status",  # ok | failed
+)
+
+
+def empty_events():
+    """An empty events table with the right columns and dtypes."""
+    return EVENTS_SCHEMA.empty_table().to_pandas()

@@ -1,0 +1,106 @@
+"""The results store: `results/<run-id>/` with events.parquet, cases.parquet, cases.csv and meta.json.
+
+Files are replaced atomically (write to a temporary file in the same folder, fsync, rename), case by case, so a
+killed run never leaves a corrupt file and `--resume` can tell which cases are done. Nothing here unpickles:
+Parquet, CSV and JSON only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ringbench.errors import UsageError
+from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA, SCHEMA_VERSION
+
+EVENTS_FILE = "events.parquet"
+CASES_FILE = "cases.parquet"
+CASES_CSV = "cases.csv"
+META_FILE = "meta.json"
+
+
+@dataclass(slots=True)
+class RunData:
+    """A loaded run: the events table, the per-case summary and the metadata record."""
+
+    path: Path
+    events: pd.DataFrame
+    cases: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.meta.get("run_id", self.path.name))
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.meta.get("emulated", False)) or bool(self.cases.get("emulated", pd.Series([False])).any())
+
+
+def _atomic_write(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, document: dict) -> None:
+    data = json.dumps(document, indent=2, sort_keys=True, default=str).encode()
+    _atomic_write(Path(path), lambda handle: handle.write(data))
+
+
+def write_events(run_dir: Path, events: pd.DataFrame) -> None:
+    table = pa.Table.from_pandas(events[list(EVENT_COLUMNS)], schema=EVENTS_SCHEMA, preserve_index=False)
+    _atomic_write(Path(run_dir) / EVENTS_FILE, lambda handle: pq.write_table(table, handle, compression="zstd"))
+
+
+def write_cases(run_dir: Path, cases: pd.DataFrame) -> None:
+    cases = cases.reset_index(drop=True)
+    _atomic_write(Path(run_dir) / CASES_FILE, lambda handle: cases.to_parquet(handle, index=False))
+    _atomic_write(Path(run_dir) / CASES_CSV, lambda handle: handle.write(cases.to_csv(index=False).encode()))
+
+
+def read_meta(run_dir: Path) -> dict:
+    path = Path(run_dir) / META_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"run_dir={str(run_dir)!r} is not a ringbench run: {META_FILE} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UsageError(f"{path}: schema_version={version!r} is not supported; expected {SCHEMA_VERSION}")
+    return meta
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Load a run directory; a missing or malformed one raises UsageError with one clear line."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"run_dir={str(run_dir)!r} is not a directory")
+    meta = read_meta(run_dir)
+    try:
+        events = pq.read_table(run_dir / EVENTS_FILE).to_pandas() if (run_dir / EVENTS_FILE).exists() else None
+        cases = pd.read_parquet(run_dir / CASES_FILE) if (run_dir / CASES_FILE).exists() else None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise UsageError(f"{run_dir}: unreadable results ({exc})") from None
+    if events is None:
+        events = EVENTS_SCHEMA.empty_table().to_pandas()
+    if cases is None:
+        cases = pd.DataFrame(columns=list(CASE_COLUMNS))
+    return RunData(path=run_dir, events=events, cases=cases, meta=meta)

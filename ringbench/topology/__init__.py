@@ -1,0 +1,1 @@
+"""ringbench.topology"""
