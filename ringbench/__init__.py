@@ -1,0 +1,27 @@
+"""ringbench: benchmarking and topology profiling for ring attention.
+
+Library use (inside any torch.distributed program)::
+
+    from ringbench import ring_attention, shard, unshard
+"""
+
+from ringbench.api import build_context, reference_attention, ring_attention
+from ringbench.layout import shard, token_positions, unshard
+from ringbench.options import Buffer, Layout, Mask
+from ringbench.orders import parse_order
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Buffer",
+    "Layout",
+    "Mask",
+    "__version__",
+    "build_context",
+    "parse_order",
+    "reference_attention",
+    "ring_attention",
+    "shard",
+    "token_positions",
+    "unshard",
+]

@@ -1,0 +1,174 @@
+"""Public API: ``ring_attention`` (autograd-capable), usable inside any torch.distributed program.
+
+    from ringbench import ring_attention, shard, unshard
+    q_l = shard(q, layout="zigzag", world=N, rank=r)                 # (B, H, S, D) -> (B, H, S/N, D)
+    out_l = ring_attention(q_l, k_l, v_l, mask="causal", layout="zigzag",
+                           buffer="double", order="identity", group=None)
+    out = unshard([out_0, ..., out_N_minus_1], layout="zigzag")      # list in rank order -> (B, H, S, D)
+
+Unsupported input raises ValueError (ringbench.errors.UsageError) naming the argument, the value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from ringbench.comm import RingComm
+from ringbench.errors import UsageError, bad_value
+from ringbench.kernels import get_kernel
+from ringbench.layout import check_divisible
+from ringbench.options import Buffer, Layout, Mask
+from ringbench.orders import parse_order, validate_ring
+from ringbench.record import NullRecorder
+from ringbench.ring import RingContext, ring_backward, ring_forward
+
+
+def _group_world_rank(group) -> tuple[int, int]:
+    if not dist.is_available() or not dist.is_initialized():
+        if group is not None:
+            raise UsageError("group is given but torch.distributed is not initialized; call init_process_group first")
+        return 1, 0
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise bad_value(f"{name}.shape", shape, "a 4-D tensor (batch, heads, local_seq, head_dim)")
+        if not t.is_floating_point():
+            raise bad_value(f"{name}.dtype", str(t.dtype), "a floating-point dtype")
+    if k.shape != v.shape:
+        raise bad_value("v.shape", tuple(v.shape), f"the shape of k, {tuple(k.shape)}")
+    if q.shape != k.shape:
+        raise bad_value("k.shape", tuple(k.shape), f"the shape of q, {tuple(q.shape)} (same heads and local length)")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise bad_value("k.dtype/v.dtype", f"{k.dtype}/{v.dtype}", f"q's dtype, {q.dtype}")
+    if not (q.device == k.device == v.device):
+        raise bad_value("k.device/v.device", f"{k.device}/{v.device}", f"q's device, {q.device}")
+
+
+def build_context(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask="causal",
+    layout="contiguous",
+    buffer="double",
+    order="identity",
+    group=None,
+    kernel="torch",
+    scale: float | None = None,
+    timeout_s: float = 60.0,
+    recorder=None,
+    link_delay=None,
+) -> RingContext:
+    """Validate everything once and build the per-rank ring context (and its communicator)."""
+    _check_tensors(q, k, v)
+    mask, layout, buffer = Mask.parse(mask, "mask"), Layout.parse(layout, "layout"), Buffer.parse(buffer, "buffer")
+    world, rank = _group_world_rank(group)
+    ring = parse_order(order, world) if isinstance(order, str) else validate_ring(order, world)
+    seq = q.shape[-2] * world
+    check_divisible(layout, seq, world)
+    block_kernel = get_kernel(kernel)
+    block_kernel.check(q.shape[-1], q.dtype, q.device)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    recorder = recorder if recorder is not None else NullRecorder()
+    comm = None
+    if world > 1 and buffer is not Buffer.ALLGATHER:
+        comm = RingComm(ring, rank, group, timeout_s=timeout_s, watch=recorder.enabled, link_delay=link_delay)
+    return RingContext(
+        mask=mask,
+        layout=layout,
+        buffer=buffer,
+        ring=ring,
+        rank=rank,
+        seq=seq,
+        kernel=block_kernel,
+        scale=float(scale),
+        group=group,
+        timeout_s=timeout_s,
+        recorder=recorder,
+        comm=comm,
+    )
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(autograd_ctx, q, k, v, ring_ctx: RingContext, return_lse: bool):
+        out, lse = ring_forward(q, k, v, ring_ctx)
+        autograd_ctx.save_for_backward(q, k, v, out, lse)
+        autograd_ctx.ring_ctx = ring_ctx
+        autograd_ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(autograd_ctx, dout, _dlse):
+        q, k, v, out, lse = autograd_ctx.saved_tensors
+        dq, dk, dv = ring_backward(dout.contiguous(), q, k, v, out, lse, autograd_ctx.ring_ctx)
+        return dq, dk, dv, None, None
+
+
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: str = "causal",
+    layout: str = "contiguous",
+    buffer: str = "double",
+    order: str | list[int] = "identity",
+    group=None,
+    kernel: str = "torch",
+    scale: float | None = None,
+    timeout_s: float = 60.0,
+    recorder=None,
+    return_lse: bool = False,
+    context: RingContext | None = None,
+):
+    """Exact attention of this rank's queries against the whole sequence's keys, by a ring over ``group``.
+
+    q, k, v: (B, H, S/N, D), this rank's tokens under ``layout`` (see ringbench.shard). Returns the output rows
+    for those tokens, (B, H, S/N, D) in q's dtype; with ``return_lse`` also the log-sum-exp (B, H, S/N) in fp32
+    (fp64 for fp64 inputs). ``context`` reuses a context built by ``build_context`` (benchmarks do this so that
+    validation and planning stay out of the timed loop).
+    """
+    ctx = context or build_context(
+        q,
+        k,
+        v,
+        mask=mask,
+        layout=layout,
+        buffer=buffer,
+        order=order,
+        group=group,
+        kernel=kernel,
+        scale=scale,
+        timeout_s=timeout_s,
+        recorder=recorder,
+    )
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = _RingAttention.apply(q, k, v, ctx, return_lse)
+    else:
+        with torch.no_grad():
+            out, lse = ring_forward(q, k, v, ctx)
+    return (out, lse) if return_lse else out
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str = "causal", scale=None):
+    """Single-device attention over the whole sequence, in float64, by plain matmuls (the exactness oracle)."""
+    mask = Mask.parse(mask, "mask")
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = torch.matmul(q64, k64.transpose(-1, -2)) * scale  # (B, H, S, S)
+    if mask is not Mask.NONE:
+        seq = q.shape[-2]
+        visible = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~visible, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v64)

@@ -1,0 +1,184 @@
+"""Local launch: N plain worker processes on 127.0.0.1 that report through a queue, watched by the parent.
+
+``mp.spawn`` kills the survivors on the first failure and loses the reason; here each worker sends its result or
+its one-line error through a queue, and writes where it is (case, phase, iteration, ring step) into shared
+memory. When a rank dies or stalls, the parent waits briefly for the others' reports, names the culprit rank and
+the ring step it stopped at, terminates every process and raises RunFailure. Nothing can hang: the workers bound
+every wait by the timeout, and the parent kills whatever is left after that timeout plus a grace period.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ringbench.dist import DistEnv, free_port, init_local
+from ringbench.errors import RunFailure, UsageError
+
+PHASE_CODES = {"setup": 0, "fwd": 1, "bwd": 2, "done": 3}
+PHASE_NAMES = {code: name for name, code in PHASE_CODES.items()}
+_SLOTS = 4  # case index, phase code, iteration, ring step
+
+
+class Progress:
+    """Where a rank is: written by the worker (cheap shared-memory stores), read by the parent on failure."""
+
+    def __init__(self, array, rank: int) -> None:
+        self._array = array
+        self._base = rank * _SLOTS
+
+    def set_case(self, case_index: int) -> None:
+        self._array[self._base] = case_index
+        self._array[self._base + 1] = 0
+
+    def set_iteration(self, iteration: int) -> None:
+        self._array[self._base + 2] = iteration
+
+    def set_step(self, phase: str, step: int) -> None:
+        self._array[self._base + 1] = PHASE_CODES.get(phase, 0)
+        self._array[self._base + 3] = step
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerContext:
+    env: DistEnv
+    progress: Progress
+    send: Callable[[Any], None]  # stream an item (e.g. a finished case) to the parent
+
+
+def _worker(rank, world, port, fn, args, messages, progress_array, timeout_s, device):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("RINGBENCH_THREADS", "1")))
+        env = init_local(rank, world, port, timeout_s, device)
+        ctx = WorkerContext(
+            env=env, progress=Progress(progress_array, rank), send=lambda item: messages.put(("item", rank, item))
+        )
+        result = fn(ctx, *args)
+        messages.put(("result", rank, result))
+    except BaseException as exc:  # sent to the parent as one line (plus the traceback for debugging)
+        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        messages.put(("error", rank, line, traceback.format_exc(), isinstance(exc, UsageError)))
+    finally:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except BaseException:
+            pass
+        messages.close()
+        messages.join_thread()  # flush the queue's feeder thread before the hard exit
+    os._exit(0)  # skip interpreter teardown: gloo threads of a broken group must not keep us alive
+
+
+def _where(progress_array, rank: int, case_names: list[str] | None) -> str:
+    base = rank * _SLOTS
+    case_index, phase, iteration, step = (progress_array[base + i] for i in range(_SLOTS))
+    phase_name = PHASE_NAMES.get(phase, "?")
+    case = case_names[case_index] if case_names and 0 <= case_index < len(case_names) else f"#{case_index}"
+    if phase_name in ("fwd", "bwd"):
+        return f"{phase_name} ring step {step} (iteration {iteration}) of case {case}"
+    return f"{phase_name} of case {case}"
+
+
+def launch_local(
+    world: int,
+    fn: Callable,
+    args: tuple = (),
+    *,
+    timeout_s: float = 60.0,
+    device: str | None = None,
+    on_item: Callable[[int, Any], None] | None = None,
+    case_names: list[str] | None = None,
+    grace_s: float = 3.0,
+) -> list[Any]:
+    """Run ``fn(WorkerContext, *args)`` on ``world`` local ranks; return their results in rank order."""
+    if world < 1:
+        raise UsageError(f"world={world!r} is not allowed; expected an integer >= 1")
+    spawn = mp.get_context("spawn")
+    messages = spawn.Queue()
+    progress_array = spawn.Array("i", world * _SLOTS, lock=False)
+    port = free_port()
+    procs = [
+        spawn.Process(
+            target=_worker,
+            args=(rank, world, port, fn, args, messages, progress_array, timeout_s, device),
+            name=f"ringbench-rank{rank}",
+            daemon=True,
+        )
+        for rank in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    results: dict[int, Any] = {}
+    errors: dict[int, tuple[str, str, bool]] = {}
+    first_failure: float | None = None
+    try:
+        while len(results) + len(errors) < world:
+            try:
+                message = messages.get(timeout=0.1)
+            except queue.Empty:
+                message = None
+            if message is not None:
+                kind, rank = message[0], message[1]
+                if kind == "item" and on_item is not None:
+                    on_item(rank, message[2])
+                elif kind == "result":
+                    results[rank] = message[2]
+                elif kind == "error":
+                    errors[rank] = (message[2], message[3], message[4])
+                    first_failure = first_failure or time.monotonic()
+                continue
+            dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in results and r not in errors]
+            if dead:
+                first_failure = first_failure or time.monotonic()
+            if first_failure is not None and time.monotonic() - first_failure > (
+                grace_s if dead else timeout_s + grace_s
+            ):
+                break
+            if first_failure is not None and dead and len(results) + len(errors) + len(dead) >= world:
+                break
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+    if len(results) == world:
+        return [results[r] for r in range(world)]
+    raise _failure(procs, results, errors, progress_array, case_names)
+
+
+def _failure(procs, results, errors, progress_array, case_names) -> Exception:
+    usage = [line for line, _, is_usage in errors.values() if is_usage]
+    if usage:
+        return UsageError(usage[0])
+    if os.environ.get("RINGBENCH_DEBUG"):
+        for rank, (_, trace, _) in sorted(errors.items()):
+            print(f"--- rank {rank} ---\n{trace}")
+    silent = [r for r in range(len(procs)) if r not in results and r not in errors]
+    died = [r for r in silent if procs[r].exitcode not in (None, 0, -15)]
+    if died:
+        rank = died[0]
+        code = procs[rank].exitcode
+        culprit = f"rank {rank} died (exit code {code}) at {_where(progress_array, rank, case_names)}"
+    elif silent:
+        rank = silent[0]
+        culprit = f"rank {rank} stopped responding at {_where(progress_array, rank, case_names)}"
+    else:
+        rank = min(errors)
+        culprit = f"rank {rank} failed at {_where(progress_array, rank, case_names)}: {errors[rank][0]}"
+    stalls = [f"rank {r}: {errors[r][0]}" for r in sorted(errors) if r != rank]
+    detail = f"; then {stalls[0]}" if stalls else ""
+    return RunFailure(culprit + detail)

@@ -1,0 +1,63 @@
+"""Ring orderings: which rank neighbours which. The ordering changes the links used, never the result.
+
+Specs: ``identity``, ``reverse``, ``random:SEED``, ``stride:K`` (0, K, 2K, .., 1, 1+K, ..: deliberately
+topology-hostile), or an explicit ring such as ``0-3-1-2``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ringbench.errors import UsageError, bad_value
+
+ORDER_HELP = "identity, reverse, random:SEED, stride:K, or an explicit ring such as 0-3-1-2"
+
+
+def parse_order(spec: str, world: int, field: str = "order") -> list[int]:
+    """The ranks in ring order (ring position p -> rank) for ``spec`` on ``world`` ranks."""
+    if not isinstance(spec, str) or not spec:
+        raise bad_value(field, spec, ORDER_HELP)
+    spec = spec.strip()
+    name, _, arg = spec.partition(":")
+    if spec == "identity":
+        return list(range(world))
+    if spec == "reverse":
+        # Rank 0 stays at ring position 0 so that only the direction changes.
+        return [0, *range(world - 1, 0, -1)]
+    if name == "random" and arg:
+        try:
+            seed = int(arg)
+        except ValueError:
+            raise bad_value(field, spec, "random:SEED with an integer SEED") from None
+        ring = list(range(world))
+        random.Random(seed).shuffle(ring)
+        return ring
+    if name == "stride" and arg:
+        try:
+            stride = int(arg)
+        except ValueError:
+            raise bad_value(field, spec, "stride:K with an integer K >= 1") from None
+        if stride < 1:
+            raise bad_value(field, spec, "stride:K with an integer K >= 1")
+        return [rank for start in range(min(stride, world)) for rank in range(start, world, stride)]
+    if "-" in spec or spec.isdigit():
+        try:
+            ring = [int(part) for part in spec.split("-")]
+        except ValueError:
+            raise bad_value(field, spec, ORDER_HELP) from None
+        if sorted(ring) != list(range(world)):
+            raise UsageError(f"{field}={spec!r} is not a permutation of ranks 0..{world - 1}; give each rank once")
+        return ring
+    raise bad_value(field, spec, ORDER_HELP)
+
+
+def validate_ring(ring: list[int] | tuple[int, ...], world: int, field: str = "order") -> list[int]:
+    """Check that an explicit ring is a permutation of range(world)."""
+    ring = [int(r) for r in ring]
+    if sorted(ring) != list(range(world)):
+        raise UsageError(f"{field}={ring!r} is not a permutation of ranks 0..{world - 1}; give each rank once")
+    return ring
+
+
+def format_ring(ring: list[int]) -> str:
+    return "-".join(str(rank) for rank in ring)

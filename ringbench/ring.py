@@ -1,0 +1,296 @@
+"""The ring loops: forward and backward for the ``sync`` and ``double`` strategies, and the all-gather baseline.
+
+Forward, read as a sentence: post the exchange that brings the next block (double), compute on the block in hand
+and merge it into the (out, lse) accumulator, wait for the exchange, swap. ``sync`` instead exchanges first and
+then computes. At step s the block in hand belongs to the rank s positions back around the ring.
+
+Backward rotates K, V again together with a dK, dV accumulator that travels with its block. Because gradients
+add, each rank computes its contribution into a fresh buffer while the block's accumulator is still in flight,
+then adds the two and sends the sum on; after the N-th hop every accumulator is home, fully summed.
+
+Recorded spans (when the recorder is enabled): ``compute`` per step with a KV block, ``send`` / ``recv`` from the
+post to the completion of each exchange, ``wait`` for the time the rank sat blocked. The exchange posted in step
+s carries the block used at step s+1 (double) or at step s (sync, posted at the start of the step); in the
+backward, the dK/dV exchange of step s is posted after step s's compute and waited for in step s+1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ringbench.comm import RingComm, RingStall, Transfer
+from ringbench.kernels.base import BlockKernel, block_flops, stats_dtype
+from ringbench.merge import merge_into
+from ringbench.options import Buffer, Layout, Mask
+from ringbench.plan import PairPlan, pair_plan
+from ringbench.record import NullRecorder
+
+
+@dataclass(kw_only=True, slots=True)
+class RingContext:
+    """What one rank needs to run the ring; built and validated by ringbench.api."""
+
+    mask: Mask
+    layout: Layout
+    buffer: Buffer
+    ring: list[int]  # group ranks in ring order
+    rank: int  # this process's group rank
+    seq: int
+    kernel: BlockKernel
+    scale: float
+    group: object = None
+    timeout_s: float = 60.0
+    recorder: object = NullRecorder()
+    comm: RingComm | None = None
+
+    @property
+    def world(self) -> int:
+        return len(self.ring)
+
+    @property
+    def position(self) -> int:
+        return self.ring.index(self.rank)
+
+    def owner_at(self, step: int) -> int:
+        """Rank whose KV block this rank holds at ring step ``step``."""
+        return self.ring[(self.position - step) % self.world]
+
+    def plan(self, owner: int) -> PairPlan:
+        return pair_plan(self.mask, self.layout, self.seq, self.world, self.rank, owner)
+
+    def prev(self) -> int:
+        return self.ring[(self.position - 1) % self.world]
+
+    def next(self) -> int:
+        return self.ring[(self.position + 1) % self.world]
+
+
+def _plan_flops(plan: PairPlan, q: torch.Tensor, backward: bool) -> float:
+    batch, heads, _, head_dim = q.shape
+    return sum(
+        block_flops(batch, heads, b.q_hi - b.q_lo, b.k_hi - b.k_lo, head_dim, b.mask.visible_fraction, backward)
+        for b in plan.blocks
+    )
+
+
+def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start: int, wait_end: int) -> None:
+    rec = ctx.recorder
+    if not rec.enabled:
+        return
+    phase, step = transfer.phase, transfer.step
+    rec.span(
+        phase=phase,
+        step=step,
+        kind="send",
+        start=transfer.posted_ns,
+        end=transfer.send_done_ns,
+        src=ctx.rank,
+        dst=ctx.next(),
+        nbytes=transfer.nbytes,
+    )
+    rec.span(
+        phase=phase,
+        step=step,
+        kind="recv",
+        start=transfer.posted_ns,
+        end=transfer.recv_done_ns,
+        src=ctx.prev(),
+        dst=ctx.rank,
+        nbytes=transfer.nbytes,
+    )
+    rec.span(phase=phase, step=step, kind="wait", start=wait_start, end=wait_end, src=ctx.prev(), dst=ctx.rank)
+
+
+def _wait(ctx: RingContext, transfer: Transfer) -> torch.Tensor:
+    start = ctx.recorder.now()
+    buffer = ctx.comm.wait(transfer)
+    _record_transfer(ctx, transfer, start, ctx.recorder.now())
+    return buffer
+
+
+def _compute_forward(ctx, q, kv, owner, step, acc_out, acc_lse) -> None:
+    plan = ctx.plan(owner)
+    if plan.skip:
+        return
+    rec = ctx.recorder
+    start = rec.now()
+    for block in plan.blocks:
+        q_rows = q[:, :, block.q_lo : block.q_hi]  # (B, H, Lq', D)
+        k_rows = kv[0, :, :, block.k_lo : block.k_hi]  # (B, H, Lk', D)
+        v_rows = kv[1, :, :, block.k_lo : block.k_hi]
+        out, lse = ctx.kernel.forward(q_rows, k_rows, v_rows, block.mask, ctx.scale)
+        merge_into(acc_out[:, :, block.q_lo : block.q_hi], acc_lse[:, :, block.q_lo : block.q_hi], out, lse)
+    if rec.enabled:
+        rec.span(
+            phase="fwd",
+            step=step,
+            kind="compute",
+            start=start,
+            end=rec.now(),
+            src=owner,
+            dst=ctx.rank,
+            block=owner,
+            pair=plan.kind,
+            flops=_plan_flops(plan, q, backward=False),
+        )
+
+
+def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingContext):
+    """(B, H, L, D) local shards -> (out (B, H, L, D) in q's dtype, lse (B, H, L) in the statistics dtype)."""
+    if ctx.buffer is Buffer.ALLGATHER:
+        return allgather_forward(q, k, v, ctx)
+    acc = stats_dtype(q.dtype)
+    acc_out = torch.zeros(q.shape, dtype=acc, device=q.device)  # the merge's identity: (out=0, lse=-inf)
+    acc_lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
+    kv = torch.stack([k, v])  # (2, B, H, L, D): one message per hop
+    world = ctx.world
+    for step in range(world):
+        ctx.recorder.on_step("fwd", step)
+        pending = None
+        if step > 0 and ctx.buffer is Buffer.SYNC:
+            kv = _wait(ctx, ctx.comm.post(kv, phase="fwd", step=step))
+        if step < world - 1 and ctx.buffer is Buffer.DOUBLE:
+            pending = ctx.comm.post(kv, phase="fwd", step=step)
+        _compute_forward(ctx, q, kv, ctx.owner_at(step), step, acc_out, acc_lse)
+        if pending is not None:
+            kv = _wait(ctx, pending)
+    return acc_out.to(q.dtype), acc_lse
+
+
+def _compute_backward(ctx, dout, q, out, lse, kv, owner, step, dq, dkv) -> None:
+    plan = ctx.plan(owner)
+    if plan.skip:
+        return
+    rec = ctx.recorder
+    start = rec.now()
+    for block in plan.blocks:
+        rows = slice(block.q_lo, block.q_hi)
+        cols = slice(block.k_lo, block.k_hi)
+        dq_b, dk_b, dv_b = ctx.kernel.backward(
+            dout[:, :, rows],
+            q[:, :, rows],
+            kv[0, :, :, cols],
+            kv[1, :, :, cols],
+            out[:, :, rows],
+            lse[:, :, rows],
+            block.mask,
+            ctx.scale,
+        )
+        dq[:, :, rows] += dq_b
+        dkv[0, :, :, cols] += dk_b
+        dkv[1, :, :, cols] += dv_b
+    if rec.enabled:
+        rec.span(
+            phase="bwd",
+            step=step,
+            kind="compute",
+            start=start,
+            end=rec.now(),
+            src=owner,
+            dst=ctx.rank,
+            block=owner,
+            pair=plan.kind,
+            flops=_plan_flops(plan, q, backward=True),
+        )
+
+
+def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
+    """Gradients of the local shards: (dq, dk, dv), each (B, H, L, D) in the input dtype."""
+    if ctx.buffer is Buffer.ALLGATHER:
+        return allgather_backward(dout, q, k, v, out, lse, ctx)
+    acc = stats_dtype(q.dtype)
+    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    kv = torch.stack([k, v])  # (2, B, H, L, D)
+    world = ctx.world
+    sync = ctx.buffer is Buffer.SYNC
+    incoming = None  # the upstream accumulator of the block in hand (None: nothing yet, i.e. zero)
+    dkv_pending: Transfer | None = None
+    for step in range(world):
+        ctx.recorder.on_step("bwd", step)
+        kv_pending = None
+        if step > 0 and sync:
+            kv = _wait(ctx, ctx.comm.post(kv, phase="bwd", step=step))
+        if step < world - 1 and not sync:
+            kv_pending = ctx.comm.post(kv, phase="bwd", step=step)
+        contribution = torch.zeros((2, *k.shape), dtype=acc, device=q.device)  # this rank's dK, dV for the block
+        _compute_backward(ctx, dout, q, out, lse, kv, ctx.owner_at(step), step, dq, contribution)
+        if dkv_pending is not None:  # double: the accumulator travelled while we computed
+            incoming, dkv_pending = _wait(ctx, dkv_pending), None
+        incoming = contribution if incoming is None else incoming.add_(contribution)
+        if world > 1:  # pass the sum on; receive the accumulator of the next block (after step N-1: our own)
+            dkv_pending = ctx.comm.post(incoming, phase="bwd", step=step)
+            incoming = None
+            if sync:
+                incoming, dkv_pending = _wait(ctx, dkv_pending), None
+        if kv_pending is not None:
+            kv = _wait(ctx, kv_pending)
+    if dkv_pending is not None:
+        incoming = _wait(ctx, dkv_pending)
+    dkv = incoming  # (2, B, H, L, D), fully summed
+    return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
+
+
+# -- the all-gather baseline: exact, but every rank holds all S keys and values ------------------------------------
+def _all_gather(ctx: RingContext, tensor: torch.Tensor, phase: str) -> list[torch.Tensor]:
+    parts = [torch.empty_like(tensor) for _ in range(ctx.world)]
+    start = ctx.recorder.now()
+    if ctx.world > 1:
+        work = dist.all_gather(parts, tensor.contiguous(), group=ctx.group, async_op=True)
+        _bounded(ctx, work, phase, "all_gather")
+    else:
+        parts[0].copy_(tensor)
+    nbytes = tensor.numel() * tensor.element_size() * (ctx.world - 1)
+    ctx.recorder.span(
+        phase=phase, step=0, kind="collective", start=start, end=ctx.recorder.now(), dst=ctx.rank, nbytes=nbytes
+    )
+    return parts
+
+
+def _bounded(ctx: RingContext, work, phase: str, what: str) -> None:
+    from datetime import timedelta
+
+    try:
+        work.wait(timedelta(seconds=ctx.timeout_s))
+    except RuntimeError as exc:
+        raise RingStall(f"rank {ctx.rank} stalled in {phase} {what} within {ctx.timeout_s:g} s ({exc})") from None
+
+
+def allgather_forward(q, k, v, ctx: RingContext):
+    acc = stats_dtype(q.dtype)
+    acc_out = torch.zeros(q.shape, dtype=acc, device=q.device)
+    acc_lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
+    ctx.recorder.on_step("fwd", 0)
+    blocks = _all_gather(ctx, torch.stack([k, v]), "fwd")  # N x (2, B, H, L, D): O(S) memory
+    for step in range(ctx.world):
+        owner = ctx.owner_at(step)
+        _compute_forward(ctx, q, blocks[owner], owner, step, acc_out, acc_lse)
+    return acc_out.to(q.dtype), acc_lse
+
+
+def allgather_backward(dout, q, k, v, out, lse, ctx: RingContext):
+    acc = stats_dtype(q.dtype)
+    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    ctx.recorder.on_step("bwd", 0)
+    blocks = _all_gather(ctx, torch.stack([k, v]), "bwd")
+    dkv_all = torch.zeros((ctx.world, 2, *k.shape), dtype=acc, device=q.device)  # every block's dK, dV
+    for step in range(ctx.world):
+        owner = ctx.owner_at(step)
+        _compute_backward(ctx, dout, q, out, lse, blocks[owner], owner, step, dq, dkv_all[owner])
+    if ctx.world > 1:
+        start = ctx.recorder.now()
+        work = dist.all_reduce(dkv_all, group=ctx.group, async_op=True)
+        _bounded(ctx, work, "bwd", "all_reduce")
+        ctx.recorder.span(
+            phase="bwd",
+            step=ctx.world - 1,
+            kind="collective",
+            start=start,
+            end=ctx.recorder.now(),
+            dst=ctx.rank,
+            nbytes=dkv_all.numel() * dkv_all.element_size(),
+        )
+    mine = dkv_all[ctx.rank]
+    return dq.to(q.dtype), mine[0].to(k.dtype), mine[1].to(v.dtype)

@@ -1,0 +1,126 @@
+"""Exactness self-check: every ring variant against float64 single-device attention, forward and backward.
+
+Each rank builds the same full Q, K, V (same seed), computes the float64 reference and its gradients, runs the
+ring on its own shard and reports the largest absolute errors of its rows. Used by the test suite and by
+``ringbench selfcheck``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from ringbench.api import build_context, reference_attention, ring_attention
+from ringbench.layout import shard
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Largest absolute error allowed against the float64 reference, forward and backward, per input dtype.
+TOLERANCE = {
+    "float64": (1e-10, 1e-9),
+    "float32": (1e-5, 5e-5),
+    "bfloat16": (2e-2, 5e-2),
+    "float16": (4e-3, 1e-2),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckCase:
+    mask: str = "causal"
+    layout: str = "contiguous"
+    buffer: str = "double"
+    order: str = "identity"
+    dtype: str = "float64"
+    kernel: str = "torch"
+    seq_per_rank: int = 8
+    batch: int = 1
+    heads: int = 2
+    head_dim: int = 8
+
+    @property
+    def name(self) -> str:
+        return f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}"
+
+
+def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **shape) -> list[CheckCase]:
+    orders = ["identity", "reverse", "random:7", "stride:2"]
+    if world >= 3:
+        orders.append("-".join(str(r) for r in [0, *range(2, world), 1]))  # an explicit ring
+    combos = itertools.product(
+        ("none", "causal", "causal-naive"),
+        ("contiguous", "zigzag", "striped"),
+        ("sync", "double", "allgather"),
+        orders,
+        dtypes,
+        kernels,
+    )
+    return [
+        CheckCase(mask=m, layout=lay, buffer=b, order=o, dtype=d, kernel=k, **shape) for m, lay, b, o, d, k in combos
+    ]
+
+
+def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) -> tuple[float, float]:
+    """(forward max abs error, backward max abs error) of this rank's rows for one case."""
+    dtype = DTYPES[case.dtype]
+    device = device or torch.device("cpu")
+    generator = torch.Generator().manual_seed(1234)
+    seq = case.seq_per_rank * world
+    full = [
+        torch.randn(case.batch, case.heads, seq, case.head_dim, generator=generator, dtype=torch.float64)
+        for _ in range(4)
+    ]
+    q, k, v, grad = (t.to(dtype).to(torch.float64).to(device) for t in full)  # values exactly representable
+    q_ref, k_ref, v_ref = (t.clone().requires_grad_() for t in (q, k, v))
+    ref_mask = "none" if case.mask == "none" else "causal"
+    ref = reference_attention(q_ref, k_ref, v_ref, mask=ref_mask)
+    ref_grads = torch.autograd.grad(ref, (q_ref, k_ref, v_ref), grad)
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return shard(t, case.layout, world, rank)
+
+    q_l, k_l, v_l = (local(t).to(dtype).requires_grad_() for t in (q, k, v))
+    ctx = build_context(
+        q_l,
+        k_l,
+        v_l,
+        mask=case.mask,
+        layout=case.layout,
+        buffer=case.buffer,
+        order=case.order,
+        group=group,
+        kernel=case.kernel,
+    )
+    out = ring_attention(q_l, k_l, v_l, context=ctx)
+    grads = torch.autograd.grad(out, (q_l, k_l, v_l), local(grad).to(dtype))
+    fwd_err = (out.double() - local(ref.detach())).abs().max().item()
+    bwd_err = max((g.double() - local(r)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True))
+    if ctx.comm is not None:
+        ctx.comm.close()
+    return fwd_err, bwd_err
+
+
+def exactness_worker(worker_ctx, cases: list[CheckCase]) -> dict[str, tuple[float, float]]:
+    """Runs inside each launched rank: every case, this rank's errors."""
+    env = worker_ctx.env
+    errors = {}
+    for index, case in enumerate(cases):
+        worker_ctx.progress.set_case(index)
+        errors[case.name] = check_case(case, env.world, env.rank, device=env.device)
+    return errors
+
+
+def run_selfcheck(world: int, cases: list[CheckCase], timeout_s: float = 60.0) -> dict[str, tuple[float, float]]:
+    """Launch ``world`` local ranks; return the worst errors over ranks for each case."""
+    from ringbench.launch import launch_local
+
+    if world == 1:
+        return {case.name: check_case(case, 1, 0) for case in cases}
+    per_rank = launch_local(world, exactness_worker, (cases,), timeout_s=timeout_s, case_names=[c.name for c in cases])
+    return {name: (max(r[name][0] for r in per_rank), max(r[name][1] for r in per_rank)) for name in per_rank[0]}
+
+
+def within_tolerance(case: CheckCase, errors: tuple[float, float]) -> bool:
+    fwd_tol, bwd_tol = TOLERANCE[case.dtype]
+    return errors[0] <= fwd_tol and errors[1] <= bwd_tol
