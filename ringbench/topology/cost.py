@@ -1,0 +1,136 @@
+"""The hop cost model: time to move one reference message over one link.
+
+    hop_us = latency_us + message_bytes / (bandwidth_gbps * 1e9) * 1e6
+
+A ring step waits for its slowest hop (every rank sends to its successor at once, and the next step needs the block
+in hand), so the model's communication time per ring step is the *worst* hop; the total over hops is the tie-breaker
+(it also counts how many slow hops share a fabric such as the inter-socket link, which this per-hop model does not
+price as contention).
+
+The class table below holds NOMINAL defaults: round, order-of-magnitude figures chosen so that the classes rank in the
+order of the `nvidia-smi topo -m` legend (NV# best, then PIX, PXB, PHB, NODE, SYS, then NET). They are not measurements
+of any machine. NVLink: about 25 GB/s per link per direction for NVLink 2, 3 and 4, so NV12 (A100) gives 300 GB/s and
+NV18 (H100) 450 GB/s. PCIe classes: a Gen4 x16 link peaks near 32 GB/s per direction before protocol overhead, and P2P
+through more bridges, the host bridge or the inter-socket link is progressively slower. NET: one 100 Gb/s port per
+GPU. Override any row from a YAML topology (``class_costs:``) or give a link its measured cost (``ringbench probe``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ringbench.errors import UsageError, bad_value
+from ringbench.topology.links import CLASS_HELP, Link, LinkKind
+
+# A typical ring-attention KV block: 8192 tokens x 8 KV heads x 128 dims x (K and V) x 2 bytes (bf16) = 32 MiB.
+DEFAULT_MESSAGE_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClassCost:
+    """Latency and bandwidth of one link class (for NV: bandwidth per NVLink, multiplied by the link count)."""
+
+    latency_us: float
+    """One-way latency of a small message, microseconds."""
+    bandwidth_gbps: float
+    """Sustained bandwidth in one direction, GB/s (1e9 bytes per second)."""
+
+    def __post_init__(self) -> None:
+        for name, value, positive in (
+            ("latency_us", self.latency_us, False),
+            ("bandwidth_gbps", self.bandwidth_gbps, True),
+        ):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not ok or value < 0 or (positive and value == 0):
+                raise bad_value(name, value, "a finite number > 0" if positive else "a finite number >= 0")
+
+
+# NOMINAL defaults, best class first (see the module docstring for where the figures come from).
+DEFAULT_CLASS_COSTS: Mapping[LinkKind, ClassCost] = MappingProxyType(
+    {
+        LinkKind.NV: ClassCost(latency_us=2.0, bandwidth_gbps=25.0),  # per NVLink
+        LinkKind.PIX: ClassCost(latency_us=3.0, bandwidth_gbps=24.0),
+        LinkKind.PXB: ClassCost(latency_us=3.5, bandwidth_gbps=22.0),
+        LinkKind.PHB: ClassCost(latency_us=4.0, bandwidth_gbps=18.0),
+        LinkKind.NODE: ClassCost(latency_us=5.0, bandwidth_gbps=16.0),
+        LinkKind.SYS: ClassCost(latency_us=6.0, bandwidth_gbps=14.0),
+        LinkKind.NET: ClassCost(latency_us=10.0, bandwidth_gbps=12.5),
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CostModel:
+    """Prices a hop; part of a topology so that a YAML file can carry its own class costs."""
+
+    message_bytes: int = DEFAULT_MESSAGE_BYTES
+    """Reference message: the bytes one rank sends its successor per ring step (one KV block)."""
+    class_costs: Mapping[LinkKind, ClassCost] = field(default_factory=lambda: DEFAULT_CLASS_COSTS)
+    """Cost per class; the nominal DEFAULT_CLASS_COSTS unless overridden."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.message_bytes, bool) or not isinstance(self.message_bytes, int) or self.message_bytes < 1:
+            raise bad_value("message_bytes", self.message_bytes, "an integer >= 1")
+        missing = [kind.value for kind in LinkKind if kind not in self.class_costs]
+        if missing:
+            raise bad_value("class_costs", missing, "a cost for every class (start from DEFAULT_CLASS_COSTS)")
+
+    def with_overrides(
+        self, overrides: Mapping[str, Mapping[str, float]], field_name: str = "class_costs"
+    ) -> CostModel:
+        """A model whose class costs are replaced, class by class, from ``{"NET": {"latency_us": .., ..}}``."""
+        if not isinstance(overrides, Mapping):
+            raise bad_value(
+                field_name, overrides, "a mapping from class (NV, PIX, .., NET) to latency_us/bandwidth_gbps"
+            )
+        costs = dict(self.class_costs)
+        for key, value in overrides.items():
+            where = f"{field_name}.{key}"
+            try:
+                kind = LinkKind(str(key).strip().upper())
+            except ValueError:
+                raise bad_value(where, key, CLASS_HELP.replace("NV# (e.g. NV12)", "NV (per link)")) from None
+            if not isinstance(value, Mapping) or set(value) - {"latency_us", "bandwidth_gbps"}:
+                raise bad_value(where, value, "a mapping with latency_us and/or bandwidth_gbps")
+            base = costs[kind]
+            try:
+                costs[kind] = ClassCost(
+                    latency_us=value.get("latency_us", base.latency_us),
+                    bandwidth_gbps=value.get("bandwidth_gbps", base.bandwidth_gbps),
+                )
+            except UsageError as exc:
+                raise UsageError(f"{where}.{exc}") from None
+        return CostModel(message_bytes=self.message_bytes, class_costs=MappingProxyType(costs))
+
+    def overrides(self) -> dict[str, dict[str, float]]:
+        """The rows that differ from the nominal table, in the YAML/JSON shape `with_overrides` reads."""
+        return {
+            kind.value: {"latency_us": cost.latency_us, "bandwidth_gbps": cost.bandwidth_gbps}
+            for kind, cost in self.class_costs.items()
+            if DEFAULT_CLASS_COSTS[kind] != cost
+        }
+
+    def latency_bandwidth(self, link: Link) -> tuple[float, float]:
+        """(latency_us, bandwidth_gbps) of a link: its measured values where given, else its class's."""
+        if link.kind is None:
+            return float(link.latency_us), float(link.bandwidth_gbps)
+        base = self.class_costs[link.kind]
+        bandwidth = base.bandwidth_gbps * (link.nvlinks if link.kind is LinkKind.NV else 1)
+        latency = base.latency_us if link.latency_us is None else link.latency_us
+        return float(latency), float(bandwidth if link.bandwidth_gbps is None else link.bandwidth_gbps)
+
+    def hop_us(self, link: Link) -> float:
+        """Microseconds to move the reference message over ``link``."""
+        latency, bandwidth = self.latency_bandwidth(link)
+        return latency + self.message_bytes / (bandwidth * 1e3)  # bytes / (GB/s * 1e9) s = bytes / (GB/s * 1e3) us
+
+    def describe(self) -> str:
+        """One line stating the model, for reports and `--json`."""
+        source = "nominal class defaults" if not self.overrides() else "class costs overridden by the topology"
+        return (
+            f"communication per ring step = worst hop's (latency + M / bandwidth), M = {self.message_bytes} bytes; "
+            f"{source}, measured link costs where given; contention on shared links is not modelled"
+        )

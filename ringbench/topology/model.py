@@ -1,0 +1,233 @@
+"""The topology model: devices (one per rank) and a directed link for every ordered pair of them.
+
+Every source (NVML, `nvidia-smi topo -m` text, a YAML description, a measured probe matrix) builds a `Topology`;
+the optimizer and the commands read nothing else. `to_dict`/`from_dict` give the JSON form stored under the
+``"topology"`` key of a run's meta.json.
+
+Topology document versions:
+  1 -- first version (this file). Earlier versions: none.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ringbench.errors import UsageError, bad_value
+from ringbench.topology.cost import CostModel
+from ringbench.topology.links import Link
+
+TOPOLOGY_FORMAT = "ringbench-topology"
+TOPOLOGY_VERSION = 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Device:
+    """One accelerator, i.e. one rank of the ring."""
+
+    rank: int
+    """Global rank; equals the device's index in `Topology.devices`."""
+    host: str
+    """Host name; devices on different hosts are joined by NET."""
+    local_index: int
+    """Index on its host as nvidia-smi/NVML number it (what CUDA_VISIBLE_DEVICES lists with PCI_BUS_ID order)."""
+    numa_node: int | None = None
+    """NUMA node of the CPUs closest to the device; None when unknown."""
+    name: str = ""
+    """Free-form label, e.g. ``GPU3`` or the product name."""
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.rank) or self.rank < 0:
+            raise bad_value("rank", self.rank, "an integer >= 0")
+        if not isinstance(self.host, str) or not self.host:
+            raise bad_value("host", self.host, "a non-empty host name")
+        if not _is_int(self.local_index) or self.local_index < 0:
+            raise bad_value("local_index", self.local_index, "an integer >= 0")
+        if self.numa_node is not None and (not _is_int(self.numa_node) or self.numa_node < 0):
+            raise bad_value("numa_node", self.numa_node, "an integer >= 0 or None")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Topology:
+    """Devices and the directed link matrix between them, with the cost model that prices a hop."""
+
+    devices: tuple[Device, ...]
+    """One device per rank, in rank order."""
+    links: tuple[tuple[Link | None, ...], ...]
+    """links[i][j]: the link from rank i to rank j; None on the diagonal only."""
+    cost_model: CostModel = field(default_factory=CostModel)
+    """Prices a hop (reference message size and per-class costs)."""
+    source: str = ""
+    """Where this came from, e.g. ``nvidia-smi:dgx.txt``, ``nvml``, ``yaml:cluster.yaml``, ``probe``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.devices, tuple) or not self.devices:
+            raise bad_value("devices", self.devices, "a non-empty tuple of Device")
+        seen_slots: set[tuple[str, int]] = set()
+        for index, device in enumerate(self.devices):
+            if not isinstance(device, Device):
+                raise bad_value(f"devices[{index}]", device, "a Device")
+            if device.rank != index:
+                raise bad_value(f"devices[{index}].rank", device.rank, f"{index} (devices are listed in rank order)")
+            slot = (device.host, device.local_index)
+            if slot in seen_slots:
+                raise UsageError(
+                    f"devices[{index}]: host {device.host!r} local_index {device.local_index} is listed twice"
+                )
+            seen_slots.add(slot)
+        world = len(self.devices)
+        if not isinstance(self.links, tuple) or len(self.links) != world:
+            raise UsageError(f"links: expected a {world}x{world} matrix (one row per device), got {_shape(self.links)}")
+        for i, row in enumerate(self.links):
+            if not isinstance(row, tuple) or len(row) != world:
+                raise UsageError(f"links[{i}]: expected {world} entries (one per device), got {_shape(row)}")
+            for j, link in enumerate(row):
+                if i == j and link is not None:
+                    raise bad_value(f"links[{i}][{j}]", link.label, "None (a device has no link to itself)")
+                if i != j and not isinstance(link, Link):
+                    raise bad_value(f"links[{i}][{j}]", link, "a Link")
+        if not isinstance(self.cost_model, CostModel):
+            raise bad_value("cost_model", self.cost_model, "a CostModel")
+
+    # -- views -------------------------------------------------------------------------------------------------------
+
+    @property
+    def world(self) -> int:
+        return len(self.devices)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Host names in order of first appearance (rank order)."""
+        return tuple(dict.fromkeys(device.host for device in self.devices))
+
+    def link(self, src: int, dst: int) -> Link:
+        link = self.links[src][dst]
+        if link is None:
+            raise UsageError(f"link {src}->{dst}: a device has no link to itself")
+        return link
+
+    def label_matrix(self) -> list[list[str]]:
+        """Class labels as `nvidia-smi topo -m` prints them (``X`` on the diagonal)."""
+        return [["X" if link is None else link.label for link in row] for row in self.links]
+
+    def cost_matrix(self) -> np.ndarray:
+        """(world, world) float64: microseconds per hop for the reference message; 0 on the diagonal."""
+        world = self.world
+        costs = np.zeros((world, world), dtype=np.float64)
+        cache: dict[Link, float] = {}
+        for i, row in enumerate(self.links):
+            for j, link in enumerate(row):
+                if link is not None:
+                    if link not in cache:
+                        cache[link] = self.cost_model.hop_us(link)
+                    costs[i, j] = cache[link]
+        return costs
+
+    def class_counts(self) -> dict[str, int]:
+        """How many ordered pairs have each class label."""
+        return dict(Counter(link.label for row in self.links for link in row if link is not None))
+
+    def device_label(self, rank: int) -> str:
+        device = self.devices[rank]
+        return f"{device.host}:{device.local_index}" if len(self.hosts) > 1 else f"GPU{device.local_index}"
+
+    def describe(self) -> str:
+        hosts = len(self.hosts)
+        where = f" ({self.source})" if self.source else ""
+        return f"{self.world} device{'s' * (self.world != 1)} on {hosts} host{'s' * (hosts != 1)}{where}"
+
+    def with_message_bytes(self, message_bytes: int) -> Topology:
+        return replace(self, cost_model=replace(self.cost_model, message_bytes=message_bytes))
+
+    # -- JSON form ---------------------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """A JSON-ready document (what a run's meta.json keeps under ``"topology"``)."""
+        return {
+            "format": TOPOLOGY_FORMAT,
+            "version": TOPOLOGY_VERSION,
+            "source": self.source,
+            "message_bytes": self.cost_model.message_bytes,
+            "class_costs": self.cost_model.overrides(),
+            "devices": [
+                {
+                    "rank": device.rank,
+                    "host": device.host,
+                    "local_index": device.local_index,
+                    "numa_node": device.numa_node,
+                    "name": device.name,
+                }
+                for device in self.devices
+            ],
+            "links": [[None if link is None else link.to_json() for link in row] for row in self.links],
+        }
+
+    @classmethod
+    def from_dict(cls, document: object, field_name: str = "topology") -> Topology:
+        """Inverse of `to_dict`; a malformed document raises UsageError naming the field."""
+        if not isinstance(document, Mapping):
+            raise bad_value(field_name, type(document).__name__, "a mapping with devices and links")
+        version = document.get("version", TOPOLOGY_VERSION)
+        if version != TOPOLOGY_VERSION:
+            raise bad_value(f"{field_name}.version", version, str(TOPOLOGY_VERSION))
+        devices_doc = document.get("devices")
+        links_doc = document.get("links")
+        if not isinstance(devices_doc, list) or not devices_doc:
+            raise bad_value(f"{field_name}.devices", devices_doc, "a non-empty list of devices")
+        if not isinstance(links_doc, list):
+            raise bad_value(f"{field_name}.links", type(links_doc).__name__, "a list of rows (a square matrix)")
+        devices = []
+        for index, entry in enumerate(devices_doc):
+            where = f"{field_name}.devices[{index}]"
+            if not isinstance(entry, Mapping):
+                raise bad_value(where, entry, "a mapping with rank, host, local_index")
+            try:
+                devices.append(
+                    Device(
+                        rank=entry.get("rank", index),
+                        host=entry.get("host", "localhost"),
+                        local_index=entry.get("local_index", index),
+                        numa_node=entry.get("numa_node"),
+                        name=str(entry.get("name") or ""),
+                    )
+                )
+            except UsageError as exc:
+                raise UsageError(f"{where}.{exc}") from None
+        rows = []
+        for i, row in enumerate(links_doc):
+            if not isinstance(row, list):
+                raise bad_value(f"{field_name}.links[{i}]", type(row).__name__, "a list (one entry per device)")
+            cells = []
+            for j, cell in enumerate(row):
+                if i == j and (cell is None or (isinstance(cell, str) and cell.strip().upper() == "X")):
+                    cells.append(None)
+                else:
+                    cells.append(Link.from_json(cell, f"{field_name}.links[{i}][{j}]"))
+            rows.append(tuple(cells))
+        cost_model = CostModel()
+        if "message_bytes" in document:
+            try:
+                cost_model = CostModel(message_bytes=document["message_bytes"])
+            except UsageError as exc:
+                raise UsageError(f"{field_name}.{exc}") from None
+        cost_model = cost_model.with_overrides(document.get("class_costs") or {}, f"{field_name}.class_costs")
+        try:
+            return cls(
+                devices=tuple(devices),
+                links=tuple(rows),
+                cost_model=cost_model,
+                source=str(document.get("source") or ""),
+            )
+        except UsageError as exc:
+            raise UsageError(f"{field_name}.{exc}") from None
+
+
+def _shape(value: object) -> str:
+    return f"{len(value)} entries" if isinstance(value, (tuple, list)) else type(value).__name__

@@ -1,0 +1,267 @@
+"""`recommend`: the ring order that minimises the worst hop, then the total, and what it would change.
+
+Guarantees: for worlds up to ``exact_limit`` (12 by default) the order is optimal for the cost model (exact.py); beyond
+it, hierarchical construction plus local search (heuristic.py) within ``time_budget_s``. The current order is kept
+when it is already as good (no churn), and a topology where every ring costs the same is reported as such.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ringbench.errors import bad_value
+from ringbench.topology.exact import MAX_EXACT, solve_exact
+from ringbench.topology.heuristic import hierarchical
+from ringbench.topology.model import Topology
+from ringbench.topology.order_spec import parse_order, validate_permutation
+
+DEFAULT_EXACT_LIMIT = 12
+DEFAULT_TIME_BUDGET_S = 4.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Hop:
+    """One hop of a ring: ring position ``position`` sends to ``position + 1``."""
+
+    position: int
+    src: int
+    dst: int
+    link_class: str
+    cost_us: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Recommendation:
+    """A recommended ring order, compared hop by hop with the current one, plus launcher-ready forms."""
+
+    order: tuple[int, ...]
+    """Ranks in recommended ring order, starting at 0."""
+    current_order: tuple[int, ...]
+    hops: tuple[Hop, ...]
+    current_hops: tuple[Hop, ...]
+    worst_hop_class: str | None
+    """Class of the recommended ring's most expensive hop (None for a single device)."""
+    current_worst_hop_class: str | None
+    worst_hop_us: float
+    current_worst_hop_us: float
+    total_us: float
+    current_total_us: float
+    predicted_speedup: float
+    """current worst hop / recommended worst hop: the cost model's ratio of communication time per ring step."""
+    model: str
+    """The cost model, in words."""
+    all_equivalent: bool
+    """Every ring order costs the same on this topology (e.g. an NVSwitch board): nothing to gain from reordering."""
+    current_is_optimal: bool
+    """The current order is already as good as the recommendation (it is then the recommendation)."""
+    exact: bool
+    """True when the order is provably optimal for the model (exact search or all orders equivalent)."""
+    method: str
+    elapsed_s: float
+    cuda_visible_devices: tuple[tuple[str, str], ...]
+    """Per host, its devices' local indices in ring-visit order (for CUDA_VISIBLE_DEVICES with an identity ring)."""
+    cuda_visible_devices_exact: bool
+    """True when identity rank order under those CUDA_VISIBLE_DEVICES reproduces the recommended ring."""
+
+    @property
+    def order_arg(self) -> str:
+        """The ``--order`` value for `ringbench run`, e.g. ``0-3-1-2``."""
+        return "-".join(str(rank) for rank in self.order)
+
+    @property
+    def predicted_step_change_pct(self) -> float:
+        """Predicted change of communication time per ring step, percent (negative is faster)."""
+        return (1.0 / self.predicted_speedup - 1.0) * 100.0
+
+    def hop_class_counts(self, current: bool = False) -> dict[str, int]:
+        return dict(Counter(hop.link_class for hop in (self.current_hops if current else self.hops)))
+
+    def to_dict(self) -> dict:
+        def hops(items: tuple[Hop, ...]) -> list[dict]:
+            return [
+                {"position": h.position, "src": h.src, "dst": h.dst, "class": h.link_class, "cost_us": h.cost_us}
+                for h in items
+            ]
+
+        return {
+            "order": list(self.order),
+            "order_arg": self.order_arg,
+            "ranks": list(self.order),
+            "current_order": list(self.current_order),
+            "worst_hop_class": self.worst_hop_class,
+            "current_worst_hop_class": self.current_worst_hop_class,
+            "worst_hop_us": self.worst_hop_us,
+            "current_worst_hop_us": self.current_worst_hop_us,
+            "total_us": self.total_us,
+            "current_total_us": self.current_total_us,
+            "predicted_speedup": self.predicted_speedup,
+            "predicted_step_change_pct": self.predicted_step_change_pct,
+            "model": self.model,
+            "all_equivalent": self.all_equivalent,
+            "current_is_optimal": self.current_is_optimal,
+            "exact": self.exact,
+            "method": self.method,
+            "elapsed_s": self.elapsed_s,
+            "hop_classes": self.hop_class_counts(),
+            "current_hop_classes": self.hop_class_counts(current=True),
+            "hops": hops(self.hops),
+            "current_hops": hops(self.current_hops),
+            "cuda_visible_devices": dict(self.cuda_visible_devices),
+            "cuda_visible_devices_exact": self.cuda_visible_devices_exact,
+        }
+
+
+def rotate_to_zero(order: Sequence[int]) -> list[int]:
+    """The same ring, read from rank 0."""
+    order = list(order)
+    start = order.index(0)
+    return order[start:] + order[:start]
+
+
+def _hops(topology: Topology, cost: np.ndarray, order: list[int]) -> tuple[Hop, ...]:
+    world = len(order)
+    if world < 2:
+        return ()
+    return tuple(
+        Hop(
+            position=position,
+            src=order[position],
+            dst=order[(position + 1) % world],
+            link_class=topology.link(order[position], order[(position + 1) % world]).label,
+            cost_us=float(cost[order[position], order[(position + 1) % world]]),
+        )
+        for position in range(world)
+    )
+
+
+def _worst_class(topology: Topology, hops: tuple[Hop, ...]) -> str | None:
+    if not hops:
+        return None
+    worst = max(hop.cost_us for hop in hops)
+    tied = [hop for hop in hops if hop.cost_us >= worst * (1 - 1e-12)]
+    # Equal cost, different classes (possible with measured links): name the worse class.
+    return max(tied, key=lambda hop: topology.link(hop.src, hop.dst).badness).link_class
+
+
+def every_order_equivalent(cost: np.ndarray) -> bool:
+    """True when every ring has the same hops' costs: all pairs equal, or so few devices there is one ring."""
+    world = cost.shape[0]
+    if world <= 2:
+        return True
+    off_diagonal = cost[~np.eye(world, dtype=bool)]
+    if np.allclose(off_diagonal, off_diagonal[0], rtol=1e-12, atol=0):
+        return True
+    return world == 3 and bool(np.allclose(cost, cost.T, rtol=1e-12, atol=0))  # one ring, two directions
+
+
+def _cuda_visible_devices(topology: Topology, order: list[int]) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """Each host's local indices in the order the ring visits them, and whether that alone reproduces the ring.
+
+    With ranks assigned host by host (torchrun: rank = node_rank * nproc + local_rank), an identity ring visits the
+    hosts in rank order, each as one run; so remapping GPUs per host reproduces the ring exactly when the recommended
+    ring, read from the right start, also visits each host once, in rank order.
+    """
+    hosts = topology.hosts
+    visits = {host: [] for host in hosts}
+    world = len(order)
+    first_of_host0 = 0
+    for position, rank in enumerate(order):  # start reading where the ring enters host 0
+        previous = order[(position - 1) % world]
+        if topology.devices[rank].host == hosts[0] and topology.devices[previous].host != hosts[0]:
+            first_of_host0 = position
+            break
+    reading = order[first_of_host0:] + order[:first_of_host0]
+    for rank in reading:
+        visits[topology.devices[rank].host].append(topology.devices[rank].local_index)
+    sequence = [topology.devices[rank].host for rank in reading]
+    runs = [host for index, host in enumerate(sequence) if index == 0 or sequence[index - 1] != host]
+    ranks_in_host_order = [device.host for device in topology.devices] == sorted(
+        (device.host for device in topology.devices), key=hosts.index
+    )
+    exact = runs == list(hosts) and ranks_in_host_order
+    return tuple((host, ",".join(str(index) for index in visits[host])) for host in hosts), exact
+
+
+def recommend(
+    topology: Topology,
+    current_order: Sequence[int] | str | None = None,
+    *,
+    exact_limit: int = DEFAULT_EXACT_LIMIT,
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+) -> Recommendation:
+    """The lexicographically best ring (worst hop, then total) for ``topology``, compared with ``current_order``.
+
+    ``current_order``: ranks in ring order, or an ORDER string (identity, reverse, stride:K, random:SEED, 0-3-1-2);
+    None means identity. Exact up to ``exact_limit`` devices (at most 16); hierarchical search beyond it.
+    """
+    started = time.perf_counter()
+    world = topology.world
+    if not isinstance(exact_limit, int) or not 1 <= exact_limit <= MAX_EXACT:
+        raise bad_value("exact_limit", exact_limit, f"an integer in 1..{MAX_EXACT}")
+    if isinstance(current_order, str):
+        current = parse_order(current_order, world)
+    elif current_order is None:
+        current = list(range(world))
+    else:
+        current = validate_permutation(current_order, world, "current_order")
+    cost = topology.cost_matrix()
+
+    all_equivalent = every_order_equivalent(cost)
+    if all_equivalent:
+        order, method, exact = list(current), "all orders equivalent", True
+    elif world <= exact_limit:
+        order, method, exact = solve_exact(cost)[2], f"exact (Held-Karp, {world} devices)", True
+    else:
+        host_of = [topology.hosts.index(device.host) for device in topology.devices]
+        order = hierarchical(cost, host_of, exact_limit, time_budget_s)
+        method = f"hierarchical + local search ({world} devices, {len(topology.hosts)} hosts)"
+        exact = False
+
+    def key(ring: list[int]) -> tuple[float, float]:
+        hops = cost[ring, np.roll(ring, -1)] if len(ring) > 1 else np.zeros(1)
+        return float(hops.max()), float(hops.sum())
+
+    tolerance = 1e-9 * max(float(cost.max()), 1e-12)
+    (current_worst, current_total), (worst, total) = key(current), key(order)
+
+    def as_good(ring: list[int]) -> bool:
+        ring_worst, ring_total = key(ring)
+        return ring_worst <= worst + tolerance and ring_total <= total + tolerance
+
+    current_is_optimal = as_good(current)
+    # Among equally good rings prefer, in turn, the current one (no churn in the launch configuration), then the
+    # identity and its reverse (the simplest to read), then the one found.
+    for candidate in (current, list(range(world)), [0, *range(world - 1, 0, -1)]):
+        if as_good(candidate):
+            order = list(candidate)
+            break
+    order = rotate_to_zero(order)
+    worst, total = key(order)
+    hops, current_hops = _hops(topology, cost, order), _hops(topology, cost, current)
+    visible, visible_exact = _cuda_visible_devices(topology, order)
+    return Recommendation(
+        order=tuple(order),
+        current_order=tuple(current),
+        hops=hops,
+        current_hops=current_hops,
+        worst_hop_class=_worst_class(topology, hops),
+        current_worst_hop_class=_worst_class(topology, current_hops),
+        worst_hop_us=worst,
+        current_worst_hop_us=current_worst,
+        total_us=total,
+        current_total_us=current_total,
+        predicted_speedup=current_worst / worst if worst > 0 else 1.0,
+        model=topology.cost_model.describe(),
+        all_equivalent=all_equivalent,
+        current_is_optimal=current_is_optimal,
+        exact=exact,
+        method=method,
+        elapsed_s=time.perf_counter() - started,
+        cuda_visible_devices=visible,
+        cuda_visible_devices_exact=visible_exact,
+    )
