@@ -23,6 +23,23 @@ class BlockMask:
     # Rows with no visible key at all (PARTIAL only): their lse is -inf and their output 0, so the online-softmax
     # merge ignores them. Kernels are not trusted to report this themselves (the CPU flash op returns lse=0).
     empty_rows: torch.Tensor | None = None
+    visible: float | None = None  # share of visible entries (PARTIAL), precomputed by the planner
+
+    @staticmethod
+    def partial(allowed: torch.Tensor) -> BlockMask:
+        """A PARTIAL mask with its empty rows and visible share worked out once."""
+        empty = ~allowed.any(dim=1)
+        return BlockMask(
+            MaskKind.PARTIAL,
+            allowed=allowed,
+            empty_rows=empty if bool(empty.any()) else None,
+            visible=float(allowed.float().mean()),
+        )
+
+    @property
+    def work_fraction(self) -> float:
+        """Share of the Lq x Lk score matrix the kernel computes: a PARTIAL mask is applied, not exploited."""
+        return 0.5 if self.kind is MaskKind.CAUSAL else 1.0
 
     @property
     def visible_fraction(self) -> float:
@@ -30,6 +47,8 @@ class BlockMask:
             return 1.0
         if self.kind is MaskKind.CAUSAL:
             return 0.5  # (L + 1) / (2L) rounded: the kernel's own work, not the exact count
+        if self.visible is not None:
+            return self.visible
         assert self.allowed is not None
         return float(self.allowed.float().mean())
 

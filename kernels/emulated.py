@@ -43,7 +43,7 @@ class EmulatedKernel(BlockKernel):
 
     def modelled_seconds(self, q, k, mask: BlockMask, backward: bool) -> float:
         batch, heads, q_len, head_dim = q.shape
-        flops = block_flops(batch, heads, q_len, k.shape[-2], head_dim, mask.visible_fraction, backward)
+        flops = block_flops(batch, heads, q_len, k.shape[-2], head_dim, mask.work_fraction, backward)
         return flops / (self.gflops * 1e9) * self.slowdown
 
     def _finish(self, start: float, seconds: float) -> None:

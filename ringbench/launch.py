@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import time
 import traceback
@@ -52,6 +53,12 @@ class WorkerContext:
     send: Callable[[Any], None]  # stream an item (e.g. a finished case) to the parent
 
 
+def _by_value(obj) -> bytes:
+    # Plain pickle copies tensors by value; the queue's own pickler would share their memory through file
+    # descriptors, which break once this process exits. (Internal IPC only: result files never unpickle.)
+    return pickle.dumps(obj)
+
+
 def _worker(rank, world, port, fn, args, messages, progress_array, timeout_s, device):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
@@ -63,7 +70,7 @@ def _worker(rank, world, port, fn, args, messages, progress_array, timeout_s, de
             env=env, progress=Progress(progress_array, rank), send=lambda item: messages.put(("item", rank, item))
         )
         result = fn(ctx, *args)
-        messages.put(("result", rank, result))
+        messages.put(("result", rank, _by_value(result)))
     except BaseException as exc:  # sent to the parent as one line (plus the traceback for debugging)
         line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         messages.put(("error", rank, line, traceback.format_exc(), isinstance(exc, UsageError)))
@@ -131,9 +138,9 @@ def launch_local(
             if message is not None:
                 kind, rank = message[0], message[1]
                 if kind == "item" and on_item is not None:
-                    on_item(rank, message[2])
+                    on_item(rank, pickle.loads(message[2]))
                 elif kind == "result":
-                    results[rank] = message[2]
+                    results[rank] = pickle.loads(message[2])
                 elif kind == "error":
                     errors[rank] = (message[2], message[3], message[4])
                     first_failure = first_failure or time.monotonic()

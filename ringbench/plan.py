@@ -38,6 +38,10 @@ class SubBlock:
     def pair_kind(self) -> str:
         return self.mask.kind.value
 
+    def work_pairs(self) -> float:
+        """Score-matrix entries the kernel computes (masked entries of a PARTIAL block included)."""
+        return (self.q_hi - self.q_lo) * (self.k_hi - self.k_lo) * self.mask.work_fraction
+
     def visible_pairs(self) -> float:
         return (self.q_hi - self.q_lo) * (self.k_hi - self.k_lo) * self.mask.visible_fraction
 
@@ -66,10 +70,8 @@ class PairPlan:
         return MaskKind.FULL.value
 
 
-def _positional_mask(q_seg: Segment, k_seg: Segment, device=None) -> BlockMask:
-    allowed = k_seg.positions()[None, :] <= q_seg.positions()[:, None]  # (Lq, Lk)
-    empty = ~allowed.any(dim=1)
-    return BlockMask(MaskKind.PARTIAL, allowed=allowed, empty_rows=empty if bool(empty.any()) else None)
+def _positional_mask(q_seg: Segment, k_seg: Segment) -> BlockMask:
+    return BlockMask.partial(k_seg.positions()[None, :] <= q_seg.positions()[:, None])  # (Lq, Lk)
 
 
 def _segment_blocks(q_seg: Segment, k_seg: Segment) -> list[SubBlock]:
@@ -126,8 +128,7 @@ def pair_plan(mask: Mask, layout: Layout, seq: int, world: int, q_rank: int, k_r
         if bool(allowed.all()):
             block_mask = BlockMask(MaskKind.FULL)
         else:
-            empty = ~allowed.any(dim=1)
-            block_mask = BlockMask(MaskKind.PARTIAL, allowed=allowed, empty_rows=empty if bool(empty.any()) else None)
+            block_mask = BlockMask.partial(allowed)
         return PairPlan(q_rank, k_rank, (SubBlock(0, q_len, 0, k_len, block_mask),))
     blocks = [block for q_seg in q_segs for k_seg in k_segs for block in _segment_blocks(q_seg, k_seg)]
     return PairPlan(q_rank, k_rank, tuple(_coalesce(blocks)))

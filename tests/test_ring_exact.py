@@ -1,0 +1,48 @@
+"""Every ring variant against float64 single-device attention, forward and backward, on local gloo ranks.
+
+Every mask x layout x buffer x ordering, in float64 and float32, at world sizes 1, 2, 3, 4 and one 8-rank set.
+Tolerances per dtype live in ringbench.selfcheck.TOLERANCE (fp32: 1e-5 forward, 5e-5 on gradients).
+"""
+
+import pytest
+
+from ringbench.selfcheck import TOLERANCE, CheckCase, all_cases, run_selfcheck, within_tolerance
+
+
+def _assert_exact(cases, results):
+    failures = [(c.name, results[c.name]) for c in cases if not within_tolerance(c, results[c.name])]
+    assert not failures, failures[:10]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_variant_is_exact(world):
+    cases = all_cases(world)
+    _assert_exact(cases, run_selfcheck(world, cases))
+
+
+def test_eight_ranks():
+    cases = [
+        CheckCase(mask=m, layout=lay, buffer=b, order=o, dtype=d, seq_per_rank=4)
+        for m in ("causal", "causal-naive", "none")
+        for lay in ("contiguous", "zigzag", "striped")
+        for b in ("sync", "double", "allgather")
+        for o in ("identity", "stride:3", "random:1")
+        for d in ("float64", "float32")
+        if not (m != "causal" and o != "identity")
+    ]
+    _assert_exact(cases, run_selfcheck(8, cases))
+
+
+def test_uneven_shapes_and_odd_head_dim():
+    cases = [
+        CheckCase(mask="causal", layout=lay, buffer=b, batch=2, heads=3, head_dim=5, seq_per_rank=6, dtype=d)
+        for lay in ("contiguous", "zigzag", "striped")
+        for b in ("sync", "double")
+        for d in ("float64", "float32")
+    ]
+    _assert_exact(cases, run_selfcheck(3, cases))
+
+
+def test_tolerances_are_explicit_per_dtype():
+    assert TOLERANCE["float32"] == (1e-5, 5e-5)
+    assert TOLERANCE["float64"][0] <= 1e-10
