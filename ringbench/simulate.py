@@ -292,7 +292,7 @@ def _to_events(
             "bytes": "int64",
             "block": "int32",
             "flops": "float64",
-        }  # fmt: skip
+        }
     )
 
 
