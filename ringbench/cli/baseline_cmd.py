@@ -1,11 +1,46 @@
-"""`ringbench baseline` (not implemented yet)."""
+"""`ringbench baseline save RUN_DIR PATH`: keep a run's per-iteration samples as a small file to commit.
+
+ringbench baseline save results/main-2024-06-01 baselines/ring-4rank.json
+ringbench compare baselines/ring-4rank.json results/pr
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from ringbench.cli.common import cli_errors, console
+
+baseline_app = typer.Typer(
+    name="baseline",
+    help="Save a run as a compact, versioned baseline file for `ringbench compare`.",
+    no_args_is_help=True,
+)
+
+
+@baseline_app.command("save")
+def save(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (results/<run-id>).")],
+    path: Annotated[Path, typer.Argument(help="The baseline file to write (JSON), e.g. baselines/ring.json.")],
+) -> None:
+    """Write RUN_DIR's must-match metadata, case axes and per-iteration samples to PATH."""
+    from ringbench.gate.baseline import write_baseline
+    from ringbench.gate.samples import sample_set_from_run
+    from ringbench.store import load_run
+
+    with cli_errors():
+        samples = sample_set_from_run(load_run(run_dir), source=str(run_dir))
+        written = write_baseline(samples, path)
+    size = written.stat().st_size
+    total = sum(case.n_samples for case in samples.cases)
+    console.print(
+        f"saved {len(samples.cases)} cases ({total} samples) from run {samples.run_id} to {written} ({size} bytes)",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("baseline", help="(not implemented yet)")
-    def _baseline() -> None:
-        raise typer.Exit(2)
+    app.add_typer(baseline_app)

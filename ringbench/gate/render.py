@@ -1,0 +1,242 @@
+"""Three views of a Comparison: a rich table (terminal), Markdown (PR comment) and a JSON document (`--json`).
+
+All three say, next to every change, whether it is significant, and label emulated timings as such.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ringbench.gate.compare import CaseComparison, Comparison
+from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, case_label, native, varying_fields
+from ringbench.gate.verdict import Verdict, describe_change
+
+JSON_FORMAT = "ringbench-compare"
+JSON_VERSION = 1
+
+_STYLE = {
+    Verdict.REGRESSION: "bold red",
+    Verdict.IMPROVEMENT: "bold green",
+    Verdict.NO_CHANGE: "",
+    Verdict.NO_DATA: "yellow",
+}
+
+
+def _fields(comparison: Comparison) -> tuple[str, ...]:
+    everything = [c.axes for c in comparison.cases] + [
+        c.axes for c in (*comparison.only_baseline, *comparison.only_current)
+    ]
+    return varying_fields(everything)
+
+
+def _label(comparison: Comparison, axes) -> str:
+    return case_label(axes, _fields(comparison))
+
+
+def _interval(case_or_summary) -> str:
+    return f"[{case_or_summary.ci_low:.3f}, {case_or_summary.ci_high:.3f}]"
+
+
+def _p(case: CaseComparison) -> str:
+    return f"{case.p_value:.2g} ({case.unit})"
+
+
+def _n(case: CaseComparison) -> str:
+    return f"{case.n_baseline}/{case.n_current} ({case.repeats_baseline}/{case.repeats_current} rep)"
+
+
+def headline(comparison: Comparison) -> str:
+    """One line: PASS/FAIL, how many cases regressed, under which settings."""
+    config = comparison.config
+    rule = f"slowdown > {config.max_regression:.0%} with p < {config.alpha:g}"
+    if comparison.regressed:
+        return f"FAIL: {comparison.summary.regressions} of {comparison.summary.n_cases} cases regressed ({rule})"
+    return f"PASS: no case regressed ({rule}; {comparison.summary.n_cases} cases compared)"
+
+
+def summary_line(comparison: Comparison) -> str:
+    summary = comparison.summary
+    level = f"{comparison.config.confidence:.0%} CI"
+    change = describe_change(summary.geomean_ratio, summary.significant)
+    return (
+        f"geometric mean ratio {summary.geomean_ratio:.3f} {_interval(summary)} ({level}) over {summary.n_cases} "
+        f"cases: {change}; {summary.regressions} regressed, {summary.improvements} improved"
+    )
+
+
+def notes(comparison: Comparison) -> list[str]:
+    """Warnings a reader must see: emulated timings, allowed mismatches, one-sided cases."""
+    lines = []
+    if comparison.baseline.emulated or comparison.current.emulated:
+        lines.append("EMULATED compute: step times are modelled, not measured arithmetic")
+    for mismatch in comparison.mismatches:
+        lines.append(f"must-match metadata differs (allowed): {mismatch}")
+    for side, cases in (("baseline", comparison.only_baseline), ("current", comparison.only_current)):
+        for case in cases:
+            lines.append(f"only in {side} (not compared): {_label(comparison, case.axes)} [{case.case_ids[0]}]")
+    return lines
+
+
+def _sides(comparison: Comparison) -> list[str]:
+    return [
+        f"{name}: {side.source} ({side.kind}, run {side.run_id})"
+        for name, side in (("baseline", comparison.baseline), ("current", comparison.current))
+    ]
+
+
+def _percent_change(case: CaseComparison) -> str:
+    """``+11.2% [+10.1, +13.4]``: the change in percent with its interval."""
+    low, high = (case.ci_low - 1.0) * 100.0, (case.ci_high - 1.0) * 100.0
+    return f"{(case.ratio - 1.0) * 100.0:+.1f}% [{low:+.1f}, {high:+.1f}]"
+
+
+def _p_short(case: CaseComparison) -> str:
+    """``4e-21 sig`` / ``0.2 n.s.``: the change column never appears without this one."""
+    return f"{case.p_value:.1g} {'sig' if case.significant else 'n.s.'}"
+
+
+def _n_short(case: CaseComparison) -> str:
+    if case.unit == "repeat":
+        return f"{case.repeats_baseline}/{case.repeats_current}r"
+    return f"{case.n_baseline}/{case.n_current}"
+
+
+def render_table(comparison: Comparison) -> Table:
+    """The rich table of cases (fits an 80-column CI log); print ``notes``, ``summary_line`` and ``headline`` after."""
+    level = f"{comparison.config.confidence:.0%} CI"
+    table = Table(
+        title=(
+            f"ringbench compare: change of the median step time, current vs baseline [{level}]; "
+            f"p: two-sided Mann–Whitney (sig: p < {comparison.config.alpha:g}); "
+            "n: iterations tested, or repeats (r) when the test ran on per-repeat medians"
+        ),
+        caption="\n".join(_sides(comparison)),
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("case", justify="left", overflow="fold", min_width=10)
+    table.add_column("ms base→curr", justify="right", no_wrap=True)
+    table.add_column(f"change [{level}]", justify="right")
+    table.add_column("p", justify="right", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("verdict", justify="left", no_wrap=True)
+    for case in comparison.cases:
+        table.add_row(
+            _label(comparison, case.axes),
+            f"{case.baseline_ms:.4g}→{case.current_ms:.4g}",
+            _percent_change(case),
+            _p_short(case),
+            _n_short(case),
+            Text(case.verdict.value, style=_STYLE[case.verdict]),
+        )
+    return table
+
+
+def render_markdown(comparison: Comparison) -> str:
+    """A PR comment: headline, summary, notes, the case table, and how to read it."""
+    level = f"{comparison.config.confidence:.0%} CI"
+    icon = ":x:" if comparison.regressed else ":white_check_mark:"
+    lines = [f"### {icon} ringbench performance gate: {headline(comparison)}", "", summary_line(comparison), ""]
+    lines += [f"- {line}" for line in (*_sides(comparison), *notes(comparison))]
+    lines += [
+        "",
+        f"| case | baseline ms | current ms | ratio [{level}] | change | p (unit) | n base/curr | verdict |",
+        "|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    order = {Verdict.REGRESSION: 0, Verdict.IMPROVEMENT: 1, Verdict.NO_CHANGE: 2, Verdict.NO_DATA: 3}
+    for case in sorted(comparison.cases, key=lambda c: order[c.verdict]):
+        verdict = f"**{case.verdict.value}**" if case.verdict != Verdict.NO_CHANGE else case.verdict.value
+        lines.append(
+            f"| `{_label(comparison, case.axes)}` | {case.baseline_ms:.3f} | {case.current_ms:.3f} | "
+            f"{case.ratio:.3f} {_interval(case)} | {describe_change(case.ratio, case.significant)} | {_p(case)} | "
+            f"{_n(case)} | {verdict} |"
+        )
+    config = comparison.config
+    lines += [
+        "",
+        f"<sub>ratio = median step time current / baseline (above 1 is slower). A case regresses when it is "
+        f"significantly slower (two-sided Mann–Whitney p < {config.alpha:g}) and more than "
+        f"{config.max_regression:.0%} slower; `unit` says whether the test ran on per-repeat medians or on "
+        f"pooled iterations. Intervals: bootstrap, seed {config.seed}.</sub>",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
+
+
+def _case_document(case: CaseComparison) -> dict:
+    return {
+        "case_id": case.case_id,
+        "axes": {name: native(case.axes.get(name)) for name in MATCH_FIELDS},
+        "emulated": case.emulated,
+        "baseline_ms": _finite(case.baseline_ms),
+        "current_ms": _finite(case.current_ms),
+        "ratio": _finite(case.ratio),
+        "ci_low": _finite(case.ci_low),
+        "ci_high": _finite(case.ci_high),
+        "p_value": _finite(case.p_value),
+        "unit": case.unit,
+        "significant": case.significant,
+        "verdict": case.verdict.value,
+        "n_baseline": case.n_baseline,
+        "n_current": case.n_current,
+        "repeats_baseline": case.repeats_baseline,
+        "repeats_current": case.repeats_current,
+    }
+
+
+def _one_sided(cases: tuple[CaseSamples, ...]) -> list[dict]:
+    return [{"case_id": c.case_ids[0], "axes": {k: native(c.axes.get(k)) for k in MATCH_FIELDS}} for c in cases]
+
+
+def comparison_document(comparison: Comparison) -> dict:
+    """The `--json` document (format ``ringbench-compare``, version 1); NaN becomes null."""
+    config, summary = comparison.config, comparison.summary
+    return {
+        "format": JSON_FORMAT,
+        "format_version": JSON_VERSION,
+        "passed": not comparison.regressed,
+        "exit_code": comparison.exit_code,
+        "headline": headline(comparison),
+        "config": {
+            "alpha": config.alpha,
+            "confidence": config.confidence,
+            "max_regression": config.max_regression,
+            "resamples": config.resamples,
+            "seed": config.seed,
+            "allow_mismatch": config.allow_mismatch,
+        },
+        "baseline": {
+            "source": comparison.baseline.source,
+            "kind": comparison.baseline.kind,
+            "run_id": comparison.baseline.run_id,
+        },
+        "current": {
+            "source": comparison.current.source,
+            "kind": comparison.current.kind,
+            "run_id": comparison.current.run_id,
+        },
+        "emulated": comparison.baseline.emulated or comparison.current.emulated,
+        "mismatches": list(comparison.mismatches),
+        "summary": {
+            "n_cases": summary.n_cases,
+            "geomean_ratio": _finite(summary.geomean_ratio),
+            "ci_low": _finite(summary.ci_low),
+            "ci_high": _finite(summary.ci_high),
+            "significant": summary.significant,
+            "regressions": summary.regressions,
+            "improvements": summary.improvements,
+        },
+        "cases": [_case_document(case) for case in comparison.cases],
+        "only_baseline": _one_sided(comparison.only_baseline),
+        "only_current": _one_sided(comparison.only_current),
+    }

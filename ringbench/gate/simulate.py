@@ -1,0 +1,120 @@
+"""Monte-Carlo check of the gate: false-alarm rate on A/A comparisons and power against a known slowdown.
+
+Step times are simulated as lognormal noise around a median, optionally with a run-level factor per repeat (each
+repeat is a fresh process group with its own luck)::
+
+    step_ms[r, i] = median * (1 + slowdown) * exp(sigma_run * Z_r + sigma_iter * Z_ri),  sigma = sqrt(log(1 + CV^2))
+
+(a lognormal with that sigma has exactly the given coefficient of variation). Whole batches go through the same
+functions as a real case (stats.ratio_of_medians, stats.test_p_value, verdict.decide), so the figures describe
+the shipped rule, not a re-implementation of it. Run ``python -m ringbench.gate.simulate`` for the table quoted in
+docs/ci-gate.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ringbench.gate.stats import bootstrap_log_ratios, percentile_interval, ratio_of_medians, test_p_value
+from ringbench.gate.verdict import GateConfig, Verdict, decide
+
+RULES = ("point", "ci-low")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    """One simulated setting."""
+
+    cv: float
+    """Coefficient of variation of one iteration's step time inside one repeat."""
+    iterations: int = 20
+    repeats: int = 1
+    slowdown: float = 0.0
+    """True relative slowdown of the current side (0 for an A/A comparison)."""
+    run_cv: float = 0.0
+    """Coefficient of variation of the per-repeat (process group) factor; 0 means iterations are independent."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimulationResult:
+    """Fraction of simulated comparisons that the gate called a regression."""
+
+    scenario: Scenario
+    rule: str
+    alpha: float
+    sims: int
+    regression_rate: float
+
+
+def _sigma(cv: float) -> float:
+    return math.sqrt(math.log1p(cv * cv))
+
+
+def simulate_side(rng: np.random.Generator, scenario: Scenario, sims: int, factor: float = 1.0) -> np.ndarray:
+    """Simulated step times (ms), shape (sims, repeats, iterations), median ``100 * factor``."""
+    shape = (sims, scenario.repeats, scenario.iterations)
+    run = _sigma(scenario.run_cv) * rng.standard_normal((sims, scenario.repeats, 1))
+    iteration = _sigma(scenario.cv) * rng.standard_normal(shape)
+    return 100.0 * factor * np.exp(run + iteration)
+
+
+def simulate_gate(
+    scenario: Scenario,
+    *,
+    config: GateConfig | None = None,
+    sims: int = 1000,
+    rule: str = "point",
+    seed: int = 0,
+) -> SimulationResult:
+    """Run ``sims`` independent comparisons of baseline vs current under ``scenario``; return the regression rate.
+
+    ``rule="point"`` is the shipped rule (verdict.decide). ``rule="ci-low"`` additionally requires the bootstrap
+    interval's lower bound above 1 + max_regression (the alternative the docs compare against; slower, as it
+    bootstraps every simulated comparison).
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule={rule!r} is not allowed; expected one of: {', '.join(RULES)}")
+    config = config or GateConfig()
+    rng = np.random.default_rng(seed)
+    baseline = simulate_side(rng, scenario, sims)
+    current = simulate_side(rng, scenario, sims, 1.0 + scenario.slowdown)
+    ratio = ratio_of_medians(baseline, current)
+    p_value, _unit = test_p_value(baseline, current, alpha=config.alpha)
+    flagged = (
+        decide(ratio, p_value, alpha=config.alpha, max_regression=config.max_regression) == Verdict.REGRESSION.value
+    )
+    if rule == "ci-low":
+        log_ratios = bootstrap_log_ratios(baseline, current, resamples=config.resamples, rng=rng)
+        ci_low, _ci_high = percentile_interval(log_ratios, config.confidence)
+        flagged &= ci_low > 1.0 + config.max_regression
+    return SimulationResult(
+        scenario=scenario, rule=rule, alpha=config.alpha, sims=sims, regression_rate=float(np.mean(flagged))
+    )
+
+
+def main() -> None:
+    """Print false-alarm rates (A/A) and power (true 10% slowdown) for the settings docs/ci-gate.md discusses."""
+    settings = [
+        Scenario(cv=cv, repeats=repeats, run_cv=run_cv)
+        for cv, run_cv in ((0.02, 0.0), (0.09, 0.0), (0.01, 0.02), (0.05, 0.05))
+        for repeats in (1, 3, 6)
+    ]
+    print(f"{'cv':>5} {'run_cv':>6} {'reps':>4} {'alpha':>5} {'rule':>6} {'false alarm':>11} {'power@10%':>9}")
+    for scenario in settings:
+        for alpha in (0.01, 0.05):
+            config = GateConfig(alpha=alpha, resamples=1000)
+            for rule in RULES:
+                null = simulate_gate(scenario, config=config, rule=rule, seed=1)
+                slower = Scenario(cv=scenario.cv, repeats=scenario.repeats, run_cv=scenario.run_cv, slowdown=0.10)
+                power = simulate_gate(slower, config=config, rule=rule, seed=2)
+                print(
+                    f"{scenario.cv:5.2f} {scenario.run_cv:6.2f} {scenario.repeats:4d} {alpha:5.2f} {rule:>6} "
+                    f"{null.regression_rate:11.3f} {power.regression_rate:9.3f}"
+                )
+
+
+if __name__ == "__main__":
+    main()
