@@ -1,11 +1,113 @@
-"""`ringbench recommend` (not implemented yet)."""
+"""`ringbench recommend`: the ring order that avoids slow hops, with what it changes and how to launch it.
+
+ringbench recommend --topology pcie8.txt                      # compare with the identity ring
+ringbench recommend --topology cluster.yaml --current stride:2
+ringbench recommend results/run-0412                           # the topology recorded in the run's meta.json
+ringbench recommend --topology node.txt --json
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+from rich.table import Table
+
+from ringbench.cli.common import cli_errors, console, emit_json
+from ringbench.cli.topo_cmd import TOPOLOGY_HELP, styled
+
+# Beyond this many hops, list class counts rather than every hop.
+MAX_HOP_ROWS = 32
+
+
+def _hop_cell(hop) -> str:
+    return f"{hop.src}→{hop.dst} {styled(hop.link_class)} {hop.cost_us:,.0f} us"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{styled(label)}×{count}" for label, count in sorted(counts.items()))
+
+
+def render(recommendation, topology) -> None:
+    r = recommendation
+    console.print(f"Topology: {topology.describe()}")
+    if r.all_equivalent:
+        classes = ", ".join(sorted(topology.class_counts())) or "none"
+        console.print(
+            f"Every ring order is equivalent on this topology (every pair is {classes} at the same cost): "
+            f"reordering gains nothing; keep {'-'.join(map(str, r.current_order))}."
+        )
+    else:
+        verdict = "already optimal" if r.current_is_optimal else "can be improved"
+        console.print(f"Current ring {'-'.join(map(str, r.current_order))} {verdict}; method: {r.method}.")
+        console.print(f"[bold]Recommended ring: {r.order_arg}[/]")
+    if r.hops and len(r.hops) <= MAX_HOP_ROWS and not r.all_equivalent:
+        table = Table(title="hops (ring position p sends to p+1)")
+        table.add_column("p", justify="right")
+        table.add_column("current")
+        table.add_column("recommended")
+        for current, new in zip(r.current_hops, r.hops, strict=True):
+            table.add_row(str(new.position), _hop_cell(current), _hop_cell(new))
+        console.print(table)
+    elif r.hops and not r.all_equivalent:
+        console.print(f"Hop classes, current:     {_counts(r.hop_class_counts(current=True))}")
+        console.print(f"Hop classes, recommended: {_counts(r.hop_class_counts())}")
+    if r.hops and r.all_equivalent:
+        console.print(
+            f"Every hop: {styled(r.worst_hop_class)}, {r.worst_hop_us:,.0f} us per {r.message_bytes / 2**20:g} MiB message."
+        )
+    elif r.hops:
+        console.print(
+            f"Worst hop: current {styled(r.current_worst_hop_class)} ({r.current_worst_hop_us:,.0f} us) -> "
+            f"recommended {styled(r.worst_hop_class)} ({r.worst_hop_us:,.0f} us); "
+            f"predicted speedup of communication per ring step ×{r.predicted_speedup:.2f} "
+            f"({r.predicted_step_change_pct:+.0f}%)."
+        )
+        if r.total_us < r.current_total_us * (1 - 1e-9):
+            console.print(
+                f"Total over hops: {r.current_total_us:,.0f} -> {r.total_us:,.0f} us "
+                f"({(r.total_us / r.current_total_us - 1) * 100:+.0f}%; hop classes {_counts(r.hop_class_counts(current=True))}"
+                f" -> {_counts(r.hop_class_counts())}): fewer slow hops share links such as the inter-socket one."
+            )
+        console.print(f"[dim]Model: {r.model}.[/]")
+    console.print(f"Launch: ringbench run --order {r.order_arg} ...")
+    visible = "; ".join(f"{host}: CUDA_VISIBLE_DEVICES={devices}" for host, devices in r.cuda_visible_devices)
+    note = "" if r.cuda_visible_devices_exact else " (not equivalent alone: the ring interleaves hosts; use --order)"
+    console.print(f"    or, keeping the identity order, with CUDA_DEVICE_ORDER=PCI_BUS_ID, {visible}{note}")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("recommend", help="(not implemented yet)")
-    def _recommend() -> None:
-        raise typer.Exit(2)
+    @app.command(
+        "recommend",
+        help="Recommend a ring order that minimises the worst hop (then the total) for a topology or a run.",
+    )
+    def recommend(
+        run_dir: Annotated[
+            Optional[Path], typer.Argument(help="A results run directory whose meta.json records the topology.")
+        ] = None,
+        topology: Annotated[Optional[Path], typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+        current: Annotated[
+            Optional[str],
+            typer.Option(help="The order to compare with: identity, reverse, stride:K, random:SEED or 0-3-1-2."),
+        ] = None,
+        message_mib: Annotated[
+            Optional[float], typer.Option(help="Reference message per hop in MiB (default: the topology's, 32).")
+        ] = None,
+        json_output: Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.")] = False,
+    ) -> None:
+        from ringbench.errors import bad_value
+        from ringbench.topology import recommend as recommend_order
+        from ringbench.topology import resolve_topology
+
+        with cli_errors():
+            loaded = resolve_topology(topology, run_dir)
+            if message_mib is not None:
+                if not message_mib > 0:
+                    raise bad_value("message_mib", message_mib, "a number > 0")
+                loaded = loaded.with_message_bytes(max(1, round(message_mib * 1024 * 1024)))
+            result = recommend_order(loaded, current)
+        if json_output:
+            emit_json({**result.to_dict(), "topology": loaded.describe()})
+            return
+        render(result, loaded)

@@ -55,6 +55,8 @@ class Recommendation:
     """current worst hop / recommended worst hop: the cost model's ratio of communication time per ring step."""
     model: str
     """The cost model, in words."""
+    message_bytes: int
+    """The cost model's reference message (bytes per hop per ring step)."""
     all_equivalent: bool
     """Every ring order costs the same on this topology (e.g. an NVSwitch board): nothing to gain from reordering."""
     current_is_optimal: bool
@@ -102,6 +104,7 @@ class Recommendation:
             "predicted_speedup": self.predicted_speedup,
             "predicted_step_change_pct": self.predicted_step_change_pct,
             "model": self.model,
+            "message_bytes": self.message_bytes,
             "all_equivalent": self.all_equivalent,
             "current_is_optimal": self.current_is_optimal,
             "exact": self.exact,
@@ -217,7 +220,8 @@ def recommend(
     elif world <= exact_limit:
         order, method, exact = solve_exact(cost)[2], f"exact (Held-Karp, {world} devices)", True
     else:
-        host_of = [topology.hosts.index(device.host) for device in topology.devices]
+        host_index = {host: index for index, host in enumerate(topology.hosts)}
+        host_of = [host_index[device.host] for device in topology.devices]
         order = hierarchical(cost, host_of, exact_limit, time_budget_s)
         method = f"hierarchical + local search ({world} devices, {len(topology.hosts)} hosts)"
         exact = False
@@ -257,6 +261,7 @@ def recommend(
         current_total_us=current_total,
         predicted_speedup=current_worst / worst if worst > 0 else 1.0,
         model=topology.cost_model.describe(),
+        message_bytes=topology.cost_model.message_bytes,
         all_equivalent=all_equivalent,
         current_is_optimal=current_is_optimal,
         exact=exact,
