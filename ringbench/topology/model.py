@@ -204,6 +204,7 @@ class Topology:
             except UsageError as exc:
                 raise UsageError(f"{where}.{exc}") from None
         rows = []
+        shared: dict[object, Link] = {}  # one Link object per distinct cell: cheap to build and to price
         for i, row in enumerate(links_doc):
             if not isinstance(row, list):
                 raise bad_value(f"{field_name}.links[{i}]", type(row).__name__, "a list (one entry per device)")
@@ -211,8 +212,16 @@ class Topology:
             for j, cell in enumerate(row):
                 if i == j and (cell is None or (isinstance(cell, str) and cell.strip().upper() == "X")):
                     cells.append(None)
-                else:
-                    cells.append(Link.from_json(cell, f"{field_name}.links[{i}][{j}]"))
+                    continue
+                key = cell if isinstance(cell, str) else None
+                if key is None and isinstance(cell, Mapping):
+                    key = tuple(sorted((str(name), repr(value)) for name, value in cell.items()))
+                link = shared.get(key) if key is not None else None
+                if link is None:
+                    link = Link.from_json(cell, f"{field_name}.links[{i}][{j}]")
+                    if key is not None:
+                        shared[key] = link
+                cells.append(link)
             rows.append(tuple(cells))
         cost_model = CostModel()
         if "message_bytes" in document:

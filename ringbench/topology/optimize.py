@@ -222,8 +222,10 @@ def recommend(
     else:
         host_index = {host: index for index, host in enumerate(topology.hosts)}
         host_of = [host_index[device.host] for device in topology.devices]
-        order = hierarchical(cost, host_of, exact_limit, time_budget_s)
-        method = f"hierarchical + local search ({world} devices, {len(topology.hosts)} hosts)"
+        remaining = max(time_budget_s - (time.perf_counter() - started), 0.1)  # the budget covers the whole call
+        order = hierarchical(cost, host_of, exact_limit, remaining)
+        hosts = len(topology.hosts)
+        method = f"hierarchical + local search ({world} devices, {hosts} host{'s' * (hosts != 1)})"
         exact = False
 
     def key(ring: list[int]) -> tuple[float, float]:
