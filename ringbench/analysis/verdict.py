@@ -151,6 +151,10 @@ def _num(value, fmt: str = ".2f", none: str = "n/a") -> str:
     return none if math.isnan(value) else format(value, fmt)
 
 
+def _nan(value) -> float:
+    return math.nan if value is None else float(value)
+
+
 def label_line(analysis: RunAnalysis) -> str | None:
     """SIMULATED / EMULATED and injected faults, or None for a measured run without faults."""
     parts = []
@@ -213,7 +217,7 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
             for b, e in zip(buffers["buffer"], buffers["overlap_efficiency"], strict=True)
         )
         lines.append(
-            f"Exposed communication: {_num(100 * (doc['exposed_comm_frac'] or math.nan), '.1f')}% of iteration time "
+            f"Exposed communication: {_num(100 * _nan(doc['exposed_comm_frac']), '.1f')}% of iteration time "
             f"(median over {len(fracs)} case(s){spread}); communication hidden by overlap: {hidden or 'n/a'}"
         )
         imb = analysis.summary["predicted_imbalance"]

@@ -1,0 +1,55 @@
+"""write_report: `reports/<run-id>/` with report.html (self-contained), report.md, trace.json and figures/*.png.
+
+Every file is replaced atomically (the store's writer), so a reader never sees half a report.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from ringbench.analysis.verdict import RunAnalysis, analyze
+from ringbench.report.content import Section, build_content
+from ringbench.report.html import render_html
+from ringbench.report.markdown import render_markdown
+from ringbench.report.trace import DEFAULT_MAX_EVENTS, build_trace
+from ringbench.store import RunData, _atomic_write
+
+
+def _safe_name(run_id: str) -> str:
+    """A folder name from a run id: no separators, no dot-only names (a run id is user input)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip(".") or "run"
+    return name[:120]
+
+
+def _write(path: Path, data: bytes) -> None:
+    _atomic_write(path, lambda handle: handle.write(data))
+    path.chmod(0o644)  # the temporary file is private; a report is meant to be shared
+
+
+def write_report(
+    run: RunData,
+    out_dir: str | Path = "reports",
+    *,
+    extra_sections: Iterable[Section] = (),
+    analysis: RunAnalysis | None = None,
+    trace_max_events: int = DEFAULT_MAX_EVENTS,
+) -> Path:
+    """Write the report of ``run`` under ``out_dir/<run-id>/`` and return that folder.
+
+    ``extra_sections``: (title, html, markdown) tuples appended after the tables, e.g. the placement section
+    (topology against hops). ``analysis``: reuse one already computed by ``analyze(run)``.
+    """
+    analysis = analysis if analysis is not None else analyze(run)
+    folder = Path(out_dir) / _safe_name(run.run_id)
+    content = build_content(analysis, extra_sections)
+    trace = build_trace(run.events, analysis.transfers, run.run_id, max_events=trace_max_events)
+    if '"capped": true' in trace[:400]:
+        content.notes.append(f"trace.json holds the first whole iterations up to {trace_max_events:,} spans.")
+    for figure in content.figures:
+        _write(folder / "figures" / f"{figure.name}.png", figure.data)
+    _write(folder / "trace.json", trace.encode())
+    _write(folder / "report.md", render_markdown(content).encode())
+    _write(folder / "report.html", render_html(content).encode())
+    return folder
