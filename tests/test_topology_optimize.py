@@ -191,3 +191,12 @@ def test_cuda_visible_devices_per_host():
     assert all(sorted(map(int, devices.split(","))) == list(range(8)) for devices in visible.values())
     assert result.cuda_visible_devices_exact
     assert result.order_arg == "-".join(map(str, result.order)) and result.order[0] == 0
+
+
+def test_partial_nvlink_board_avoids_sys_hops():
+    topology = load_topology(DATA / "nvlink_pairs_4gpu.yaml")
+    result = recommend(topology)
+    assert result.current_worst_hop_class == "SYS" and result.worst_hop_class == "NV1"
+    assert result.predicted_speedup == pytest.approx(result.current_worst_hop_us / result.worst_hop_us)
+    assert result.predicted_speedup > 1.5
+    assert "SYS" not in result.hop_class_counts()

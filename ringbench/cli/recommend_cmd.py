@@ -68,7 +68,12 @@ def render(recommendation, topology) -> None:
             console.print(
                 f"Total over hops: {r.current_total_us:,.0f} -> {r.total_us:,.0f} us "
                 f"({(r.total_us / r.current_total_us - 1) * 100:+.0f}%; hop classes {_counts(r.hop_class_counts(current=True))}"
-                f" -> {_counts(r.hop_class_counts())}): fewer slow hops share links such as the inter-socket one."
+                f" -> {_counts(r.hop_class_counts())})"
+                + (
+                    ": the worst hop stays, but fewer slow hops share links such as the inter-socket one."
+                    if r.worst_hop_us >= r.current_worst_hop_us * (1 - 1e-9)
+                    else "."
+                )
             )
         console.print(f"[dim]Model: {r.model}.[/]")
     console.print(f"Launch: ringbench run --order {r.order_arg} ...")
