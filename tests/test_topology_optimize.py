@@ -200,3 +200,12 @@ def test_partial_nvlink_board_avoids_sys_hops():
     assert result.predicted_speedup == pytest.approx(result.current_worst_hop_us / result.worst_hop_us)
     assert result.predicted_speedup > 1.5
     assert "SYS" not in result.hop_class_counts()
+
+
+def test_equivalence_reasons():
+    one = parse_nvidia_smi("\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n")
+    assert recommend(one).equivalence_reason == "a single device: the ring has no hops"
+    assert recommend(one).worst_hop_class is None and recommend(one).predicted_speedup == 1.0
+    three = topology_from_spec({"hosts": [{"matrix": [["X", "PIX", "SYS"], ["PIX", "X", "SYS"], ["SYS", "SYS", "X"]]}]})
+    assert recommend(three).all_equivalent and "one ring" in recommend(three).equivalence_reason
+    assert recommend(fixture("hgx_h200_nv18.txt")).equivalence_reason == "every pair is NV18 at the same cost"

@@ -33,9 +33,8 @@ def render(recommendation, topology) -> None:
     r = recommendation
     console.print(f"Topology: {topology.describe()}")
     if r.all_equivalent:
-        classes = ", ".join(sorted(topology.class_counts())) or "none"
         console.print(
-            f"Every ring order is equivalent on this topology (every pair is {classes} at the same cost): "
+            f"Every ring order is equivalent on this topology ({r.equivalence_reason}): "
             f"reordering gains nothing; keep {'-'.join(map(str, r.current_order))}."
         )
     else:

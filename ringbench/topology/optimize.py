@@ -59,6 +59,8 @@ class Recommendation:
     """The cost model's reference message (bytes per hop per ring step)."""
     all_equivalent: bool
     """Every ring order costs the same on this topology (e.g. an NVSwitch board): nothing to gain from reordering."""
+    equivalence_reason: str
+    """Why every order is equivalent, in words ("" when they are not)."""
     current_is_optimal: bool
     """The current order is already as good as the recommendation (it is then the recommendation)."""
     exact: bool
@@ -106,6 +108,7 @@ class Recommendation:
             "model": self.model,
             "message_bytes": self.message_bytes,
             "all_equivalent": self.all_equivalent,
+            "equivalence_reason": self.equivalence_reason,
             "current_is_optimal": self.current_is_optimal,
             "exact": self.exact,
             "method": self.method,
@@ -160,6 +163,20 @@ def every_order_equivalent(cost: np.ndarray) -> bool:
     if np.allclose(off_diagonal, off_diagonal[0], rtol=1e-12, atol=0):
         return True
     return world == 3 and bool(np.allclose(cost, cost.T, rtol=1e-12, atol=0))  # one ring, two directions
+
+
+def _equivalence_reason(topology: Topology) -> str:
+    world = topology.world
+    if world == 1:
+        return "a single device: the ring has no hops"
+    if world == 2:
+        return "two devices: there is only one ring"
+    classes = sorted(topology.class_counts())
+    if len(classes) == 1:
+        return f"every pair is {classes[0]} at the same cost"
+    if world == 3:
+        return "three devices with symmetric costs: one ring, in either direction"
+    return "every pair has the same cost"
 
 
 def _cuda_visible_devices(topology: Topology, order: list[int]) -> tuple[tuple[tuple[str, str], ...], bool]:
@@ -265,6 +282,7 @@ def recommend(
         model=topology.cost_model.describe(),
         message_bytes=topology.cost_model.message_bytes,
         all_equivalent=all_equivalent,
+        equivalence_reason=_equivalence_reason(topology) if all_equivalent else "",
         current_is_optimal=current_is_optimal,
         exact=exact,
         method=method,
