@@ -1,0 +1,175 @@
+"""Analyses on simulated rings: hops, critical path, overlap, balance, numerics, verdict and `ringbench analyze`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from ringbench.analysis.balance import balance_cases, balance_ranks
+from ringbench.analysis.hops import hop_table, transfers
+from ringbench.analysis.numerics import numerics_table, worst_error
+from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
+from ringbench.analysis.stragglers import critical_path, culprits, straggler_table
+from ringbench.analysis.verdict import analyze, verdict_document, verdict_line
+from ringbench.cli.app import app
+from ringbench.simulate import SimConfig, simulate, simulate_run
+from ringbench.store import load_run
+
+FIXTURE = Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank"
+
+
+def _culprit(**kwargs) -> pd.Series:
+    events, _ = simulate(SimConfig(**kwargs))
+    xfers = transfers(events)
+    return culprits(straggler_table(events, xfers, critical_path(events, xfers))).iloc[0]
+
+
+def test_fixture_is_the_documented_simulation():
+    run = load_run(FIXTURE)
+    assert run.meta["simulated"] is True
+    assert list(run.cases["case_id"]) == ["double-w4", "sync-w2"]
+
+
+def test_hops_separate_the_transfer_from_the_wait_for_a_slow_upstream_rank():
+    events, _ = simulate(SimConfig(world=4, iterations=3, slow_rank=2, slow_factor=3.0, link_ms=0.5, backward=False))
+    hops = hop_table(transfers(events)).set_index(["src", "dst"])
+    # Every link moves a block in 0.5 ms; the naive recv time behind the slow rank is much longer.
+    assert hops["transfer_ms"].to_numpy() == pytest.approx(0.5)
+    assert hops.loc[(2, 3), "upstream_wait_ms"] > 1.0
+    assert hops.loc[(2, 3), "recv_ms"] > 3 * hops.loc[(2, 3), "transfer_ms"]
+    assert hops["bandwidth_gbps"].notna().all()
+
+
+def test_critical_path_accounts_for_the_whole_iteration_and_runs_through_the_slow_rank():
+    events, _ = simulate(SimConfig(world=4, iterations=3, slow_rank=1, slow_factor=2.0))
+    path = critical_path(events)
+    sums = path.groupby("iteration").agg(ms=("ms", "sum"), path=("path_ms", "first"))
+    assert sums["ms"].to_numpy() == pytest.approx(sums["path"].to_numpy())
+    ranks = path[path["resource"] == "rank"].groupby("rank")["ms"].sum()
+    assert ranks.idxmax() == 1 and ranks[1] > 0.8 * path.groupby("iteration")["path_ms"].first().sum()
+
+
+def test_overlap_is_zero_for_sync_and_full_for_double_when_compute_covers_the_link():
+    events, cases = simulate(
+        [SimConfig(world=4, iterations=3, buffer=b, case_id=b, compute_ms=2.0, link_ms=1.0) for b in ("sync", "double")]
+    )
+    xfers = transfers(events)
+    steps = overlap_steps(events, xfers)
+    per_case = overlap_cases(events, steps, cases).set_index("case_id")
+    assert per_case.loc["sync", "overlap_efficiency"] == pytest.approx(0.0)
+    assert per_case.loc["double", "overlap_efficiency"] == pytest.approx(1.0)
+    assert per_case.loc["double", "exposed_comm_frac"] == pytest.approx(0.0)
+    assert 0.2 < per_case.loc["sync", "exposed_comm_frac"] < 0.5
+    by_buffer = overlap_by_buffer(per_case.reset_index()).set_index("buffer")
+    assert by_buffer.loc["sync", "overlap_efficiency"] == 0.0 and by_buffer.loc["double", "cases"] == 1
+
+
+def test_balance_counts_the_mask_plan_and_predicts_causal_contiguous_imbalance():
+    events, cases = simulate(SimConfig(world=4, iterations=2, mask="causal", layout="contiguous"))
+    ranks = balance_ranks(events, cases).set_index("rank")
+    assert ranks["full"].tolist() == [0, 1, 2, 3]
+    assert ranks["causal"].tolist() == [1, 1, 1, 1]
+    assert ranks["skip"].tolist() == [3, 2, 1, 0]
+    summary = balance_cases(ranks.reset_index(), events, cases).iloc[0]
+    # Work per rank r is r + 1/2 full pairs: max / mean = 3.5 / 2.
+    assert summary["predicted_imbalance"] == pytest.approx(1.75)
+    assert summary["imbalance"] == pytest.approx(1.75, rel=0.01)
+    zig, zig_cases = simulate(SimConfig(world=4, iterations=2, mask="causal", layout="zigzag"))
+    zig_summary = balance_cases(balance_ranks(zig, zig_cases), zig, zig_cases).iloc[0]
+    assert zig_summary["predicted_imbalance"] == pytest.approx(1.0)
+
+
+def test_numerics_by_world_and_dtype():
+    cases = pd.DataFrame(
+        {
+            "case_id": ["a", "b", "c", "d"],
+            "world": [2, 4, 4, 4],
+            "dtype": ["float32", "float32", "float32", "float64"],
+            "fwd_max_abs_err": [1e-7, 2e-7, 4e-7, 1e-15],
+            "bwd_max_abs_err": [3e-7, np.nan, 1e-7, 2e-15],
+            "passed": [True, True, False, True],
+        }
+    )
+    table = numerics_table(cases).set_index(["world", "dtype"])
+    assert table.loc[(4, "float32"), "fwd_max_abs_err"] == 4e-7
+    assert not table.loc[(4, "float32"), "passed"] and table.loc[(2, "float32"), "passed"]
+    worst = worst_error(cases).iloc[0]
+    assert (worst["case_id"], worst["phase"], worst["max_abs_err"]) == ("c", "fwd", 4e-7)
+    assert worst_error(cases.assign(fwd_max_abs_err=np.nan, bwd_max_abs_err=np.nan)).empty
+
+
+# -- detection quality: 8 ranks, realistic jitter ----------------------------------------------------------------
+@pytest.mark.parametrize("rank", range(8))
+def test_slow_rank_factor_1_5_is_named_as_a_compute_straggler(rank):
+    row = _culprit(world=8, iterations=6, backward=False, jitter=0.04, slow_rank=rank, slow_factor=1.5, seed=rank)
+    assert (row["straggler_kind"], row["straggler_rank"]) == ("compute", rank)
+    assert row["cost_ms"] > 0
+
+
+@pytest.mark.parametrize("buffer", ["double", "sync"])
+@pytest.mark.parametrize("hop", [0, 3, 7])
+def test_slow_link_of_20_percent_of_a_step_is_named_and_no_rank_is_blamed(hop, buffer):
+    order = (0, 3, 6, 1, 4, 7, 2, 5)
+    cfg = SimConfig(world=8, order=order, buffer=buffer, iterations=6, backward=False, jitter=0.04, seed=hop)
+    src_dst = cfg.hops()[hop]
+    row = _culprit(**{**_fields(cfg), "slow_link": src_dst, "slow_link_extra_ms": 0.2 * cfg.compute_ms})
+    assert row["straggler_kind"] == "link"
+    assert (row["slow_hop_src"], row["slow_hop_dst"]) == src_dst
+    assert row["straggler_rank"] is None
+
+
+def _fields(cfg: SimConfig) -> dict:
+    return {name: getattr(cfg, name) for name in cfg.__dataclass_fields__}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_fault_raises_no_alarm(seed):
+    buffer = "sync" if seed % 2 else "double"
+    row = _culprit(world=8, iterations=6, jitter=0.05, buffer=buffer, seed=100 + seed, mask="causal", layout="zigzag")
+    assert row["straggler_kind"] is None
+
+
+def test_detection_rate_over_random_trials():
+    from ringbench.analysis.detection import detection_rate
+
+    result = detection_rate(6, iterations=5, seed=5)
+    assert result["faults"] == 12 and result["controls"] == 6
+    assert result["detection_rate"] == 1.0 and result["false_alarms"] == 0
+
+
+# -- verdict and CLI -----------------------------------------------------------------------------------------------
+def test_verdict_document_names_the_straggler_and_labels_the_run():
+    analysis = analyze(load_run(FIXTURE))
+    doc = verdict_document(analysis)
+    assert (doc["straggler_rank"], doc["straggler_kind"], doc["slow_hop"]) == (2, "compute", None)
+    assert doc["straggler_case"] == "double-w4" and doc["straggler_cost_ms"] > 0
+    assert doc["simulated"] is True and doc["faults"] == ["slow_rank:rank=2,factor=2"]
+    assert 0 <= doc["exposed_comm_frac"] <= 1 and doc["imbalance"] >= 1
+    assert {c["case_id"] for c in doc["cases"]} == {"double-w4", "sync-w2"}
+    json.dumps(doc, allow_nan=False)
+
+
+def test_verdict_line_for_the_run_command():
+    run = simulate_run(SimConfig(world=4, iterations=3, slow_link=(1, 2), slow_link_extra_ms=1.5, buffer="sync"))
+    line = verdict_line(run)
+    assert "SIMULATED" in line and "Slow hop: 1 -> 2" in line and "\n" not in line
+
+
+def test_cli_analyze_words_json_and_bad_dir(tmp_path):
+    runner = CliRunner()
+    words = runner.invoke(app, ["analyze", str(FIXTURE)])
+    assert words.exit_code == 0, words.output
+    assert "Straggler: rank 2 (compute)" in words.output and "SIMULATED" in words.output
+    as_json = runner.invoke(app, ["analyze", str(FIXTURE), "--json"])
+    assert as_json.exit_code == 0
+    doc = json.loads(as_json.stdout)
+    assert doc["straggler_rank"] == 2 and doc["straggler_kind"] == "compute"
+    missing = runner.invoke(app, ["analyze", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "not a directory" in missing.output
+    not_a_run = runner.invoke(app, ["analyze", str(tmp_path)])
+    assert not_a_run.exit_code == 2 and "meta.json" in not_a_run.output

@@ -1,0 +1,114 @@
+"""Reports: files, self-containment, escaping, the Perfetto trace, extra sections, `ringbench report`, a browser."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ringbench.cli.app import app
+from ringbench.report import write_report
+from ringbench.simulate import SimConfig, simulate_run
+from ringbench.store import load_run
+
+FIXTURE = Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank"
+EVIL = '<img src=x onerror="alert(1)">|"&'
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reports")
+    return write_report(load_run(FIXTURE), out, extra_sections=[("Placement", "<p id='placement'>ok</p>", "ok")])
+
+
+def test_report_files_and_verdict_first(report):
+    assert report.name == "sim_w4_slow_rank"
+    for name in ("report.html", "report.md", "trace.json"):
+        assert (report / name).stat().st_size > 0
+    assert len(list((report / "figures").glob("*.png"))) == 6
+    html = (report / "report.html").read_text()
+    assert html.index('id="label"') < html.index('id="verdict"') < html.index("<img")
+    assert "SIMULATED" in html and "slow_rank:rank=2,factor=2" in html
+    assert "Straggler: rank 2 (compute)" in html
+    assert html.count('src="data:image/png;base64,') == 6
+    assert "<p id='placement'>ok</p>" in html
+    md = (report / "report.md").read_text()
+    assert "Straggler: rank 2 (compute)" in md and "## Placement" in md and "| case |" in md
+
+
+def test_html_is_self_contained(report):
+    html = (report / "report.html").read_text()
+    assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "url(" not in html
+
+
+def test_user_strings_are_escaped(tmp_path):
+    cfg = SimConfig(world=2, iterations=2, case_id=EVIL)
+    run = simulate_run(cfg, run_id=f"../{EVIL}", path=tmp_path / EVIL)
+    run.meta["command"] = ["ringbench", "run", "--scenario", EVIL]
+    run.meta["faults"] = [EVIL]
+    folder = write_report(run, tmp_path / "out")
+    assert folder.parent == tmp_path / "out"  # the run id cannot escape the output folder
+    html = (folder / "report.html").read_text()
+    assert EVIL not in html and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
+    md = (folder / "report.md").read_text()
+    assert "\\|" in md  # a pipe in a cell would split the table
+    json.loads((folder / "trace.json").read_text())  # escaped inside JSON strings too
+
+
+def test_trace_has_processes_threads_steps_and_matching_flows(report):
+    trace = json.loads((report / "trace.json").read_text())
+    events = trace["traceEvents"]
+    names = [e for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    assert len(names) == 4 + 2  # one process per rank per case
+    assert {"compute", "send", "recv", "wait"} <= {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {"compute", "send", "recv", "wait", "iteration"} <= {e["cat"] for e in spans}
+    assert any(e["ph"] == "i" and "step" in e["name"] for e in events)
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts and starts.keys() == finishes.keys()
+    for flow_id, start in starts.items():
+        finish = finishes[flow_id]
+        assert start["tid"] == 2 and finish["tid"] == 3 and finish["bp"] == "e" and finish["ts"] >= start["ts"]
+
+
+def test_cli_report(tmp_path):
+    result = CliRunner().invoke(app, ["report", str(FIXTURE), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "sim_w4_slow_rank" / "report.html").exists()
+    bad = CliRunner().invoke(app, ["report", str(tmp_path / "missing")])
+    assert bad.exit_code == 2
+
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+CHECK = """<script>window.addEventListener("load", () => {
+  const bad = [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length;
+  const mark = document.createElement("div"); mark.id = "rb-check";
+  mark.textContent = "images=" + document.images.length + " broken=" + bad; document.body.appendChild(mark);
+  if (bad) console.error("broken images: " + bad);
+});</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    # A copy with a checker script appended: the report itself carries no script.
+    page = tmp_path / "page.html"
+    page.write_text((report / "report.html").read_text().replace("</body>", CHECK + "</body>"))
+    command = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom", page.as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == []
+    assert "images=6 broken=0" in done.stdout
+    assert "Straggler: rank 2 (compute)" in done.stdout and 'id="verdict"' in done.stdout
