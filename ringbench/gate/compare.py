@@ -20,14 +20,7 @@ from ringbench.errors import UsageError
 from ringbench.gate.baseline import read_baseline
 from ringbench.gate.match import match_cases
 from ringbench.gate.samples import CaseSamples, SampleSet, sample_set_from_run
-from ringbench.gate.stats import (
-    bootstrap_log_ratios,
-    geometric_mean,
-    percentile_interval,
-    pooled_median,
-    ratio_of_medians,
-    test_p_value,
-)
+from ringbench.gate.stats import case_statistics, geometric_mean, percentile_interval, pooled_median
 from ringbench.gate.verdict import GateConfig, Verdict, decide
 from ringbench.store import load_run
 
@@ -65,7 +58,7 @@ class CaseComparison:
     p_value: float
     """Two-sided Mann–Whitney p-value."""
     unit: str
-    """What the test ran on: ``repeat`` (per-repeat medians) or ``iteration`` (pooled iterations)."""
+    """What the test treats as independent: ``repeat``, ``clustered`` or ``iteration`` (see stats.py)."""
     significant: bool
     verdict: Verdict
 
@@ -115,11 +108,8 @@ def _case_rng(config: GateConfig, case: CaseSamples) -> np.random.Generator:
 
 def _compare_case(baseline: CaseSamples, current: CaseSamples, config: GateConfig) -> tuple[CaseComparison, np.ndarray]:
     base, cur = baseline.padded(), current.padded()  # (repeats, iterations)
-    ratio = float(ratio_of_medians(base, cur))
-    p_value, unit = test_p_value(base, cur, alpha=config.alpha)
-    p_value = float(p_value)
-    log_ratios = bootstrap_log_ratios(base, cur, resamples=config.resamples, rng=_case_rng(config, current))
-    ci_low, ci_high = percentile_interval(log_ratios, config.confidence)
+    stats = case_statistics(base, cur, alpha=config.alpha, resamples=config.resamples, rng=_case_rng(config, current))
+    ratio, p_value = float(stats.ratio), float(stats.p_value)
     verdict = Verdict(str(decide(ratio, p_value, alpha=config.alpha, max_regression=config.max_regression)))
     result = CaseComparison(
         axes=dict(current.axes),
@@ -132,14 +122,14 @@ def _compare_case(baseline: CaseSamples, current: CaseSamples, config: GateConfi
         baseline_ms=float(pooled_median(base)),
         current_ms=float(pooled_median(cur)),
         ratio=ratio,
-        ci_low=float(ci_low),
-        ci_high=float(ci_high),
+        ci_low=float(stats.ci_low),
+        ci_high=float(stats.ci_high),
         p_value=p_value,
-        unit=unit,
+        unit=stats.unit,
         significant=bool(p_value < config.alpha),
         verdict=verdict,
     )
-    return result, log_ratios
+    return result, stats.log_ratios
 
 
 def _summary(results: list[CaseComparison], log_ratios: list[np.ndarray], config: GateConfig) -> Summary:

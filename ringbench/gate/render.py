@@ -100,9 +100,14 @@ def _p_short(case: CaseComparison) -> str:
 
 
 def _n_short(case: CaseComparison) -> str:
+    """Samples tested per side: ``20/20`` iterations, ``3x20/3x20`` (clustered) or ``6r/6r`` per-repeat medians."""
     if case.unit == "repeat":
-        return f"{case.repeats_baseline}/{case.repeats_current}r"
-    return f"{case.n_baseline}/{case.n_current}"
+        return f"{case.repeats_baseline}r/{case.repeats_current}r"
+
+    def side(n: int, repeats: int) -> str:
+        return f"{repeats}x{n // repeats}" if repeats > 1 and n % repeats == 0 else str(n)
+
+    return f"{side(case.n_baseline, case.repeats_baseline)}/{side(case.n_current, case.repeats_current)}"
 
 
 def render_table(comparison: Comparison) -> Table:
@@ -111,8 +116,8 @@ def render_table(comparison: Comparison) -> Table:
     table = Table(
         title=(
             f"ringbench compare: change of the median step time, current vs baseline [{level}]; "
-            f"p: two-sided Mann–Whitney (sig: p < {comparison.config.alpha:g}); "
-            "n: iterations tested, or repeats (r) when the test ran on per-repeat medians"
+            f"p: two-sided Mann–Whitney, with repeats bootstrapped when clustered (sig: p < {comparison.config.alpha:g}); "
+            "n: samples per side, repeats x iterations, or r: per-repeat medians tested"
         ),
         caption="\n".join(_sides(comparison)),
         title_justify="left",
@@ -160,10 +165,11 @@ def render_markdown(comparison: Comparison) -> str:
     config = comparison.config
     lines += [
         "",
-        f"<sub>ratio = median step time current / baseline (above 1 is slower). A case regresses when it is "
-        f"significantly slower (two-sided Mann–Whitney p < {config.alpha:g}) and more than "
-        f"{config.max_regression:.0%} slower; `unit` says whether the test ran on per-repeat medians or on "
-        f"pooled iterations. Intervals: bootstrap, seed {config.seed}.</sub>",
+        f"<sub>ratio = median step time current / baseline (above 1 is slower), with its bootstrap {level}. "
+        f"A case regresses when it is significantly slower (two-sided p < {config.alpha:g}) and more than "
+        f"{config.max_regression:.0%} slower. The test is Mann–Whitney over per-repeat medians (unit `repeat`), "
+        "over pooled iterations (`iteration`), or over pooled iterations with the p-value raised to that of a "
+        "bootstrap that resamples repeats (`clustered`). See docs/ci-gate.md.</sub>",
         "",
     ]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ repeat is a fresh process group with its own luck)::
     step_ms[r, i] = median * (1 + slowdown) * exp(sigma_run * Z_r + sigma_iter * Z_ri),  sigma = sqrt(log(1 + CV^2))
 
 (a lognormal with that sigma has exactly the given coefficient of variation). Whole batches go through the same
-functions as a real case (stats.ratio_of_medians, stats.test_p_value, verdict.decide), so the figures describe
+functions as a real case (stats.case_statistics, verdict.decide), so the figures describe
 the shipped rule, not a re-implementation of it. Run ``python -m ringbench.gate.simulate`` for the table quoted in
 docs/ci-gate.md.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringbench.gate.stats import bootstrap_log_ratios, percentile_interval, ratio_of_medians, test_p_value
+from ringbench.gate.stats import case_statistics
 from ringbench.gate.verdict import GateConfig, Verdict, decide
 
 RULES = ("point", "ci-low")
@@ -81,39 +81,52 @@ def simulate_gate(
     rng = np.random.default_rng(seed)
     baseline = simulate_side(rng, scenario, sims)
     current = simulate_side(rng, scenario, sims, 1.0 + scenario.slowdown)
-    ratio = ratio_of_medians(baseline, current)
-    p_value, _unit = test_p_value(baseline, current, alpha=config.alpha)
-    flagged = (
-        decide(ratio, p_value, alpha=config.alpha, max_regression=config.max_regression) == Verdict.REGRESSION.value
+    stats = case_statistics(
+        baseline, current, alpha=config.alpha, resamples=config.resamples, rng=rng, interval=rule == "ci-low"
     )
+    verdict = decide(stats.ratio, stats.p_value, alpha=config.alpha, max_regression=config.max_regression)
+    flagged = verdict == Verdict.REGRESSION.value
     if rule == "ci-low":
-        log_ratios = bootstrap_log_ratios(baseline, current, resamples=config.resamples, rng=rng)
-        ci_low, _ci_high = percentile_interval(log_ratios, config.confidence)
-        flagged &= ci_low > 1.0 + config.max_regression
+        flagged &= stats.ci_low > 1.0 + config.max_regression
     return SimulationResult(
         scenario=scenario, rule=rule, alpha=config.alpha, sims=sims, regression_rate=float(np.mean(flagged))
     )
 
 
-def main() -> None:
+def _rates(scenario: Scenario, config: GateConfig, sims: int, rule: str = "point") -> tuple[float, float]:
+    """(A/A false-alarm rate, power against a true 10% slowdown) for one scenario."""
+    null = simulate_gate(scenario, config=config, sims=sims, rule=rule, seed=1)
+    slower = Scenario(
+        cv=scenario.cv,
+        iterations=scenario.iterations,
+        repeats=scenario.repeats,
+        run_cv=scenario.run_cv,
+        slowdown=0.10,
+    )
+    return null.regression_rate, simulate_gate(slower, config=config, sims=sims, rule=rule, seed=2).regression_rate
+
+
+def main(sims: int = 2000) -> None:
     """Print false-alarm rates (A/A) and power (true 10% slowdown) for the settings docs/ci-gate.md discusses."""
-    settings = [
-        Scenario(cv=cv, repeats=repeats, run_cv=run_cv)
-        for cv, run_cv in ((0.02, 0.0), (0.09, 0.0), (0.01, 0.02), (0.05, 0.05))
-        for repeats in (1, 3, 6)
-    ]
-    print(f"{'cv':>5} {'run_cv':>6} {'reps':>4} {'alpha':>5} {'rule':>6} {'false alarm':>11} {'power@10%':>9}")
-    for scenario in settings:
-        for alpha in (0.01, 0.05):
-            config = GateConfig(alpha=alpha, resamples=1000)
-            for rule in RULES:
-                null = simulate_gate(scenario, config=config, rule=rule, seed=1)
-                slower = Scenario(cv=scenario.cv, repeats=scenario.repeats, run_cv=scenario.run_cv, slowdown=0.10)
-                power = simulate_gate(slower, config=config, rule=rule, seed=2)
-                print(
-                    f"{scenario.cv:5.2f} {scenario.run_cv:6.2f} {scenario.repeats:4d} {alpha:5.2f} {rule:>6} "
-                    f"{null.regression_rate:11.3f} {power.regression_rate:9.3f}"
-                )
+    print(f"shipped rule, {sims} simulated comparisons each; 20 timed iterations per repeat")
+    print(
+        f"{'iter_cv':>7} {'run_cv':>6} {'repeats':>7}  {'alpha=0.01 false/power':>22}  {'alpha=0.05 false/power':>22}"
+    )
+    for cv, run_cv in ((0.02, 0.0), (0.09, 0.0), (0.01, 0.02), (0.05, 0.05), (0.02, 0.09)):
+        for repeats in (1, 3, 6):
+            scenario = Scenario(cv=cv, repeats=repeats, run_cv=run_cv)
+            cells = []
+            for alpha in (0.01, 0.05):
+                false_alarm, power = _rates(scenario, GateConfig(alpha=alpha, resamples=1000), sims)
+                cells.append(f"{false_alarm:10.4f} / {power:9.3f}")
+            print(f"{cv:7.2f} {run_cv:6.2f} {repeats:7d}  {cells[0]:>22}  {cells[1]:>22}")
+    few = max(200, sims // 4)
+    print(f"\nsize criterion, alpha=0.01, 1 repeat, {few} comparisons: point estimate vs interval's lower bound")
+    for cv in (0.02, 0.05, 0.09):
+        config = GateConfig(alpha=0.01, resamples=1000)
+        point = _rates(Scenario(cv=cv), config, few, "point")
+        low = _rates(Scenario(cv=cv), config, few, "ci-low")
+        print(f"cv={cv:.2f}  point: {point[0]:.4f} / {point[1]:.3f}   ci-low: {low[0]:.4f} / {low[1]:.3f}")
 
 
 if __name__ == "__main__":
