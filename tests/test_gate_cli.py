@@ -1,0 +1,149 @@
+"""`ringbench compare` and `ringbench baseline save` end to end on synthetic run directories."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ringbench.cli.app import app
+from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
+
+runner = CliRunner()
+
+
+def _run(path, *, median_ms=100.0, seed=0, cv=0.02, repeats=1, meta=None, axes=None):
+    steps = lognormal_steps(cv=cv, iterations=20, repeats=repeats, median_ms=median_ms, seed=seed)
+    return write_synthetic_run(path, axes or {}, steps, meta=meta)
+
+
+def _error_lines(result) -> list[str]:
+    return [line for line in result.output.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def base(tmp_path):
+    return _run(tmp_path / "base", seed=1)
+
+
+def test_same_distribution_passes(tmp_path, base):
+    current = _run(tmp_path / "current", seed=2)
+    result = runner.invoke(app, ["compare", str(base), str(current)])
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output and "n.s." in result.output  # the change is shown with its significance
+
+
+def test_slower_current_fails_with_json_and_markdown(tmp_path, base):
+    current = _run(tmp_path / "current", seed=2, median_ms=112.0)
+    markdown = tmp_path / "comment" / "gate.md"
+    result = runner.invoke(app, ["compare", str(base), str(current), "--json", "--markdown", str(markdown)])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    (case,) = document["cases"]
+    assert case["verdict"] == "regression" and case["significant"] is True
+    assert case["ratio"] == pytest.approx(1.12, abs=0.02)
+    assert case["ci_low"] < case["ratio"] < case["ci_high"] and case["p_value"] < 0.01
+    assert case["n_baseline"] == case["n_current"] == 20 and case["unit"] == "iteration"
+    assert document["summary"]["regressions"] == 1 and document["passed"] is False
+    text = markdown.read_text()
+    assert "FAIL" in text and "**regression**" in text and "(significant)" in text
+
+
+def test_faster_current_is_an_improvement_and_passes(tmp_path, base):
+    current = _run(tmp_path / "current", seed=2, median_ms=85.0)
+    result = runner.invoke(app, ["compare", str(base), str(current), "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["cases"][0]["verdict"] == "improvement"
+
+
+def test_threshold_and_alpha_options(tmp_path, base):
+    current = _run(tmp_path / "current", seed=2, median_ms=112.0)
+    result = runner.invoke(app, ["compare", str(base), str(current), "--max-regression", "20%", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["config"]["max_regression"] == pytest.approx(0.20)
+    result = runner.invoke(app, ["compare", str(base), str(current), "--max-regression", "lots"])
+    assert result.exit_code == 2 and len(_error_lines(result)) == 1
+    result = runner.invoke(app, ["compare", str(base), str(current), "--alpha", "2"])
+    assert result.exit_code == 2 and "alpha=2.0 is not allowed" in result.output
+
+
+def test_missing_baseline_is_one_clear_line(tmp_path, base):
+    result = runner.invoke(app, ["compare", str(tmp_path / "no-such-run"), str(base)])
+    assert result.exit_code == 2
+    (line,) = _error_lines(result)
+    assert line.startswith("error:") and "no-such-run" in line and "does not exist" in line
+    assert "Traceback" not in result.output
+
+
+def test_directory_that_is_not_a_run_is_one_clear_line(tmp_path, base):
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["compare", str(base), str(tmp_path / "empty")])
+    assert result.exit_code == 2
+    (line,) = _error_lines(result)
+    assert "meta.json is missing" in line
+
+
+@pytest.mark.parametrize(
+    ("meta", "axes", "field"),
+    [
+        ({"backend": "nccl"}, None, "backend"),
+        ({"device_kind": "NVIDIA H200"}, None, "device_kind"),
+        ({"torch_version": "2.4.0"}, None, "torch_version"),
+        ({"emulated": True}, None, "emulated"),
+        (None, {"world": 8}, "world"),
+        (None, {"dtype": "bfloat16"}, "dtype"),
+    ],
+)
+def test_metadata_mismatch_refused_unless_allowed(tmp_path, base, meta, axes, field):
+    current = _run(tmp_path / "current", seed=2, meta=meta, axes=axes)
+    result = runner.invoke(app, ["compare", str(base), str(current)])
+    assert result.exit_code == 2
+    (line,) = _error_lines(result)
+    assert f"{field}:" in line and "--allow-mismatch" in line
+    allowed = runner.invoke(app, ["compare", str(base), str(current), "--allow-mismatch", "--json"])
+    assert allowed.exit_code == 0, allowed.output
+    document = json.loads(allowed.stdout)
+    assert len(document["cases"]) == 1 and any(field in m for m in document["mismatches"])
+
+
+def test_one_sided_cases_are_listed(tmp_path, base):
+    steps = lognormal_steps(cv=0.02, iterations=20, seed=3)
+    current = write_synthetic_run(tmp_path / "current", {"a": ({}, steps), "new": ({"seq": 8192}, steps)})
+    result = runner.invoke(app, ["compare", str(base), str(current), "--json"])
+    assert result.exit_code == 0
+    document = json.loads(result.stdout)
+    assert [c["case_id"] for c in document["only_current"]] == ["new"]
+    assert "only in current" in result.output
+
+
+def test_baseline_save_then_compare_either_way(tmp_path, base):
+    baseline_file = tmp_path / "baselines" / "ring.json"
+    saved = runner.invoke(app, ["baseline", "save", str(base), str(baseline_file)])
+    assert saved.exit_code == 0, saved.output
+    assert json.loads(baseline_file.read_text())["format"] == "ringbench-baseline"
+    same = _run(tmp_path / "same", seed=2)
+    slower = _run(tmp_path / "slower", seed=2, median_ms=115.0)
+    assert runner.invoke(app, ["compare", str(baseline_file), str(same)]).exit_code == 0
+    assert runner.invoke(app, ["compare", str(baseline_file), str(slower)]).exit_code == 1
+    assert runner.invoke(app, ["compare", str(slower), str(baseline_file)]).exit_code == 0  # an improvement
+    identical = runner.invoke(app, ["compare", str(baseline_file), str(base), "--json"])
+    assert json.loads(identical.stdout)["cases"][0]["ratio"] == pytest.approx(1.0)
+
+
+def test_baseline_save_of_a_missing_run_is_one_clear_line(tmp_path):
+    result = runner.invoke(app, ["baseline", "save", str(tmp_path / "nope"), str(tmp_path / "b.json")])
+    assert result.exit_code == 2
+    (line,) = _error_lines(result)
+    assert "is not a directory" in line
+
+
+def test_repeats_are_reported_and_verdict_is_reproducible(tmp_path):
+    base = _run(tmp_path / "base", seed=1, repeats=3)
+    current = _run(tmp_path / "current", seed=2, repeats=3, median_ms=110.0)
+    first = runner.invoke(app, ["compare", str(base), str(current), "--json"])
+    second = runner.invoke(app, ["compare", str(base), str(current), "--json"])
+    assert first.exit_code == second.exit_code == 1
+    case = json.loads(first.stdout)["cases"][0]
+    assert case["unit"] == "clustered" and case["repeats_baseline"] == 3 and case["n_current"] == 60
+    assert first.stdout == second.stdout
