@@ -45,8 +45,8 @@ def overlap_steps(events: pd.DataFrame, xfers: pd.DataFrame | None = None) -> pd
     """Per (case, repeat, iteration, phase, step, rank): compute, comm, transfer, exposed and hidden ms."""
     spans = events.loc[events["kind"].isin(["compute", "recv", "wait", "collective"]), [*RANK_STEP_KEYS, "kind"]]
     spans = spans.assign(ms=(events["end_ns"] - events["start_ns"]) / 1e6)
-    table = spans.pivot_table(index=RANK_STEP_KEYS, columns="kind", values="ms", aggfunc="sum", observed=True)
-    table = table.reindex(columns=["compute", "recv", "wait", "collective"]).fillna(0.0)
+    table = spans.groupby([*RANK_STEP_KEYS, "kind"], observed=True, sort=False)["ms"].sum().unstack("kind")
+    table = table.reindex(columns=["compute", "recv", "wait", "collective"]).fillna(0.0).sort_index()
     out = pd.DataFrame(index=table.index)
     out["compute_ms"] = table["compute"]
     out["comm_ms"] = table["recv"] + table["collective"]
@@ -72,7 +72,7 @@ def overlap_cases(events: pd.DataFrame, steps: pd.DataFrame, cases: pd.DataFrame
     timed = events[events["kind"] != "send"]  # a send completes on the receiver's clock; it may run past the end
     wall = timed.groupby(iter_keys, observed=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
     wall_ms = (wall["last"] - wall["first"]) / 1e6
-    ranks = events.groupby(iter_keys, observed=True)["rank"].nunique()
+    ranks = steps.groupby(iter_keys, observed=True)["rank"].nunique()  # the small table: fewer rows to scan
     sums = steps.groupby(iter_keys, observed=True)[["compute_ms", "comm_ms", "transfer_ms", "exposed_ms", "hidden_ms"]]
     per_iter = sums.sum().div(ranks.reindex(sums.sum().index), axis=0)  # mean over ranks
     per_iter["iteration_ms"] = wall_ms.reindex(per_iter.index)

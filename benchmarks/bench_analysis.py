@@ -1,0 +1,58 @@
+"""Benchmark: analyze + write_report on a simulated run of about 1,000,000 events (target: <= 10 s).
+
+    .venv/bin/python benchmarks/bench_analysis.py                 # 1M events, timings per stage
+    .venv/bin/python benchmarks/bench_analysis.py --events 200000 --detection 20
+
+8 ranks, double buffering, forward and backward: 59 events per rank per iteration, so ~2,120 iterations. The
+report's trace is capped (whole iterations up to 100k spans); the timeline figure draws one iteration.
+``--detection N`` also measures the straggler detection rate over N randomised trials (ringbench.analysis.detection).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from ringbench.simulate import SimConfig, write_simulated_run
+from ringbench.store import load_run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--world", type=int, default=8)
+    parser.add_argument("--detection", type=int, default=0, help="also run N detection trials")
+    args = parser.parse_args()
+    per_iteration = args.world * (1 + 2 * (args.world + 3 * (args.world - 1)))  # iteration + fwd/bwd spans
+    iterations = max(1, round(args.events / per_iteration))
+    cfg = SimConfig(world=args.world, iterations=iterations, jitter=0.03, slow_rank=3, slow_factor=1.5, seed=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        run_dir = write_simulated_run(Path(tmp) / "bench-1m", cfg)
+        t1 = time.perf_counter()
+        run = load_run(run_dir)
+        t2 = time.perf_counter()
+        from ringbench.analysis.verdict import analyze, verdict_lines  # imported here: timed with the work
+        from ringbench.report import write_report
+
+        analysis = analyze(run)
+        t3 = time.perf_counter()
+        folder = write_report(run, Path(tmp) / "reports", analysis=analysis)
+        t4 = time.perf_counter()
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+        print(f"events: {len(run.events):,} ({iterations} iterations x {args.world} ranks)")
+        print(f"simulate + store: {t1 - t0:.2f} s   load_run: {t2 - t1:.2f} s")
+        print(f"analyze: {t3 - t2:.2f} s   write_report: {t4 - t3:.2f} s   ({size:.1f} MB written)")
+        print(f"analyze + report: {t4 - t2:.2f} s   (load + analyze + report: {t4 - t1:.2f} s; target <= 10 s)")
+        print("verdict:", " | ".join(verdict_lines(analysis)))
+    if args.detection:
+        from ringbench.analysis.detection import detection_rate
+
+        t5 = time.perf_counter()
+        print("detection:", detection_rate(args.detection), f"({time.perf_counter() - t5:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
