@@ -67,7 +67,9 @@ def _worker(rank, world, port, fn, args, messages, progress_array, timeout_s, de
         torch.set_num_threads(int(os.environ.get("RINGBENCH_THREADS", "1")))
         env = init_local(rank, world, port, timeout_s, device)
         ctx = WorkerContext(
-            env=env, progress=Progress(progress_array, rank), send=lambda item: messages.put(("item", rank, item))
+            env=env,
+            progress=Progress(progress_array, rank),
+            send=lambda item: messages.put(("item", rank, _by_value(item))),
         )
         result = fn(ctx, *args)
         messages.put(("result", rank, _by_value(result)))

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ringbench.errors import RunFailure, UsageError
 
@@ -18,7 +19,7 @@ stdout = Console(highlight=False, soft_wrap=True)
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one line to stderr and return the Exit to raise (2: usage, 1: run failure)."""
-    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

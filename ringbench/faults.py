@@ -1,0 +1,165 @@
+"""Fault injection: slow ranks, slow links, jitter, crashes and hangs, parsed from one-line specs.
+
+  slow-rank:RANK:FACTOR    that rank's block compute takes FACTOR times as long
+  slow-link:SRC:DST:MS     each transfer from SRC to DST arrives MS milliseconds later
+  jitter:MS                each transfer arrives up to MS milliseconds later (uniform, seeded per rank)
+  crash:RANK:STEP          that rank's process dies at that forward ring step of the first timed iteration
+  hang:RANK:STEP           that rank stops responding there (its neighbours time out)
+
+Faults are recorded in the metadata and the case rows, and labelled in every output.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+from ringbench.errors import UsageError
+from ringbench.kernels.base import BlockKernel
+
+FAULT_HELP = "slow-rank:RANK:FACTOR, slow-link:SRC:DST:MS, jitter:MS, crash:RANK:STEP or hang:RANK:STEP"
+_ARITY = {"slow-rank": 2, "slow-link": 3, "jitter": 1, "crash": 2, "hang": 2}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fault:
+    kind: str
+    rank: int = -1  # slow-rank, crash, hang
+    src: int = -1  # slow-link
+    dst: int = -1
+    factor: float = 1.0  # slow-rank
+    ms: float = 0.0  # slow-link, jitter
+    step: int = -1  # crash, hang
+
+    @property
+    def spec(self) -> str:
+        if self.kind == "slow-rank":
+            return f"slow-rank:{self.rank}:{self.factor:g}"
+        if self.kind == "slow-link":
+            return f"slow-link:{self.src}:{self.dst}:{self.ms:g}"
+        if self.kind == "jitter":
+            return f"jitter:{self.ms:g}"
+        return f"{self.kind}:{self.rank}:{self.step}"
+
+
+def parse_fault(spec: str, field: str = "fault") -> Fault:
+    """One spec -> Fault; a malformed one raises UsageError naming the field, the value and the forms allowed."""
+    parts = str(spec).strip().split(":")
+    kind = parts[0]
+    if kind not in _ARITY or len(parts) != _ARITY[kind] + 1:
+        raise UsageError(f"{field}={spec!r} is not allowed; expected {FAULT_HELP}")
+    try:
+        if kind == "slow-rank":
+            fault = Fault(kind=kind, rank=int(parts[1]), factor=float(parts[2]))
+            ok = fault.factor >= 1.0
+        elif kind == "slow-link":
+            fault = Fault(kind=kind, src=int(parts[1]), dst=int(parts[2]), ms=float(parts[3]))
+            ok = fault.ms >= 0
+        elif kind == "jitter":
+            fault = Fault(kind=kind, ms=float(parts[1]))
+            ok = fault.ms >= 0
+        else:
+            fault = Fault(kind=kind, rank=int(parts[1]), step=int(parts[2]))
+            ok = fault.step >= 0
+    except ValueError:
+        raise UsageError(f"{field}={spec!r} is not allowed; expected {FAULT_HELP} with numbers") from None
+    if not ok or min(fault.rank, fault.src, fault.dst) < -1:
+        raise UsageError(f"{field}={spec!r} is not allowed; factors are >= 1, delays and steps >= 0, ranks >= 0")
+    return fault
+
+
+def check_faults(faults: list[Fault], world: int, field: str = "fault") -> None:
+    """Ranks named by a fault must exist in a world of ``world`` ranks."""
+    for fault in faults:
+        for rank in (fault.rank, fault.src, fault.dst):
+            if rank >= world:
+                raise UsageError(f"{field}={fault.spec!r} is not allowed on {world} ranks; ranks are 0..{world - 1}")
+        if fault.kind in ("crash", "hang") and fault.step >= world:
+            raise UsageError(f"{field}={fault.spec!r} is not allowed on {world} ranks; ring steps are 0..{world - 1}")
+
+
+class SlowKernel(BlockKernel):
+    """Wraps a kernel so that each block takes FACTOR times as long (sleeping the extra time)."""
+
+    def __init__(self, inner: BlockKernel, factor: float) -> None:
+        self.inner = inner
+        self.factor = factor
+        self.name = inner.name
+        self.emulated = inner.emulated
+        self.max_head_dim = inner.max_head_dim
+        self.dtypes = inner.dtypes
+
+    def check(self, head_dim, dtype, device):
+        self.inner.check(head_dim, dtype, device)
+
+    def _slowed(self, call, *args):
+        start = time.perf_counter()
+        result = call(*args)
+        time.sleep((self.factor - 1.0) * (time.perf_counter() - start))
+        return result
+
+    def forward(self, *args):
+        return self._slowed(self.inner.forward, *args)
+
+    def backward(self, *args):
+        return self._slowed(self.inner.backward, *args)
+
+
+@dataclass(kw_only=True, slots=True)
+class RankFaults:
+    """The faults as seen by one rank."""
+
+    rank: int
+    faults: tuple[Fault, ...] = ()
+    seed: int = 0
+    rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed * 1009 + self.rank)
+
+    @property
+    def slowdown(self) -> float:
+        factor = 1.0
+        for fault in self.faults:
+            if fault.kind == "slow-rank" and fault.rank == self.rank:
+                factor *= fault.factor
+        return factor
+
+    def wrap_kernel(self, kernel: BlockKernel) -> BlockKernel:
+        if self.slowdown == 1.0:
+            return kernel
+        if hasattr(kernel, "slowdown"):  # the emulated kernel models the slowdown in its modelled time
+            kernel.slowdown = self.slowdown
+            return kernel
+        return SlowKernel(kernel, self.slowdown)
+
+    def link_delay(self):
+        """(src, dst) -> extra seconds for one transfer, or None when no link fault applies."""
+        links = [f for f in self.faults if f.kind in ("slow-link", "jitter")]
+        if not links:
+            return None
+
+        def delay(src: int, dst: int) -> float:
+            extra = 0.0
+            for fault in links:
+                if fault.kind == "slow-link" and (fault.src, fault.dst) == (src, dst):
+                    extra += fault.ms / 1e3
+                elif fault.kind == "jitter":
+                    extra += self.rng.uniform(0.0, fault.ms) / 1e3
+            return extra
+
+        return delay
+
+    def at_step(self, phase: str, step: int, iteration: int) -> None:
+        """Crash or hang here if a fault says so (first timed iteration, forward)."""
+        if iteration != 0 or phase != "fwd":
+            return
+        for fault in self.faults:
+            if fault.rank == self.rank and fault.step == step:
+                if fault.kind == "crash":
+                    os._exit(17)
+                if fault.kind == "hang":
+                    while True:
+                        time.sleep(3600)

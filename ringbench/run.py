@@ -1,0 +1,257 @@
+"""A run: expand the scenario into cases, launch ranks, summarise and store each case as it finishes.
+
+``execute(scenario, out=..., resume=...)`` is the library call behind ``ringbench run``. Cases with the same world
+size share a process group; every repeat gets fresh process groups. Each finished case is appended to
+``events.parquet`` and ``cases.parquet``/``cases.csv`` atomically, so an interrupted sweep loses nothing and
+``--resume`` runs only what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ringbench import store
+from ringbench.errors import RunFailure, UsageError
+from ringbench.launch import launch_local
+from ringbench.metadata import collect_metadata
+from ringbench.runner import rank_worker
+from ringbench.scenario import Case, Scenario
+from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.selfcheck import TOLERANCE
+
+
+@dataclass(slots=True)
+class RunState:
+    """What is on disk for this run, kept in memory so each case is one atomic rewrite."""
+
+    run_dir: Path
+    meta: dict
+    events: list[pd.DataFrame] = field(default_factory=list)
+    cases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CASE_COLUMNS)))
+
+    def done(self) -> set[tuple[str, int]]:
+        ok = self.cases[self.cases["status"] == "ok"] if len(self.cases) else self.cases
+        return {(row.case_id, int(row.repeat)) for row in ok.itertuples()}
+
+    def add(self, events: pd.DataFrame, case_row: dict) -> None:
+        self.events.append(events)
+        if len(self.cases):
+            self.cases = self.cases[
+                ~((self.cases["case_id"] == case_row["case_id"]) & (self.cases["repeat"] == case_row["repeat"]))
+            ]
+        self.cases = (
+            pd.concat([self.cases, pd.DataFrame([case_row])], ignore_index=True)
+            if len(self.cases)
+            else (pd.DataFrame([case_row], columns=list(CASE_COLUMNS)))
+        )
+        all_events = pd.concat(self.events, ignore_index=True)
+        store.write_events(self.run_dir, all_events)
+        store.write_cases(self.run_dir, self.cases)
+
+
+def new_run_id(scenario: Scenario) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in scenario.name)[:40] or "run"
+    return f"{stamp}-{safe}"
+
+
+def _percentile(values, q) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> tuple[pd.DataFrame, dict]:
+    """This case's events table and its summary row (median and p10/p90 over timed iterations)."""
+    rows = [row for result in per_rank for row in result["rows"]]
+    events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    iters = events[events["kind"] == "iteration"]
+    per_iter = iters.groupby("iteration").agg(start=("start_ns", "min"), end=("end_ns", "max"))
+    step_ms = ((per_iter["end"] - per_iter["start"]) / 1e6).to_numpy()
+    fwd = iters[iters["phase"] == "fwd"].groupby("iteration").agg(start=("start_ns", "min"), end=("end_ns", "max"))
+    fwd_ms = ((fwd["end"] - fwd["start"]) / 1e6).to_numpy()
+    bwd = iters[iters["phase"] == "bwd"].groupby("iteration").agg(start=("start_ns", "min"), end=("end_ns", "max"))
+    bwd_ms = ((bwd["end"] - bwd["start"]) / 1e6).to_numpy()
+    exposed = events[events["kind"].isin(["wait", "collective"])]
+    if len(exposed):
+        per_rank_wait = (exposed["end_ns"] - exposed["start_ns"]).groupby([exposed["iteration"], exposed["rank"]]).sum()
+        exposed_ms = float(per_rank_wait.groupby(level=0).max().median() / 1e6)
+    else:
+        exposed_ms = math.nan  # not traced (--no-trace)
+    flops = events.loc[events["kind"] == "compute", "flops"].sum() / max(len(step_ms), 1)
+    median_step = float(np.median(step_ms)) if len(step_ms) else math.nan
+    fwd_err = max(r["fwd_err"] for r in per_rank)
+    bwd_err = max(r["bwd_err"] for r in per_rank)
+    fwd_tol, bwd_tol = TOLERANCE[case.dtype]
+    passed = True
+    if scenario.check:
+        passed = bool(fwd_err <= fwd_tol and (not case.backward or bwd_err <= bwd_tol))
+    row = {
+        "case_id": case.case_id,
+        "repeat": repeat,
+        **{key: value for key, value in case.axes().items() if key in CASE_COLUMNS},
+        "emulated": case.emulated,
+        "faults": ";".join(scenario.faults),
+        "iters": scenario.iters,
+        "warmup": scenario.warmup,
+        "step_ms": median_step,
+        "step_ms_p10": _percentile(step_ms, 10),
+        "step_ms_p90": _percentile(step_ms, 90),
+        "fwd_ms": float(np.median(fwd_ms)) if len(fwd_ms) else math.nan,
+        "bwd_ms": float(np.median(bwd_ms)) if len(bwd_ms) else math.nan,
+        "tokens_per_s": case.batch * case.seq / (median_step / 1e3) if median_step > 0 else math.nan,
+        "tflops": flops / (median_step / 1e3) / 1e12 if median_step > 0 and flops else math.nan,
+        "exposed_comm_ms": exposed_ms,
+        "exposed_comm_frac": exposed_ms / median_step if median_step > 0 else math.nan,
+        "fwd_max_abs_err": fwd_err,
+        "bwd_max_abs_err": bwd_err,
+        "passed": passed,
+        "status": "ok",
+    }
+    return events, row
+
+
+def _settings(scenario: Scenario, trace: bool) -> dict:
+    return {
+        "iters": scenario.iters,
+        "warmup": scenario.warmup,
+        "check": scenario.check,
+        "timeout": float(scenario.timeout),
+        "faults": list(scenario.faults),
+        "seed": scenario.seed,
+        "trace": trace,
+    }
+
+
+def execute(
+    scenario: Scenario,
+    *,
+    out: str | Path = "results",
+    resume: str | Path | None = None,
+    trace: bool = True,
+    command: str = "",
+    on_case: Callable[[dict, int, int], None] | None = None,
+    device: str | None = None,
+) -> RunState:
+    """Run every (case, repeat) not yet on disk; returns the run's state (its directory, cases and metadata)."""
+    scenario.validate()
+    cases = scenario.cases()
+    from ringbench.dist import launched_env
+
+    if launched_env() is not None:
+        return _execute_launched(scenario, cases, out=out, trace=trace, command=command, on_case=on_case, device=device)
+    if resume is not None:
+        run_dir = Path(resume)
+        previous = store.load_run(run_dir)  # UsageError when it is not a run directory
+        state = RunState(run_dir=run_dir, meta=previous.meta, cases=previous.cases)
+        if len(previous.events):
+            state.events.append(previous.events)
+    else:
+        base_id = run_id = new_run_id(scenario)
+        suffix = 1
+        while (Path(out) / run_id).exists():  # two runs within one second
+            suffix += 1
+            run_id = f"{base_id}-{suffix}"
+        run_dir = Path(out) / run_id
+        try:
+            run_dir.mkdir(parents=True)
+        except OSError as exc:
+            raise UsageError(f"out={str(out)!r} is not writable ({exc.strerror})") from None
+        meta = collect_metadata(scenario, run_id=run_id, command=command, trace=trace)
+        meta["schema_version"] = SCHEMA_VERSION
+        state = RunState(run_dir=run_dir, meta=meta)
+        store.write_json(run_dir / store.META_FILE, meta)
+    done = state.done()
+    todo = [(i, c, r) for r in range(scenario.repeat) for i, c in enumerate(cases) if (c.case_id, r) not in done]
+    total = len(cases) * scenario.repeat
+    finished = total - len(todo)
+    settings = _settings(scenario, trace)
+    by_group: dict[tuple[int, int], list[tuple[int, Case]]] = defaultdict(list)
+    for index, case, repeat in todo:
+        by_group[(repeat, case.world)].append((index, case))
+    run_info = state.meta.setdefault("ranks", {})
+    for (repeat, world), group_cases in sorted(by_group.items()):
+        pending: dict[str, list[dict]] = defaultdict(list)
+        by_id = {case.case_id: case for _, case in group_cases}
+
+        def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id) -> None:
+            nonlocal finished
+            pending[result["case_id"]].append(result)
+            if len(pending[result["case_id"]]) < world:
+                return
+            per_rank = sorted(pending.pop(result["case_id"]), key=lambda r: r["rank"])
+            case = by_id[result["case_id"]]
+            events, row = summarize_case(case, per_rank, scenario, repeat)
+            state.add(events, row)
+            run_info[str(world)] = {
+                "hosts": sorted({r["host"] for r in per_rank}),
+                "devices": sorted({r["device"] for r in per_rank}),
+                "clock": per_rank[0]["clock_method"],
+                "clock_residual_ns": max(r["clock_residual_ns"] for r in per_rank),
+                "emulation_saturated_blocks": sum(r["saturated_blocks"] for r in per_rank),
+            }
+            finished += 1
+            if on_case is not None:
+                on_case(row, finished, total)
+
+        started = time.monotonic()
+        try:
+            launch_local(world, rank_worker, (group_cases, settings, repeat), timeout_s=scenario.timeout,
+                         device=device, on_item=on_item, case_names=[c.case_id for _, c in group_cases])  # fmt: skip
+        except RunFailure as exc:
+            state.meta["failure"] = str(exc)
+            store.write_json(run_dir / store.META_FILE, state.meta)
+            raise RunFailure(f"{exc} [run {run_dir}, {finished}/{total} cases kept]") from None
+        state.meta.setdefault("launch_seconds", []).append(round(time.monotonic() - started, 3))
+    state.meta["finished"] = datetime.now(timezone.utc).isoformat()
+    store.write_json(run_dir / store.META_FILE, state.meta)
+    return state
+
+
+def _execute_launched(scenario, cases, *, out, trace, command, on_case, device) -> RunState | None:
+    """torchrun / SLURM: this process is one rank; rank 0 gathers each case and writes the results."""
+    import torch.distributed as dist
+
+    from ringbench.dist import init_launched
+    from ringbench.runner import run_case
+
+    env = init_launched(scenario.timeout, device)
+    mine = [(i, c) for i, c in enumerate(cases) if c.world == env.world]
+    if len(mine) < len(cases):
+        raise UsageError(f"world={list(scenario.world)} is not allowed under this launcher; expected {env.world}")
+    state = None
+    if env.rank == 0:
+        run_id = new_run_id(scenario)
+        run_dir = Path(out) / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        meta = collect_metadata(scenario, run_id=run_id, command=command, trace=trace)
+        meta.update(schema_version=SCHEMA_VERSION, launcher=env.launcher, backend=env.backend)
+        state = RunState(run_dir=run_dir, meta=meta)
+        store.write_json(run_dir / store.META_FILE, meta)
+    settings = _settings(scenario, trace)
+    total = len(mine) * scenario.repeat
+    finished = 0
+    for repeat in range(scenario.repeat):
+        for index, case in mine:
+            result = run_case(case, env=env, progress=None, settings=settings, case_index=index, repeat=repeat)
+            gathered = [None] * env.world if env.rank == 0 else None
+            dist.gather_object(result, gathered, dst=0)
+            if env.rank == 0:
+                events, row = summarize_case(case, gathered, scenario, repeat)
+                state.add(events, row)
+                finished += 1
+                if on_case is not None:
+                    on_case(row, finished, total)
+    if env.rank == 0:
+        state.meta["finished"] = datetime.now(timezone.utc).isoformat()
+        store.write_json(state.run_dir / store.META_FILE, state.meta)
+    dist.barrier()
+    dist.destroy_process_group()
+    return state

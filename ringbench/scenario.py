@@ -1,0 +1,254 @@
+"""Scenarios: the sweep a run performs, from a YAML file, CLI flags, or the embedded default.
+
+A scenario gives a list of values per axis (a scalar is a one-element list); the cartesian product is the set of
+cases. CLI flags override the file axis by axis. Validation errors name the file, the field, the value and what
+is allowed. YAML is loaded with ``yaml.safe_load`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from ringbench.errors import UsageError, bad_value
+from ringbench.faults import check_faults, parse_fault
+from ringbench.kernels import KERNEL_HELP, get_kernel
+from ringbench.layout import check_divisible
+from ringbench.options import Buffer, Layout, Mask
+from ringbench.orders import ORDER_HELP, format_ring, parse_order
+from ringbench.selfcheck import DTYPES
+
+AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel")
+INT_AXES = ("world", "seq", "heads", "head_dim", "batch")
+SETTINGS = ("backward", "iters", "warmup", "check", "timeout", "repeat", "faults", "name", "description", "seed")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Case:
+    """One point of the sweep."""
+
+    world: int
+    seq: int
+    heads: int
+    head_dim: int
+    batch: int
+    dtype: str
+    mask: str
+    layout: str
+    buffer: str
+    order: str
+    kernel: str
+    backward: bool = True
+
+    @property
+    def case_id(self) -> str:
+        """Readable and stable: the same axes give the same id in every run (resume and compare rely on it)."""
+        slug = (
+            f"w{self.world}-s{self.seq}-h{self.heads}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
+            f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}-{'fb' if self.backward else 'f'}"
+        )
+        digest = hashlib.sha1(slug.encode()).hexdigest()[:6]
+        return f"{slug.replace(':', '_')}-{digest}"
+
+    @property
+    def ring(self) -> list[int]:
+        return parse_order(self.order, self.world)
+
+    @property
+    def emulated(self) -> bool:
+        return get_kernel(self.kernel).emulated
+
+    def axes(self) -> dict:
+        return dataclasses.asdict(self) | {"ring": format_ring(self.ring)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    """A sweep: value lists per axis plus run settings."""
+
+    name: str = "custom"
+    description: str = ""
+    world: tuple[int, ...] = (4,)
+    """Number of ranks (processes)."""
+    seq: tuple[int, ...] = (2048,)
+    """Total sequence length S over all ranks."""
+    heads: tuple[int, ...] = (4,)
+    head_dim: tuple[int, ...] = (32,)
+    batch: tuple[int, ...] = (1,)
+    dtype: tuple[str, ...] = ("float32",)
+    mask: tuple[str, ...] = ("causal",)
+    layout: tuple[str, ...] = ("contiguous",)
+    buffer: tuple[str, ...] = ("double",)
+    order: tuple[str, ...] = ("identity",)
+    kernel: tuple[str, ...] = ("torch",)
+    backward: bool = True
+    """Time the backward ring too."""
+    iters: int = 10
+    """Timed iterations per case."""
+    warmup: int = 2
+    check: bool = True
+    """Compare outputs and gradients with the float64 single-device reference."""
+    timeout: float = 60.0
+    """Seconds any distributed wait may take before the run is declared stalled."""
+    repeat: int = 1
+    """Fresh process groups per case (run-to-run noise for the CI gate)."""
+    faults: tuple[str, ...] = ()
+    seed: int = 0
+    source: str = field(default="<embedded default>", compare=False)
+
+    def cases(self) -> list[Case]:
+        combos = itertools.product(*(getattr(self, axis) for axis in AXES))
+        cases, seen = [], set()
+        for values in combos:
+            case = Case(**dict(zip(AXES, values, strict=True)), backward=self.backward)
+            if case.case_id not in seen:
+                seen.add(case.case_id)
+                cases.append(case)
+        return cases
+
+    def validate(self) -> Scenario:
+        where = f"{self.source}: " if self.source != "<embedded default>" else ""
+
+        def fail(name, value, allowed):
+            return UsageError(where + str(bad_value(name, value, allowed)))
+
+        for axis in INT_AXES:
+            for value in getattr(self, axis):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise fail(axis, value, "an integer >= 1")
+        for value in self.dtype:
+            if value not in DTYPES:
+                raise fail("dtype", value, "one of: " + ", ".join(DTYPES))
+        for axis, choice in (("mask", Mask), ("layout", Layout), ("buffer", Buffer)):
+            for value in getattr(self, axis):
+                try:
+                    choice.parse(value, axis)
+                except UsageError as exc:
+                    raise UsageError(where + str(exc)) from None
+        for value in self.kernel:
+            try:
+                get_kernel(value)
+            except UsageError:
+                raise fail("kernel", value, KERNEL_HELP) from None
+        for number, name, low in ((self.iters, "iters", 1), (self.warmup, "warmup", 0), (self.repeat, "repeat", 1)):
+            if not isinstance(number, int) or isinstance(number, bool) or number < low:
+                raise fail(name, number, f"an integer >= {low}")
+        if not isinstance(self.timeout, (int, float)) or self.timeout <= 0:
+            raise fail("timeout", self.timeout, "a number of seconds > 0")
+        parsed = []
+        for spec in self.faults:
+            try:
+                parsed.append(parse_fault(spec))
+            except UsageError as exc:
+                raise UsageError(where + str(exc)) from None
+        for world in self.world:
+            for order in self.order:
+                try:
+                    parse_order(order, world)
+                except UsageError as exc:
+                    raise UsageError(where + str(exc) + f" (world={world})") from None
+            for seq, layout in itertools.product(self.seq, self.layout):
+                try:
+                    check_divisible(layout, seq, world)
+                except UsageError as exc:
+                    raise UsageError(where + str(exc)) from None
+            try:
+                check_faults(parsed, world)
+            except UsageError as exc:
+                raise UsageError(where + str(exc)) from None
+        return self
+
+    def with_overrides(self, **overrides) -> Scenario:
+        """CLI flags override the file: empty lists and None mean 'not given'."""
+        changes = {}
+        for key, value in overrides.items():
+            if value is None or (isinstance(value, (list, tuple)) and not value):
+                continue
+            changes[key] = tuple(value) if isinstance(value, (list, tuple)) else value
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.pop("source")
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}
+
+
+# The embedded default: what `ringbench run` (and `make run`) does with no argument.
+DEFAULT_SCENARIO = Scenario(
+    name="default",
+    description=(
+        "4 local ranks; causal attention, contiguous vs zigzag layout, sync vs double buffering, "
+        "real compute and emulated compute (so overlap shows on CPU), forward and backward, checked "
+        "against float64 single-device attention."
+    ),
+    world=(4,),
+    seq=(2048,),
+    heads=(4,),
+    head_dim=(32,),
+    mask=("causal",),
+    layout=("contiguous", "zigzag"),
+    buffer=("sync", "double"),
+    kernel=("torch", "emulated:10"),
+    iters=6,
+    warmup=2,
+)
+
+
+def _as_tuple(path: str, name: str, value) -> tuple:
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise UsageError(f"{path}: {name}=[] is not allowed; expected at least one value")
+        return tuple(value)
+    return (value,)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario file by path, or by name from the shipped scenarios (``default``, ``masks``, ...)."""
+    path_str = str(path)
+    file = Path(path_str)
+    if not file.exists() and not path_str.endswith((".yaml", ".yml")):
+        shipped = resources.files("ringbench.scenarios") / f"{path_str}.yaml"
+        if shipped.is_file():
+            return _parse(shipped.read_text(), f"{path_str}.yaml")
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"scenario={path_str!r} is not allowed: no such file (or shipped scenario name)") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise UsageError(f"scenario={path_str!r} is not readable ({type(exc).__name__})") from None
+    return _parse(text, path_str)
+
+
+def _parse(text: str, source: str) -> Scenario:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"{source}: not valid YAML{where}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: expected a mapping of fields (axes and settings), got {type(data).__name__}")
+    known = set(AXES) | set(SETTINGS)
+    values = {}
+    for key, value in data.items():
+        if key not in known:
+            raise UsageError(f"{source}: field {key!r} is not allowed; expected one of: {', '.join(sorted(known))}")
+        if key in AXES or key == "faults":
+            values[key] = _as_tuple(source, key, value) if key != "faults" or value else ()
+        else:
+            values[key] = value
+    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "faults"):
+        if key in values:
+            values[key] = tuple(str(v) for v in values[key])
+    return Scenario(**values, source=source).validate()
+
+
+__all__ = ["AXES", "DEFAULT_SCENARIO", "ORDER_HELP", "Case", "Scenario", "load_scenario"]

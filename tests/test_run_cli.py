@@ -1,0 +1,144 @@
+"""`ringbench run` end to end on local gloo ranks: outputs, JSON, resume, bad input, faults."""
+
+import json
+import time
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from ringbench.cli.app import app
+from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
+from ringbench.schema import EVENT_COLUMNS
+
+runner = CliRunner()
+SMALL = ["--seq", "48", "--heads", "2", "--head-dim", "8", "--iters", "2", "--warmup", "1", "--kernel", "emulated:50"]
+JSON_KEYS = {
+    "case_id", "world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "ring",
+    "kernel", "emulated", "backward", "iters", "step_ms", "step_ms_p10", "step_ms_p90", "tokens_per_s", "tflops",
+    "exposed_comm_ms", "exposed_comm_frac", "fwd_max_abs_err", "bwd_max_abs_err", "passed",
+}  # fmt: skip
+
+
+def _run(*args):
+    return runner.invoke(app, ["run", *args])
+
+
+def test_run_writes_the_record_and_json(tmp_path):
+    result = _run("--world", "3", *SMALL, "--layout", "zigzag", "--buffer", "sync", "--buffer", "double",
+                  "--order", "0-2-1", "--out", str(tmp_path), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert len(document["cases"]) == 2
+    for case in document["cases"]:
+        assert set(case) >= JSON_KEYS
+        assert case["emulated"] is True and case["passed"] is True and case["ring"] == [0, 2, 1]
+        assert case["fwd_max_abs_err"] < 1e-5 and case["bwd_max_abs_err"] < 5e-5
+    run_dir = tmp_path / document["run_dir"].split("/")[-1]
+    events = pd.read_parquet(run_dir / "events.parquet")
+    assert tuple(events.columns) == EVENT_COLUMNS
+    assert {"iteration", "compute", "send", "recv", "wait"} <= set(events["kind"])
+    assert set(events["rank"]) == {0, 1, 2}
+    sends = events[events["kind"] == "send"]
+    assert ((sends["dst"] - sends["src"]) % 3 == 2).all()  # ring 0 -> 2 -> 1 -> 0: each sends to its successor
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["emulated"] is True and meta["schema_version"] == 1 and meta["backend"] == "gloo"
+    assert (run_dir / "cases.csv").read_text().count("\n") == 3
+
+
+def test_no_trace_keeps_iteration_times_only(tmp_path):
+    result = _run("--world", "2", *SMALL, "--layout", "zigzag", "--no-trace", "--no-check", "--no-backward",
+                  "--out", str(tmp_path))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (run_dir,) = tmp_path.iterdir()
+    events = pd.read_parquet(run_dir / "events.parquet")
+    assert set(events["kind"]) == {"iteration"}
+    cases = pd.read_parquet(run_dir / "cases.parquet")
+    assert cases["step_ms"].notna().all() and cases["fwd_max_abs_err"].isna().all()
+
+
+def test_resume_runs_only_missing_cases(tmp_path):
+    result = _run("--world", "2", *SMALL, "--layout", "zigzag", "--buffer", "sync", "--buffer", "double",
+                  "--no-check", "--out", str(tmp_path))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (run_dir,) = tmp_path.iterdir()
+    cases = pd.read_parquet(run_dir / "cases.parquet")
+    kept = cases.iloc[:1]
+    kept.to_parquet(run_dir / "cases.parquet", index=False)  # as if the run had been killed after one case
+    resumed = _run("--resume", str(run_dir), "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert "[1/2]" not in resumed.output and "[2/2]" in resumed.output
+    assert len(json.loads(resumed.stdout)["cases"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mask", "sliding"], "mask='sliding' is not allowed; expected one of: none, causal, causal-naive"),
+        (["--order", "0-0-1-2"], "is not a permutation of ranks 0..3"),
+        (["--world", "0"], "world=0 is not allowed"),
+        (["--seq", "100", "--layout", "zigzag"], "seq=100 is not allowed for layout='zigzag' on 4 ranks"),
+        (["--fault", "crash:1"], "fault='crash:1' is not allowed"),
+        (["--fault", "slow-rank:9:2"], "fault='slow-rank:9:2' is not allowed on 4 ranks"),
+        (["no-such-scenario.yaml"], "scenario='no-such-scenario.yaml' is not allowed: no such file"),
+        (["--kernel", "emulated:fast"], "kernel='emulated:fast' is not allowed"),
+        (["--dtype", "int8"], "dtype='int8' is not allowed"),
+        (["--resume", "/nonexistent/run"], "is not a ringbench run"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    result = _run(*args, "--out", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len([line for line in result.stderr.splitlines() if line.strip()]) <= 2
+
+
+def test_scenario_file_errors_name_the_file_and_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("world: 4\nlayuot: zigzag\n")
+    result = _run(str(bad))
+    assert result.exit_code == 2 and f"{bad}: field 'layuot' is not allowed" in result.output
+    bad.write_text("world: [4]\nbuffer: [sync, quad]\n")
+    result = _run(str(bad))
+    assert result.exit_code == 2 and f"{bad}: buffer='quad' is not allowed" in result.output
+    bad.write_text("world: [4\n")
+    result = _run(str(bad))
+    assert result.exit_code == 2 and "not valid YAML" in result.output
+    bad.write_text("!!python/object/apply:os.system ['echo unsafe']\n")
+    result = _run(str(bad))
+    assert result.exit_code == 2 and "not valid YAML" in result.output  # safe_load refuses python tags
+
+
+@pytest.mark.parametrize("name", ["default", "masks", "buffers", "orderings", "stragglers", "scaling"])
+def test_shipped_scenarios_load(name):
+    scenario = load_scenario(name)
+    assert scenario.cases()
+
+
+def test_embedded_default_matches_the_shipped_file():
+    shipped = load_scenario("default")
+    for field in ("world", "seq", "heads", "head_dim", "dtype", "mask", "layout", "buffer", "kernel", "iters"):
+        assert getattr(shipped, field) == getattr(DEFAULT_SCENARIO, field), field
+
+
+def test_crash_ends_the_run_naming_rank_and_step(tmp_path):
+    started = time.monotonic()
+    result = _run(
+        "--world", "3", *SMALL, "--fault", "crash:1:1", "--timeout", "20", "--no-check", "--out", str(tmp_path)
+    )
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    assert "rank 1 died" in result.output and "fwd ring step 1" in result.output
+    assert elapsed < 20  # well within the timeout: the dead process is noticed at once
+    (run_dir,) = tmp_path.iterdir()
+    assert "rank 1 died" in json.loads((run_dir / "meta.json").read_text())["failure"]
+
+
+def test_hang_ends_the_run_within_the_timeout(tmp_path):
+    started = time.monotonic()
+    result = _run("--world", "3", *SMALL, "--fault", "hang:2:1", "--timeout", "4", "--no-check", "--out", str(tmp_path))
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    assert "rank 2 stopped responding at fwd ring step 1" in result.output
+    assert elapsed < 4 + 15
