@@ -8,12 +8,20 @@ Schema versions:
 
 Events: one row per span on one rank.
   kind       meaning of [start_ns, end_ns]                                    src / dst
-  iteration  one whole timed iteration on this rank (forward, plus backward)  rank / rank
+  iteration  one phase of one timed iteration on this rank: a "fwd" row and,   rank / rank
+             with backward, a "bwd" row starting where the forward ended
   compute    block arithmetic for one ring step (absent when the pair skips)  owner of the KV block / rank
   send       exchange posted .. this rank's send completed                    rank / ring successor
   recv       exchange posted .. the block from the predecessor is in hand     ring predecessor / rank
   wait       time this rank sat blocked waiting for the exchange (exposed)    ring predecessor / rank
   collective an all-gather / all-reduce (buffer strategy `allgather`)          -1 / rank
+
+Exchanges: with ``sync`` the exchange of step s (s >= 1) is posted at the start of step s and waited for before
+its compute; with ``double`` the exchange posted in step s (s <= N-2) brings the block of step s+1 and is waited
+for after step s's compute. The backward has two exchanges per step: K/V (as in the forward, twice the bytes of
+nothing else) and the dK/dV accumulator, posted after step s's compute and waited for in step s+1 (double) or at
+once (sync); the last one (step N-1) brings each rank its own fully summed accumulator. Rows of one step are in
+posting order; the dK/dV exchange moves fp32 (or fp64) accumulators.
 
 Times are integer nanoseconds on one aligned clock (rank 0's), relative to the case's origin, so the spans of
 different ranks can be laid on one timeline; the residual of the alignment is in the metadata.

@@ -44,7 +44,9 @@ class RunData:
         return bool(self.meta.get("emulated", False)) or bool(self.cases.get("emulated", pd.Series([False])).any())
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
+    """Write through ``write(handle)`` into a temporary file beside ``path``, fsync, then rename over it."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -52,26 +54,32 @@ def _atomic_write(path: Path, write) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results and reports are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomically replace ``path`` with ``data``."""
+    atomic_write(path, lambda handle: handle.write(data))
+
+
 def write_json(path: Path, document: dict) -> None:
     data = json.dumps(document, indent=2, sort_keys=True, default=str).encode()
-    _atomic_write(Path(path), lambda handle: handle.write(data))
+    write_bytes(Path(path), data)
 
 
 def write_events(run_dir: Path, events: pd.DataFrame) -> None:
     table = pa.Table.from_pandas(events[list(EVENT_COLUMNS)], schema=EVENTS_SCHEMA, preserve_index=False)
-    _atomic_write(Path(run_dir) / EVENTS_FILE, lambda handle: pq.write_table(table, handle, compression="zstd"))
+    atomic_write(Path(run_dir) / EVENTS_FILE, lambda handle: pq.write_table(table, handle, compression="zstd"))
 
 
 def write_cases(run_dir: Path, cases: pd.DataFrame) -> None:
     cases = cases.reset_index(drop=True)
-    _atomic_write(Path(run_dir) / CASES_FILE, lambda handle: cases.to_parquet(handle, index=False))
-    _atomic_write(Path(run_dir) / CASES_CSV, lambda handle: handle.write(cases.to_csv(index=False).encode()))
+    atomic_write(Path(run_dir) / CASES_FILE, lambda handle: cases.to_parquet(handle, index=False))
+    atomic_write(Path(run_dir) / CASES_CSV, lambda handle: handle.write(cases.to_csv(index=False).encode()))
 
 
 def read_meta(run_dir: Path) -> dict:

@@ -21,8 +21,6 @@ Layout of version 1::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,6 +29,7 @@ import numpy as np
 from ringbench.errors import UsageError
 from ringbench.gate.match import MUST_MATCH_META
 from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, SampleSet, native
+from ringbench.store import write_bytes
 
 BASELINE_FORMAT = "ringbench-baseline"
 BASELINE_VERSION = 1
@@ -81,18 +80,7 @@ def write_baseline(samples: SampleSet, path: str | Path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"path={str(path)!r} is a directory; expected a file name such as baseline.json")
-    data = dumps_baseline(baseline_document(samples)).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes(path, dumps_baseline(baseline_document(samples)).encode())
     return path
 
 

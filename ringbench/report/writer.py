@@ -14,18 +14,13 @@ from ringbench.report.content import Section, build_content
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
 from ringbench.report.trace import DEFAULT_MAX_EVENTS, build_trace
-from ringbench.store import RunData, _atomic_write
+from ringbench.store import RunData, write_bytes
 
 
 def _safe_name(run_id: str) -> str:
     """A folder name from a run id: no separators, no dot-only names (a run id is user input)."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip(".") or "run"
     return name[:120]
-
-
-def _write(path: Path, data: bytes) -> None:
-    _atomic_write(path, lambda handle: handle.write(data))
-    path.chmod(0o644)  # the temporary file is private; a report is meant to be shared
 
 
 def write_report(
@@ -48,8 +43,8 @@ def write_report(
     if '"capped": true' in trace[:400]:
         content.notes.append(f"trace.json holds the first whole iterations up to {trace_max_events:,} spans.")
     for figure in content.figures:
-        _write(folder / "figures" / f"{figure.name}.png", figure.data)
-    _write(folder / "trace.json", trace.encode())
-    _write(folder / "report.md", render_markdown(content).encode())
-    _write(folder / "report.html", render_html(content).encode())
+        write_bytes(folder / "figures" / f"{figure.name}.png", figure.data)
+    write_bytes(folder / "trace.json", trace.encode())
+    write_bytes(folder / "report.md", render_markdown(content).encode())
+    write_bytes(folder / "report.html", render_html(content).encode())
     return folder
