@@ -87,7 +87,7 @@ class RingComm:
         *,
         timeout_s: float = 60.0,
         watch: bool = False,
-        link_delay: Callable[[int, int], float] | None = None,
+        link_delay: Callable[[int, int, int], float] | None = None,
     ) -> None:
         self.ring = list(ring)
         self.world = len(ring)
@@ -99,7 +99,7 @@ class RingComm:
         self._next_global = self._global(self.next)
         self._prev_global = self._global(self.prev)
         self.timeout_s = float(timeout_s)
-        self.link_delay = link_delay  # (src, dst) -> extra seconds for this transfer, or None
+        self.link_delay = link_delay  # (src, dst, nbytes) -> extra seconds for this transfer, or None
         self.watch = watch or link_delay is not None
         self.backend = dist.get_backend(group) if self.world > 1 else "none"
         self._watchers: dict[str, _Watcher] = {}
@@ -164,7 +164,7 @@ class RingComm:
                 transfer.events[direction] = threading.Event()
                 delay = 0.0
                 if direction == "recv" and self.link_delay is not None:
-                    delay = self.link_delay(self.prev, self.rank)
+                    delay = self.link_delay(self.prev, self.rank, transfer.nbytes)
                 self._watcher(direction).jobs.put((transfer, direction, work, delay))
         self._pending.append(transfer)
         return transfer

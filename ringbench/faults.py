@@ -114,6 +114,10 @@ class RankFaults:
     rank: int
     faults: tuple[Fault, ...] = ()
     seed: int = 0
+    # Emulated links from a topology: latency_us / bandwidth_gbps / net matrices indexed [src][dst] and the host
+    # of each rank (see Scenario.link_model), or None.
+    link_model: dict | None = None
+    ring: tuple[int, ...] = ()
     rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -136,13 +140,18 @@ class RankFaults:
         return SlowKernel(kernel, self.slowdown)
 
     def link_delay(self):
-        """(src, dst) -> extra seconds for one transfer, or None when no link fault applies."""
+        """(src, dst, nbytes) -> extra seconds for one transfer, or None when no link fault or model applies."""
         links = [f for f in self.faults if f.kind in ("slow-link", "jitter")]
-        if not links:
+        model = self.link_model
+        if not links and model is None:
             return None
 
-        def delay(src: int, dst: int) -> float:
+        def delay(src: int, dst: int, nbytes: int) -> float:
             extra = 0.0
+            if model is not None:  # latency + bytes / bandwidth, as the topology's cost model prices the hop
+                latency_us = model["latency_us"][src][dst]
+                bandwidth_gbps = model["bandwidth_gbps"][src][dst] / self._net_sharing(src, dst)
+                extra += (latency_us + nbytes / (bandwidth_gbps * 1e3)) / 1e6
             for fault in links:
                 if fault.kind == "slow-link" and (fault.src, fault.dst) == (src, dst):
                     extra += fault.ms / 1e3
@@ -151,6 +160,16 @@ class RankFaults:
             return extra
 
         return delay
+
+    def _net_sharing(self, src: int, dst: int) -> int:
+        """Ring hops that cross from src's host to dst's host at once: they share that host's network link."""
+        model = self.link_model
+        if not model["net"][src][dst] or not self.ring:
+            return 1
+        hosts, ring = model["hosts"], self.ring
+        pair = (hosts[src], hosts[dst])
+        hops = zip(ring, ring[1:] + ring[:1], strict=True)
+        return max(1, sum((hosts[a], hosts[b]) == pair for a, b in hops))
 
     def at_step(self, phase: str, step: int, iteration: int) -> None:
         """Crash or hang here if a fault says so (first timed iteration, forward)."""

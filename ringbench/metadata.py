@@ -84,13 +84,17 @@ def collect_metadata(scenario, *, run_id: str, command: str, trace: bool) -> dic
     worlds = list(scenario.world)
     device = collect_device_metadata(max(worlds))
     cases = scenario.cases()
+    topology = scenario.load_topology() if scenario.topology else None
     return {
         "run_id": run_id,
+        "world": worlds[0] if len(worlds) == 1 else worlds,
+        "topology": topology.to_dict() if topology is not None else None,
+        "emulated_links": bool(scenario.emulate_links),
         "created": datetime.now(timezone.utc).isoformat(),
         "command": command or " ".join(sys.argv),
         "scenario": scenario.to_dict(),
         "scenario_source": scenario.source,
-        "emulated": any(case.emulated for case in cases),
+        "emulated": any(case.emulated for case in cases) or bool(scenario.emulate_links),
         "faults": [parse_fault(f).spec for f in scenario.faults],
         "trace": trace,
         "torch_version": torch.__version__,

@@ -97,7 +97,7 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         "case_id": case.case_id,
         "repeat": repeat,
         **{key: value for key, value in case.axes().items() if key in CASE_COLUMNS},
-        "emulated": case.emulated,
+        "emulated": case.emulated or scenario.emulate_links,
         "faults": ";".join(scenario.faults),
         "iters": scenario.iters,
         "warmup": scenario.warmup,
@@ -127,6 +127,7 @@ def _settings(scenario: Scenario, trace: bool) -> dict:
         "faults": list(scenario.faults),
         "seed": scenario.seed,
         "trace": trace,
+        "link_model": scenario.link_model(),
     }
 
 

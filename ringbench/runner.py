@@ -94,7 +94,13 @@ def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repe
     rank, world = env.rank, env.world
     device = env.device
     dtype = DTYPES[case.dtype]
-    faults = RankFaults(rank=rank, faults=tuple(parse_fault(f) for f in settings["faults"]), seed=settings["seed"])
+    faults = RankFaults(
+        rank=rank,
+        faults=tuple(parse_fault(f) for f in settings["faults"]),
+        seed=settings["seed"],
+        link_model=settings.get("link_model"),
+        ring=tuple(case.ring),
+    )
     if progress is not None:
         progress.set_case(case_index)
     generator = torch.Generator().manual_seed(settings["seed"] + 7919 * case_index)

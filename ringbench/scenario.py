@@ -26,7 +26,10 @@ from ringbench.selfcheck import DTYPES
 
 AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel")
 INT_AXES = ("world", "seq", "heads", "head_dim", "batch")
-SETTINGS = ("backward", "iters", "warmup", "check", "timeout", "repeat", "faults", "name", "description", "seed")
+SETTINGS = (
+    "backward", "iters", "warmup", "check", "timeout", "repeat", "faults", "name", "description", "seed",
+    "topology", "emulate_links",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,6 +103,10 @@ class Scenario:
     """Fresh process groups per case (run-to-run noise for the CI gate)."""
     faults: tuple[str, ...] = ()
     seed: int = 0
+    topology: str | None = None
+    """Topology file (nvidia-smi text or YAML) describing the ranks' links: stored with the run for placement."""
+    emulate_links: bool = False
+    """Realise the topology's link costs as injected transfer delays (an emulated cluster; labelled so)."""
     source: str = field(default="<embedded default>", compare=False)
 
     def cases(self) -> list[Case]:
@@ -162,7 +169,44 @@ class Scenario:
                 check_faults(parsed, world)
             except UsageError as exc:
                 raise UsageError(where + str(exc)) from None
+        if self.emulate_links and not self.topology:
+            raise fail("emulate_links", True, "only together with topology: FILE")
+        if self.topology:
+            topology = self.load_topology()
+            for world in self.world:
+                if world != topology.world:
+                    raise fail("world", world, f"{topology.world}, the number of devices in topology {self.topology}")
         return self
+
+    def load_topology(self):
+        """The topology named by ``topology`` (relative paths are taken from the scenario file's folder)."""
+        from ringbench.topology import load_topology
+
+        path = Path(self.topology)
+        if not path.is_absolute() and not path.exists() and self.source not in ("<embedded default>", ""):
+            candidate = Path(self.source).parent / path
+            path = candidate if candidate.exists() else path
+        return load_topology(path)
+
+    def link_model(self) -> dict | None:
+        """Per-pair (latency_us, bandwidth_gbps) for emulated links, or None."""
+        if not self.emulate_links:
+            return None
+        topology = self.load_topology()
+        world = topology.world
+        from ringbench.topology import LinkKind
+
+        latency = [[0.0] * world for _ in range(world)]
+        net = [[False] * world for _ in range(world)]
+        bandwidth = [[1e12] * world for _ in range(world)]
+        for src in range(world):
+            for dst in range(world):
+                if src != dst:
+                    link = topology.link(src, dst)
+                    latency[src][dst], bandwidth[src][dst] = topology.cost_model.latency_bandwidth(link)
+                    net[src][dst] = link.kind is LinkKind.NET
+        hosts = [device.host for device in topology.devices]
+        return {"latency_us": latency, "bandwidth_gbps": bandwidth, "net": net, "hosts": hosts}
 
     def with_overrides(self, **overrides) -> Scenario:
         """CLI flags override the file: empty lists and None mean 'not given'."""

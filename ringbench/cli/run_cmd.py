@@ -118,6 +118,20 @@ def register(app: typer.Typer) -> None:
                 help="slow-rank:R:F, slow-link:S:D:MS, jitter:MS, crash:R:STEP, hang:R:STEP.", rich_help_panel=RUN_PANEL
             ),
         ] = [],  # noqa: B006
+        topology: Annotated[
+            Path | None,
+            typer.Option(
+                help="Topology file (nvidia-smi topo -m text or YAML) of the ranks.", rich_help_panel=RUN_PANEL
+            ),
+        ] = None,
+        emulate_links: Annotated[
+            bool,
+            typer.Option(
+                "--emulate-links",
+                help="Inject the topology's link costs as transfer delays.",
+                rich_help_panel=RUN_PANEL,
+            ),
+        ] = False,
         device: Annotated[
             str | None,
             typer.Option(help="cpu or cuda (default: cuda when there is a GPU per rank).", rich_help_panel=RUN_PANEL),
@@ -156,10 +170,11 @@ def register(app: typer.Typer) -> None:
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
                 layout=layout, buffer=buffer, order=order, kernel=kernel, backward=backward, iters=iters,
                 warmup=warmup, check=check, timeout=timeout, repeat=repeat, faults=fault,
+                topology=str(topology) if topology else None, emulate_links=emulate_links or None,
             ).validate()  # fmt: skip
             cases = chosen.cases()
             total = len(cases) * chosen.repeat
-            emulated = any(c.emulated for c in cases)
+            emulated = any(c.emulated for c in cases) or chosen.emulate_links
             console.print(
                 f"ringbench: scenario [bold]{chosen.name}[/] ({chosen.source}), {total} case(s)"
                 + (" — [yellow]EMULATED compute[/]" if emulated else "")
