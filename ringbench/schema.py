@@ -18,8 +18,8 @@ Events: one row per span on one rank.
 
 Exchanges: with ``sync`` the exchange of step s (s >= 1) is posted at the start of step s and waited for before
 its compute; with ``double`` the exchange posted in step s (s <= N-2) brings the block of step s+1 and is waited
-for after step s's compute. The backward has two exchanges per step: K/V (as in the forward, twice the bytes of
-nothing else) and the dK/dV accumulator, posted after step s's compute and waited for in step s+1 (double) or at
+for after step s's compute. The backward has two exchanges per step: K/V (as in the forward) and the dK/dV
+accumulator, posted after step s's compute and waited for in step s+1 (double) or at
 once (sync); the last one (step N-1) brings each rank its own fully summed accumulator. Rows of one step are in
 posting order; the dK/dV exchange moves fp32 (or fp64) accumulators.
 
