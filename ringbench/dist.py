@@ -76,6 +76,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 def init_local(rank: int, world: int, port: int, timeout_s: float, device: str | None = None) -> DistEnv:
     """Join a local process group on 127.0.0.1 (gloo on CPU, NCCL when there is a GPU per rank)."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo binds to loopback only
+    if device is None and local_gpu_count() < world:
+        device = "cpu"  # NCCL needs one GPU per rank: with fewer GPUs than ranks, run gloo on CPU
     dev = choose_device(rank, device)
     backend = backend_for(dev)
     dist.init_process_group(

@@ -76,6 +76,14 @@ def _plan_flops(plan: PairPlan, q: torch.Tensor, backward: bool) -> float:
     )
 
 
+def _record_compute(ctx: RingContext, phase: str, step: int, owner: int, plan: PairPlan, q, start: int) -> None:
+    rec = ctx.recorder
+    if rec.enabled:
+        flops = _plan_flops(plan, q, backward=phase == "bwd")
+        rec.span(phase=phase, step=step, kind="compute", start=start, end=rec.now(), src=owner, dst=ctx.rank,
+                 block=owner, pair=plan.kind, flops=flops)  # fmt: skip
+
+
 def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start: int, wait_end: int) -> None:
     rec = ctx.recorder
     if not rec.enabled:
@@ -123,19 +131,7 @@ def _compute_forward(ctx, q, kv, owner, step, acc_out, acc_lse) -> None:
         v_rows = kv[1, :, :, block.k_lo : block.k_hi]
         out, lse = ctx.kernel.forward(q_rows, k_rows, v_rows, block.mask, ctx.scale)
         merge_into(acc_out[:, :, block.q_lo : block.q_hi], acc_lse[:, :, block.q_lo : block.q_hi], out, lse)
-    if rec.enabled:
-        rec.span(
-            phase="fwd",
-            step=step,
-            kind="compute",
-            start=start,
-            end=rec.now(),
-            src=owner,
-            dst=ctx.rank,
-            block=owner,
-            pair=plan.kind,
-            flops=_plan_flops(plan, q, backward=False),
-        )
+    _record_compute(ctx, "fwd", step, owner, plan, q, start)
 
 
 def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingContext):
@@ -182,19 +178,7 @@ def _compute_backward(ctx, dout, q, out, lse, kv, owner, step, dq, dkv) -> None:
         dq[:, :, rows] += dq_b
         dkv[0, :, :, cols] += dk_b
         dkv[1, :, :, cols] += dv_b
-    if rec.enabled:
-        rec.span(
-            phase="bwd",
-            step=step,
-            kind="compute",
-            start=start,
-            end=rec.now(),
-            src=owner,
-            dst=ctx.rank,
-            block=owner,
-            pair=plan.kind,
-            flops=_plan_flops(plan, q, backward=True),
-        )
+    _record_compute(ctx, "bwd", step, owner, plan, q, start)
 
 
 def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
