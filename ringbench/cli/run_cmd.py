@@ -204,8 +204,9 @@ def register(app: typer.Typer) -> None:
             console.print(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
             if report:
                 from ringbench.report.writer import write_report
+                from ringbench.topology.placement import report_sections
 
-                report_dir = write_report(run_data, Path("reports"))
+                report_dir = write_report(run_data, Path("reports"), extra_sections=report_sections(run_data))
                 console.print(f"wrote {report_dir}/ (report.html, report.md, trace.json, figures)")
             if json_out:
                 emit_json({"run_dir": str(state.run_dir), "emulated": emulated, "cases": _json_cases(state.cases)})

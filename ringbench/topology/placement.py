@@ -1,0 +1,381 @@
+"""The placement section of a report: the run's ring hops against the topology's link classes.
+
+For each case of a run whose meta.json records a topology (``ringbench run --topology FILE``, or a probe run), the
+hops of its ring in order (position p sends to p+1), each with its link class, the cost model's price, and the
+measured transfer (`ringbench.analysis.hops`: from the block's post on both ends to its arrival, so a late sender
+is not blamed on the link). Two flags:
+
+  avoidable  the hop's link is at least as slow as a class the best ring needs fewer of: this ring has more hops at
+             this cost or worse than the recommended ring (e.g. stride:2 on two hosts: four NET hops where two do)
+  outlier    measured more than OUTLIER_FACTOR times (and OUTLIER_FLOOR_MS more than) the median of the ring's other
+             hops of the same class (of worse classes when it is alone): the link is slower than its class says
+
+The predicted ratio of communication per step against the recommended ring prices NET hops between the same two
+hosts as sharing that network link (`shared_hop_costs`), as ``--emulate-links`` realises them.
+
+and the recommended order (`recommend`). `placement_section(run)` returns (title, html, markdown) for
+`write_report(..., extra_sections=[...])`, or None when the run has no topology. Every user string is escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from html import escape
+
+import numpy as np
+import pandas as pd
+
+from ringbench.errors import UsageError
+
+TITLE = "Placement: ring hops against the topology"
+OUTLIER_FACTOR = 2.0
+OUTLIER_FLOOR_MS = 0.1
+MAX_CASES = 8
+MAX_HOP_ROWS = 32
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlacedHop:
+    position: int
+    src: int
+    dst: int
+    link_class: str
+    model_us: float
+    transfer_ms: float = math.nan
+    transfer_ms_p10: float = math.nan
+    transfer_ms_p90: float = math.nan
+    bandwidth_gbps: float = math.nan
+    share: int = 1
+    """Ring hops crossing from this hop's source host to its destination host (NET hops share that network link)."""
+    avoidable: bool = False
+    outlier_ratio: float = math.nan
+    """Measured / median of the ring's other hops on the same or better classes (NaN when not comparable)."""
+    outlier: bool = False
+    """outlier_ratio > OUTLIER_FACTOR and the excess over that median > OUTLIER_FLOOR_MS."""
+
+    @property
+    def flags(self) -> list[str]:
+        flags = []
+        if self.avoidable:
+            flags.append("avoidable class")
+        if self.outlier:
+            flags.append(f"measured outlier ×{self.outlier_ratio:.1f}")
+        return flags
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CasePlacement:
+    case_id: str
+    order: str
+    """The case's order spec (``stride:2``) as recorded."""
+    ring: tuple[int, ...]
+    step_ms: float
+    phase: str
+    """Phase whose measured transfers are shown (fwd when recorded)."""
+    hops: tuple[PlacedHop, ...]
+    worst_hop_class: str
+    worst_hop_us: float
+    predicted_speedup: float
+    """This ring's worst hop / the recommended ring's worst hop: the cost model, with NET hops between the same two
+    hosts sharing that network link's bandwidth (as `--emulate-links` realises them)."""
+    class_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def flagged(self) -> list[PlacedHop]:
+        return [hop for hop in self.hops if hop.flags]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Placement:
+    topology_text: str
+    recommended: str
+    recommended_classes: dict[str, int]
+    recommended_worst_class: str
+    recommended_worst_us: float
+    method: str
+    model: str
+    emulated_links: bool
+    cases: tuple[CasePlacement, ...]
+    notes: tuple[str, ...] = ()
+
+
+def shared_hop_costs(topology, ring) -> tuple[list[int], list[float]]:
+    """Per hop of ``ring``: how many ring hops share its network link, and its cost with that sharing (us).
+
+    NET hops that cross from the same host to the same host at once share that host's network link, so each gets
+    the bandwidth divided by their number (the rule `RankFaults` applies to emulated links); other hops are priced
+    alone.
+    """
+    from ringbench.topology.links import LinkKind
+
+    world = len(ring)
+    hosts = [device.host for device in topology.devices]
+    pairs = [(hosts[ring[p]], hosts[ring[(p + 1) % world]]) for p in range(world)] if world > 1 else []
+    shares, costs = [], []
+    for p, pair in enumerate(pairs):
+        link = topology.link(ring[p], ring[(p + 1) % world])
+        share = pairs.count(pair) if link.kind is LinkKind.NET else 1
+        latency_us, bandwidth_gbps = topology.cost_model.latency_bandwidth(link)
+        shares.append(share)
+        costs.append(latency_us + topology.cost_model.message_bytes / (bandwidth_gbps / share * 1e3))
+    return shares, costs
+
+
+def _hop_stats(events: pd.DataFrame) -> pd.DataFrame:
+    from ringbench.analysis.hops import hop_table, transfers
+
+    if events.empty or not (events["kind"] == "recv").any():
+        return pd.DataFrame()
+    return hop_table(transfers(events))
+
+
+def placement(run, hops: pd.DataFrame | None = None) -> Placement | None:
+    """The placement of every case of ``run`` (a RunData); None when its meta.json records no topology.
+
+    ``hops``: the analysis's hop table (`ringbench.analysis.hops.hop_table`), if already computed.
+    """
+    from ringbench.topology.model import Topology
+    from ringbench.topology.optimize import recommend
+
+    document = run.meta.get("topology")
+    if not document:
+        return None
+    topology = Topology.from_dict(document, "meta.json:topology")
+    world = topology.world
+    cost = topology.cost_matrix()
+    stats = _hop_stats(run.events) if hops is None else hops
+    notes: list[str] = []
+    cases_table = run.cases.drop_duplicates("case_id") if len(run.cases) else run.cases
+    rings: list[tuple[str, str, tuple[int, ...], float]] = []
+    for row in cases_table.to_dict("records"):
+        try:
+            ring = tuple(int(rank) for rank in str(row.get("ring", "")).split("-"))
+        except ValueError:
+            continue
+        if len(ring) != world or sorted(ring) != list(range(world)):
+            notes.append(f"case {row['case_id']} ran on {len(ring)} ranks; the topology has {world} devices: skipped")
+            continue
+        step = run.cases.loc[run.cases["case_id"] == row["case_id"], "step_ms"].astype(float).median()
+        rings.append((str(row["case_id"]), str(row.get("order", "")), ring, float(step)))
+    if len(rings) > MAX_CASES:
+        notes.append(f"{len(rings)} cases: the first {MAX_CASES} are shown")
+        rings = rings[:MAX_CASES]
+    best = recommend(topology, list(rings[0][2]) if rings else None)
+    best_costs = np.sort([hop.cost_us for hop in best.hops])
+    best_shared = max(shared_hop_costs(topology, best.order)[1], default=0.0)
+    tolerance = 1e-9 * max(float(cost.max()), 1e-12)
+    placed = []
+    for case_id, order, ring, step_ms in rings:
+        rows, phase = _case_rows(stats, case_id)
+        measured = {(int(r.src), int(r.dst)): r for r in rows.itertuples()} if len(rows) else {}
+        hop_costs = [float(cost[ring[p], ring[(p + 1) % world]]) for p in range(world)] if world > 1 else []
+        transfer = [
+            float(measured[(ring[p], ring[(p + 1) % world])].transfer_ms)
+            if (ring[p], ring[(p + 1) % world]) in measured
+            else math.nan
+            for p in range(len(hop_costs))
+        ]
+        shares, shared_costs = shared_hop_costs(topology, ring)
+        hops_out = []
+        for p, model_us in enumerate(hop_costs):
+            src, dst = ring[p], ring[(p + 1) % world]
+            at_least = sum(c >= model_us - tolerance for c in hop_costs)
+            needed = int(np.sum(best_costs >= model_us - tolerance))
+            same = [transfer[q] for q in range(len(hop_costs)) if q != p and abs(hop_costs[q] - model_us) <= tolerance]
+            worse = [transfer[q] for q in range(len(hop_costs)) if q != p and hop_costs[q] >= model_us - tolerance]
+            peers = [t for t in (same or worse) if math.isfinite(t)]
+            ratio, outlier = math.nan, False
+            if peers and math.isfinite(transfer[p]):
+                reference = float(np.median(peers))
+                ratio = transfer[p] / reference if reference > 0 else math.inf
+                outlier = ratio > OUTLIER_FACTOR and transfer[p] - reference > OUTLIER_FLOOR_MS
+            stat = measured.get((src, dst))
+            hops_out.append(
+                PlacedHop(
+                    position=p, src=src, dst=dst, link_class=topology.link(src, dst).label, model_us=model_us,
+                    transfer_ms=transfer[p],
+                    transfer_ms_p10=float(stat.transfer_ms_p10) if stat is not None else math.nan,
+                    transfer_ms_p90=float(stat.transfer_ms_p90) if stat is not None else math.nan,
+                    bandwidth_gbps=float(stat.bandwidth_gbps) if stat is not None else math.nan,
+                    share=shares[p], avoidable=at_least > needed,
+                    outlier_ratio=ratio, outlier=outlier,
+                )
+            )  # fmt: skip
+        worst = max(hops_out, key=lambda hop: hop.model_us) if hops_out else None
+        counts: dict[str, int] = {}
+        for hop in hops_out:
+            counts[hop.link_class] = counts.get(hop.link_class, 0) + 1
+        placed.append(
+            CasePlacement(
+                case_id=case_id, order=order, ring=ring, step_ms=step_ms, phase=phase, hops=tuple(hops_out),
+                worst_hop_class=worst.link_class if worst else "-", worst_hop_us=worst.model_us if worst else 0.0,
+                predicted_speedup=max(shared_costs) / best_shared if shared_costs and best_shared > 0 else 1.0,
+                class_counts=counts,
+            )
+        )  # fmt: skip
+    if stats is None or len(stats) == 0:
+        notes.append("no per-step transfers recorded (--no-trace or a probe run): classes and model costs only")
+    return Placement(
+        topology_text=topology.describe(),
+        recommended=best.order_arg,
+        recommended_classes=best.hop_class_counts(),
+        recommended_worst_class=best.worst_hop_class or "-",
+        recommended_worst_us=best.worst_hop_us,
+        method=best.method + ("; every order equivalent: " + best.equivalence_reason if best.all_equivalent else ""),
+        model=best.model,
+        emulated_links=bool(run.meta.get("emulated_links")),
+        cases=tuple(placed),
+        notes=tuple(notes),
+    )
+
+
+def _case_rows(stats: pd.DataFrame, case_id: str) -> tuple[pd.DataFrame, str]:
+    if stats is None or len(stats) == 0:
+        return pd.DataFrame(), "-"
+    rows = stats[stats["case_id"] == case_id]
+    if rows.empty:
+        return rows, "-"
+    if "exchange" in rows.columns and (rows["exchange"] == "kv").any():
+        rows = rows[rows["exchange"] == "kv"]  # the K/V block; the backward's dK/dV accumulator is another message
+    phase = "fwd" if (rows["phase"] == "fwd").any() else str(rows["phase"].iloc[0])
+    return rows[rows["phase"] == phase], phase
+
+
+# -- rendering -------------------------------------------------------------------------------------------------------
+
+
+def _num(value: float, fmt: str) -> str:
+    return "-" if value is None or not math.isfinite(value) else fmt.format(value)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{label}×{count}" for label, count in sorted(counts.items())) or "-"
+
+
+def _summary_lines(result: Placement) -> list[str]:
+    lines = [
+        f"Topology: {result.topology_text}"
+        + (" — link costs EMULATED (injected delays), not a real network." if result.emulated_links else "."),
+        f"Recommended ring: {result.recommended} (worst hop {result.recommended_worst_class}, "
+        f"{result.recommended_worst_us:,.0f} us per message; hop classes {_counts(result.recommended_classes)}; "
+        f"{result.method}). Launch: ringbench run --order {result.recommended}",
+    ]
+    for case in result.cases:
+        flagged = case.flagged
+        verdict = (
+            "no slow hops" if not flagged else
+            f"{len(flagged)} flagged hop{'s' * (len(flagged) != 1)}: "
+            + ", ".join(f"{hop.src}→{hop.dst} {hop.link_class} ({'; '.join(hop.flags)})" for hop in flagged[:6])
+            + (", ..." if len(flagged) > 6 else "")
+        )  # fmt: skip
+        ring = "-".join(map(str, case.ring))
+        lines.append(
+            f"{case.order or ring} (ring {ring}): step {_num(case.step_ms, '{:.2f}')} ms; hop classes "
+            f"{_counts(case.class_counts)}; worst hop {case.worst_hop_class}"
+            + (
+                f" ({max(hop.share for hop in case.hops)} NET hops share one host pair's link)"
+                if any(hop.share > 1 for hop in case.hops)
+                else ""
+            )
+            + f"; the model predicts ×{case.predicted_speedup:.2f} the recommended ring's communication per step; "
+            f"{verdict}."
+        )
+    lines.extend(result.notes)
+    return lines
+
+
+HEADERS = ("p", "hop", "class", "sharing", "model (us)", "transfer ms (median)", "p10–p90", "GB/s", "flag")
+
+
+def _hop_cells(hop: PlacedHop) -> list[str]:
+    return [
+        str(hop.position),
+        f"{hop.src}→{hop.dst}",
+        hop.link_class,
+        f"{hop.share} hops" if hop.share > 1 else "",
+        f"{hop.model_us:,.0f}",
+        _num(hop.transfer_ms, "{:.3f}"),
+        f"{_num(hop.transfer_ms_p10, '{:.3f}')}–{_num(hop.transfer_ms_p90, '{:.3f}')}",
+        _num(hop.bandwidth_gbps, "{:.3g}"),
+        "; ".join(hop.flags),
+    ]
+
+
+def _shown_hops(case: CasePlacement) -> tuple[list[PlacedHop], str]:
+    if len(case.hops) <= MAX_HOP_ROWS:
+        return list(case.hops), ""
+    flagged = case.flagged[:MAX_HOP_ROWS]
+    return flagged, f"{len(case.hops)} hops: only flagged ones are listed ({len(case.flagged)})"
+
+
+def _model_note(result: Placement) -> str:
+    return (
+        f"Model: {result.model}. The predicted ratio per case also divides a network link's bandwidth among the "
+        "NET hops between the same two hosts."
+    )
+
+
+def render_html(result: Placement) -> str:
+    parts = [
+        '<ul class="placement">' + "".join(f"<li>{escape(line)}</li>" for line in _summary_lines(result)) + "</ul>"
+    ]
+    for case in result.cases:
+        hops, note = _shown_hops(case)
+        head = "".join(f"<th>{escape(name)}</th>" for name in HEADERS)
+        body = ""
+        for hop in hops:
+            cells = "".join(f"<td>{escape(cell)}</td>" for cell in _hop_cells(hop))
+            style = ' class="flagged" style="color:#b00020;font-weight:bold"' if hop.flags else ""
+            body += f"<tr{style}>{cells}</tr>"
+        ring = "-".join(map(str, case.ring))
+        title = f"{case.order or ring}: ring {ring}, {case.phase} transfers ({case.case_id})"
+        parts.append(f"<h3>{escape(title)}</h3>")
+        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        if note:
+            parts.append(f'<p class="note">{escape(note)}</p>')
+    parts.append(f'<p class="note">{escape(_model_note(result))}</p>')
+    return "\n".join(parts)
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def render_markdown(result: Placement) -> str:
+    lines = [f"- {_md_cell(line)}" for line in _summary_lines(result)]
+    for case in result.cases:
+        hops, note = _shown_hops(case)
+        ring = "-".join(map(str, case.ring))
+        lines += ["", f"### {_md_cell(f'{case.order or ring}: ring {ring}, {case.phase} transfers ({case.case_id})')}"]
+        lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
+        for hop in hops:
+            cells = [_md_cell(cell) for cell in _hop_cells(hop)]
+            if hop.flags:
+                cells[-1] = f"**{cells[-1]}**"
+            lines.append("| " + " | ".join(cells) + " |")
+        if note:
+            lines += ["", _md_cell(note)]
+    lines += ["", _md_cell(_model_note(result))]
+    return "\n".join(lines)
+
+
+def placement_section(run, hops: pd.DataFrame | None = None) -> tuple[str, str, str] | None:
+    """(title, html, markdown) for `write_report(..., extra_sections=[...])`; None when the run has no topology.
+
+    A topology document that cannot be read gives a section saying so rather than failing the report.
+    """
+    try:
+        result = placement(run, hops)
+    except UsageError as exc:
+        line = f"The run's topology could not be read: {exc}"
+        return TITLE, f'<p class="note">{escape(line)}</p>', _md_cell(line)
+    if result is None:
+        return None
+    return TITLE, render_html(result), render_markdown(result)
+
+
+def report_sections(run) -> list[tuple[str, str, str]]:
+    """The extra sections this package adds to a report of ``run`` (empty without a topology)."""
+    section = placement_section(run)
+    return [section] if section is not None else []

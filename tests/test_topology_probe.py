@@ -1,0 +1,139 @@
+"""`ringbench probe`: a ping-pong matrix on 3 local ranks, with an emulated slow pair; bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from ringbench.cli.app import app
+from ringbench.run import new_run_id
+from ringbench.scenario import Scenario
+from ringbench.schema import SCHEMA_VERSION
+from ringbench.store import META_FILE, write_json
+from ringbench.topology.probe import ProbeSpec, format_bytes, parse_sizes, summarize
+
+DATA = Path(__file__).parent / "data" / "topology"
+SLOW_PAIR = DATA / "three_rank_slow_pair.yaml"  # 1 <-> 2: 3 ms latency, 0.05 GB/s; the other pairs NV4
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def probe_run(tmp_path_factory):
+    """One emulated probe on 3 ranks, through the CLI with --json (the slow part of this file: one launch)."""
+    out = tmp_path_factory.mktemp("probe")
+    result = invoke(
+        "probe", "--world", "3", "--sizes", "8,16KiB", "--repeats", "3", "--timeout", "30",
+        "--out", str(out), "--emulate-links", str(SLOW_PAIR), "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    return Path(document["run_dir"]), document
+
+
+def test_probe_shows_the_emulated_slow_pair(probe_run):
+    _, document = probe_run
+    latency = np.array([[np.nan if v is None else v for v in row] for row in document["latency_us"]])
+    bandwidth = np.array([[np.nan if v is None else v for v in row] for row in document["bandwidth_gbps"]])
+    slow = [(1, 2), (2, 1)]
+    fast = [(0, 1), (1, 0), (0, 2), (2, 0)]
+    # 3000 us each way on the slow pair; loopback gloo elsewhere (well under a millisecond, even on a busy runner).
+    assert min(latency[p] for p in slow) > 2500, latency
+    assert min(latency[p] for p in slow) > 3 * max(latency[p] for p in fast), latency
+    assert max(bandwidth[p] for p in slow) < min(bandwidth[p] for p in fast), bandwidth
+    assert 0.02 < bandwidth[1, 2] < 0.1, bandwidth  # the topology says 0.05 GB/s
+    assert document["world"] == 3 and document["sizes"] == [8, 16384] and document["emulated_links"]
+
+
+def test_probe_run_directory_holds_meta_table_and_heatmap(probe_run):
+    run_dir, _ = probe_run
+    meta = json.loads((run_dir / META_FILE).read_text())
+    assert meta["schema_version"] == SCHEMA_VERSION and meta["kind"] == "probe" and meta["world"] == 3
+    assert meta["probe"]["latency_us"][0][0] is None and len(meta["probe"]["rtt_us"]) == 2
+    assert meta["topology"]["source"].startswith("probe") and len(meta["topology"]["devices"]) == 3
+    assert meta["topology"]["links"][1][2]["class"] == "NV4"  # emulated classes are kept, with measured costs
+    samples = pd.read_parquet(run_dir / "probe.parquet")
+    assert set(samples.columns) >= {"src", "dst", "size_bytes", "rtt_us"}
+    assert len(samples) == 6 * 2 * 3  # ordered pairs x sizes x repeats
+    assert (run_dir / "probe_heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_recommend_reads_a_probe_run(probe_run):
+    run_dir, _ = probe_run
+    result = invoke("recommend", str(run_dir), "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert sorted(document["order"]) == [0, 1, 2] and "3 devices" in document["topology"]
+
+
+def test_recommend_reads_a_run_made_with_topology(tmp_path):
+    from ringbench.metadata import collect_metadata
+
+    scenario = Scenario(name="t", world=(4,), topology=str(DATA / "two_host_slow_net.yaml"), emulate_links=True)
+    run_dir = tmp_path / new_run_id(scenario)
+    meta = collect_metadata(scenario.validate(), run_id=run_dir.name, command="test", trace=True)
+    write_json(run_dir / META_FILE, {**meta, "schema_version": SCHEMA_VERSION})  # what `run` writes first
+    result = invoke("recommend", str(run_dir), "--current", "stride:2", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["order"] == [0, 1, 2, 3] and document["current_hop_classes"] == {"NET": 4}
+
+
+def test_summarize_and_human_output():
+    """The matrices from synthetic round trips: latency = rtt(small) / 2, bandwidth = extra bytes / extra time."""
+    spec = ProbeSpec(sizes=(8, 1_000_008), repeats=1)
+    samples = []
+    for src, dst in ((0, 1), (1, 0)):
+        samples += [(src, dst, 8, 0, 20_000), (src, dst, 1_000_008, 0, 20_000 + 1_000_000)]  # 1 MB in 1 ms
+    result = summarize([{"rank": 0, "host": "h", "backend": "gloo", "launcher": "local", "samples": samples},
+                        {"rank": 1, "host": "h", "backend": "gloo", "launcher": "local", "samples": []}],
+                       spec, 2, 0.5)  # fmt: skip
+    assert result.latency_us[0, 1] == pytest.approx(10.0) and result.bandwidth_gbps[1, 0] == pytest.approx(1.0)
+    assert result.topology().link(0, 1).latency_us == pytest.approx(10.0)
+    from ringbench.cli import probe_cmd
+    from ringbench.cli.common import console
+
+    with console.capture() as captured:
+        probe_cmd._render(result, Path("results/x"))
+    text = captured.get()
+    assert "latency, us" in text and "bandwidth, GB/s" in text and "ringbench recommend results/x" in text
+
+
+def test_sizes_parse():
+    assert parse_sizes("64KiB, 8,1MiB,8") == (8, 65536, 1048576)
+    assert parse_sizes("1kb") == (1000,) and format_bytes(65536) == "64KiB" and format_bytes(100) == "100B"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--sizes", "8,lots"], "sizes="),
+        (["--sizes", "0"], "sizes="),
+        (["--world", "1"], "world=1"),
+        (["--repeats", "0"], "repeats=0"),
+        (["--timeout", "0"], "timeout=0"),
+        (["--emulate-links", "no-such-topology.yaml"], "no-such-topology.yaml"),
+        (["--emulate-links", str(SLOW_PAIR), "--world", "4"], "world=4"),
+        (
+            ["--emulate-links", str(DATA / "perlmutter_a100_4gpu_nccl_graph_dump.xml")],
+            "perlmutter_a100_4gpu_nccl_graph_dump.xml",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, fragment):
+    assert_one_line_error(invoke("probe", *args), fragment)
