@@ -118,7 +118,8 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
     return events, row
 
 
-def _settings(scenario: Scenario, trace: bool) -> dict:
+def run_settings(scenario: Scenario, trace: bool) -> dict:
+    """What every rank needs besides its cases (plain data: it crosses process boundaries)."""
     return {
         "iters": scenario.iters,
         "warmup": scenario.warmup,
@@ -173,7 +174,7 @@ def execute(
     todo = [(i, c, r) for r in range(scenario.repeat) for i, c in enumerate(cases) if (c.case_id, r) not in done]
     total = len(cases) * scenario.repeat
     finished = total - len(todo)
-    settings = _settings(scenario, trace)
+    settings = run_settings(scenario, trace)
     by_group: dict[tuple[int, int], list[tuple[int, Case]]] = defaultdict(list)
     for index, case, repeat in todo:
         by_group[(repeat, case.world)].append((index, case))
@@ -236,7 +237,7 @@ def _execute_launched(scenario, cases, *, out, trace, command, on_case, device) 
         meta.update(schema_version=SCHEMA_VERSION, launcher=env.launcher, backend=env.backend)
         state = RunState(run_dir=run_dir, meta=meta)
         store.write_json(run_dir / store.META_FILE, meta)
-    settings = _settings(scenario, trace)
+    settings = run_settings(scenario, trace)
     total = len(mine) * scenario.repeat
     finished = 0
     for repeat in range(scenario.repeat):

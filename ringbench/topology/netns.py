@@ -213,7 +213,7 @@ def compare_orders_in_namespaces(
 
     Returns {"step_ms": {order: ms}, "cases": [case rows], "cluster": description, "block_bytes": bytes per hop}.
     """
-    from ringbench.run import _settings, summarize_case
+    from ringbench.run import run_settings, summarize_case
     from ringbench.scenario import Scenario
 
     scenario = Scenario(
@@ -222,7 +222,7 @@ def compare_orders_in_namespaces(
         check=False, timeout=min(timeout_s, 60.0),
     ).validate()  # fmt: skip
     cases = scenario.cases()
-    settings = _settings(scenario, trace=True)
+    settings = run_settings(scenario, trace=True)
     with two_host_cluster(rate=rate, burst=burst, latency=latency) as cluster:
         results = run_cases_in_namespaces(cluster, cases, settings, ranks_per_host=ranks_per_host, timeout_s=timeout_s)
         description = cluster.describe()
