@@ -147,3 +147,28 @@ def test_repeats_are_reported_and_verdict_is_reproducible(tmp_path):
     case = json.loads(first.stdout)["cases"][0]
     assert case["unit"] == "clustered" and case["repeats_baseline"] == 3 and case["n_current"] == 60
     assert first.stdout == second.stdout
+
+
+def test_fault_injected_current_pairs_with_a_clean_baseline_and_says_so(tmp_path, base):
+    # Faults are one run-level setting per side: a faulted run is a legitimate slower current, reported as such.
+    current = _run(tmp_path / "current", seed=2, median_ms=150.0, axes={"faults": "slow-rank:0:2;slow-rank:1:2"})
+    result = runner.invoke(app, ["compare", str(base), str(current), "--json"])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert document["cases"][0]["verdict"] == "regression" and document["mismatches"] == []
+    (difference,) = document["differences"]
+    assert difference.startswith("injected faults differ: none (baseline) vs 'slow-rank:0:2;slow-rank:1:2'")
+    assert "injected faults differ" in result.stderr
+
+
+def test_a_side_mixing_fault_sets_pairs_cases_by_their_faults(tmp_path):
+    steps = lognormal_steps(cv=0.02, iterations=20, seed=3)
+    cases = {"clean": ({}, steps), "slow": ({"faults": "slow-rank:1:2"}, steps * 2)}
+    base = write_synthetic_run(tmp_path / "base", cases)
+    current = write_synthetic_run(tmp_path / "current", cases)
+    result = runner.invoke(app, ["compare", str(base), str(current), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert {c["axes"]["faults"] for c in document["cases"]} == {"", "slow-rank:1:2"}
+    assert all(c["ratio"] == pytest.approx(1.0) for c in document["cases"])
+    assert "same on both sides" in document["differences"][0]

@@ -90,6 +90,8 @@ class Comparison:
     mismatches: tuple[str, ...]
     """Must-match differences that were allowed (--allow-mismatch)."""
     summary: Summary
+    differences: tuple[str, ...] = ()
+    """Differences that never stop a comparison but are always shown (injected faults, see match.py)."""
 
     @property
     def regressed(self) -> bool:
@@ -170,4 +172,5 @@ def compare(
         only_current=matching.only_current,
         mismatches=matching.mismatches,
         summary=_summary(results, log_ratios, config),
+        differences=matching.differences,
     )

@@ -10,6 +10,14 @@ sides share no world size (or no dtype) at all, which is what a wrong ``--world`
 like. A scenario that merely gained or lost a case still compares; the extra cases are listed as one-sided.
 With mismatches allowed, a field that has one value per side (e.g. bf16 vs fp16) is dropped from the matching key
 so that the otherwise-equal cases pair up.
+
+Injected faults (``run --fault``) are not must-match. They are a run-level setting (every case of a run has the
+same ``faults``), a deliberate perturbation of the code under test rather than a property of the machine, and a
+fault-injected run is the honest way to check that the gate catches a slowdown (``--fault slow-rank:R:2`` on every
+rank doubles the compute). So when each side ran under one set of faults, cases pair across differing sets and the
+difference is reported (``Matching.differences``, printed as a note), never silently. Only when a side mixes fault
+sets (a synthetic run, or a run resumed with other faults) does ``faults`` stay in the key, so that a faulted case
+pairs with the equally faulted one.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ class Matching:
     mismatches: tuple[str, ...]
     """Must-match differences (non-empty only when allowed)."""
     key_fields: tuple[str, ...]
-    """The fields cases were matched on (MATCH_FIELDS less any dropped mismatching field)."""
+    """The fields cases were matched on (MATCH_FIELDS less any dropped field)."""
+    differences: tuple[str, ...] = ()
+    """Differences that do not stop a comparison but must be shown: the injected faults of each side."""
 
 
 def _meta_value(side: SampleSet, name: str) -> object:
@@ -77,13 +87,37 @@ def _droppable(baseline: SampleSet, current: SampleSet) -> tuple[str, ...]:
     return tuple(dropped)
 
 
+def fault_sets(side: SampleSet) -> set[str]:
+    """The distinct ``faults`` values of a side's cases ("" for none)."""
+    return {str(case.axes.get("faults") or "") for case in side.cases}
+
+
+def _describe_faults(faults: set[str]) -> str:
+    return ", ".join(repr(value) if value else "none" for value in sorted(faults))
+
+
+def fault_differences(baseline: SampleSet, current: SampleSet) -> list[str]:
+    """One phrase when either side ran with injected faults, e.g. ``faults: none (baseline) vs 'slow-rank:0:2' ...``."""
+    before, after = fault_sets(baseline), fault_sets(current)
+    if not (before | after) - {""}:
+        return []
+    relation = "differ" if before != after else "are the same on both sides"
+    return [
+        f"injected faults {relation}: {_describe_faults(before)} (baseline) vs {_describe_faults(after)} (current); "
+        "the timings include them"
+    ]
+
+
 def match_cases(baseline: SampleSet, current: SampleSet, *, allow_mismatch: bool = False) -> Matching:
-    """Pair cases by their axes (plus faults); raise UsageError on must-match differences unless allowed."""
+    """Pair cases by their axes (plus faults when a side mixes fault sets); raise UsageError on must-match
+    differences unless allowed."""
     mismatches = metadata_mismatches(baseline, current)
-    fields = MATCH_FIELDS
+    dropped: tuple[str, ...] = ()
     if allow_mismatch:
         dropped = _droppable(baseline, current)
-        fields = tuple(name for name in MATCH_FIELDS if name not in dropped)
+    if len(fault_sets(baseline)) <= 1 and len(fault_sets(current)) <= 1:
+        dropped = (*dropped, "faults")  # one run-level setting per side: pair across it, report it
+    fields = tuple(name for name in MATCH_FIELDS if name not in dropped)
 
     by_key = {_key(case, fields): case for case in baseline.cases}
     pairs, only_current = [], []
@@ -114,4 +148,5 @@ def match_cases(baseline: SampleSet, current: SampleSet, *, allow_mismatch: bool
         only_current=tuple(only_current),
         mismatches=tuple(mismatches),
         key_fields=fields,
+        differences=tuple(fault_differences(baseline, current)),
     )

@@ -69,10 +69,11 @@ def summary_line(comparison: Comparison) -> str:
 
 
 def notes(comparison: Comparison) -> list[str]:
-    """Warnings a reader must see: emulated timings, allowed mismatches, one-sided cases."""
+    """Warnings a reader must see: emulated timings, injected faults, allowed mismatches, one-sided cases."""
     lines = []
     if comparison.baseline.emulated or comparison.current.emulated:
         lines.append("EMULATED compute: step times are modelled, not measured arithmetic")
+    lines += comparison.differences
     for mismatch in comparison.mismatches:
         lines.append(f"must-match metadata differs (allowed): {mismatch}")
     for side, cases in (("baseline", comparison.only_baseline), ("current", comparison.only_current)):
@@ -233,6 +234,7 @@ def comparison_document(comparison: Comparison) -> dict:
         },
         "emulated": comparison.baseline.emulated or comparison.current.emulated,
         "mismatches": list(comparison.mismatches),
+        "differences": list(comparison.differences),
         "summary": {
             "n_cases": summary.n_cases,
             "geomean_ratio": _finite(summary.geomean_ratio),

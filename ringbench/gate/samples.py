@@ -19,8 +19,9 @@ import pandas as pd
 from ringbench.schema import CASE_AXES
 from ringbench.store import RunData
 
-# A case is identified across runs by its axes plus the injected faults (never by its case_id, which a run may
-# number differently).
+# A case is identified across runs by its axes (never by its case_id, which a run may number differently). The
+# injected faults are kept with the axes; whether they take part in matching is decided in match.py (only when a
+# side mixes fault sets: they are otherwise one run-level setting per side, reported rather than matched).
 MATCH_FIELDS = (*CASE_AXES, "faults")
 
 SAMPLE_COLUMNS = ("case_id", "repeat", "iteration", "step_ms")
