@@ -51,6 +51,16 @@ class WorkerContext:
     env: DistEnv
     progress: Progress
     send: Callable[[Any], None]  # stream an item (e.g. a finished case) to the parent
+    stored: Any = None  # shared counter: items the parent has finished handling (see wait_stored)
+    timeout_s: float = 60.0
+
+    def wait_stored(self, count: int) -> None:
+        """Block until the parent has handled ``count`` items, so its storing never overlaps our timing."""
+        deadline = time.monotonic() + self.timeout_s
+        while self.stored is not None and self.stored.value < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the parent did not store result {count} within {self.timeout_s:g} s")
+            time.sleep(0.005)
 
 
 def _by_value(obj) -> bytes:
@@ -59,7 +69,7 @@ def _by_value(obj) -> bytes:
     return pickle.dumps(obj)
 
 
-def _worker(rank, world, port, fn, args, messages, progress_array, timeout_s, device):
+def _worker(rank, world, port, fn, args, messages, progress_array, stored, timeout_s, device):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         import torch
@@ -70,6 +80,8 @@ def _worker(rank, world, port, fn, args, messages, progress_array, timeout_s, de
             env=env,
             progress=Progress(progress_array, rank),
             send=lambda item: messages.put(("item", rank, _by_value(item))),
+            stored=stored,
+            timeout_s=timeout_s,
         )
         result = fn(ctx, *args)
         messages.put(("result", rank, _by_value(result)))
@@ -106,21 +118,26 @@ def launch_local(
     *,
     timeout_s: float = 60.0,
     device: str | None = None,
-    on_item: Callable[[int, Any], None] | None = None,
+    on_item: Callable[[int, Any], bool] | None = None,
     case_names: list[str] | None = None,
     grace_s: float = 3.0,
 ) -> list[Any]:
-    """Run ``fn(WorkerContext, *args)`` on ``world`` local ranks; return their results in rank order."""
+    """Run ``fn(WorkerContext, *args)`` on ``world`` local ranks; return their results in rank order.
+
+    ``on_item(rank, item)`` handles streamed items in the parent; it returns True when an item is complete (e.g.
+    every rank's part of a case has arrived and been stored), which workers can wait for with ``wait_stored``.
+    """
     if world < 1:
         raise UsageError(f"world={world!r} is not allowed; expected an integer >= 1")
     spawn = mp.get_context("spawn")
     messages = spawn.Queue()
     progress_array = spawn.Array("i", world * _SLOTS, lock=False)
+    stored = spawn.Value("i", 0)  # items whose on_item call completed (counts complete items, see on_item)
     port = free_port()
     procs = [
         spawn.Process(
             target=_worker,
-            args=(rank, world, port, fn, args, messages, progress_array, timeout_s, device),
+            args=(rank, world, port, fn, args, messages, progress_array, stored, timeout_s, device),
             name=f"ringbench-rank{rank}",
             daemon=True,
         )
@@ -140,7 +157,9 @@ def launch_local(
             if message is not None:
                 kind, rank = message[0], message[1]
                 if kind == "item" and on_item is not None:
-                    on_item(rank, pickle.loads(message[2]))
+                    if on_item(rank, pickle.loads(message[2])):
+                        with stored.get_lock():
+                            stored.value += 1
                 elif kind == "result":
                     results[rank] = pickle.loads(message[2])
                 elif kind == "error":

@@ -183,11 +183,11 @@ def execute(
         pending: dict[str, list[dict]] = defaultdict(list)
         by_id = {case.case_id: case for _, case in group_cases}
 
-        def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id) -> None:
+        def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id) -> bool:
             nonlocal finished
             pending[result["case_id"]].append(result)
             if len(pending[result["case_id"]]) < world:
-                return
+                return False
             per_rank = sorted(pending.pop(result["case_id"]), key=lambda r: r["rank"])
             case = by_id[result["case_id"]]
             events, row = summarize_case(case, per_rank, scenario, repeat)
@@ -202,6 +202,7 @@ def execute(
             finished += 1
             if on_case is not None:
                 on_case(row, finished, total)
+            return True
 
         started = time.monotonic()
         try:

@@ -177,7 +177,8 @@ def _row(iteration, phase, rank, ring, start, end) -> dict:
 
 def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: dict, repeat: int) -> int:
     """Entry point inside each local rank: run the cases, streaming each result to the parent."""
-    for index, case in cases:
+    for done, (index, case) in enumerate(cases):
+        worker_ctx.wait_stored(done)  # the parent stores the previous case before we time the next one
         result = run_case(case, env=worker_ctx.env, progress=worker_ctx.progress, settings=settings,
                           case_index=index, repeat=repeat)  # fmt: skip
         worker_ctx.send(result)
