@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +15,11 @@ from ringbench.analysis.balance import balance_cases, balance_ranks
 from ringbench.analysis.hops import hop_table, transfers
 from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
-from ringbench.analysis.stragglers import critical_path, culprits, straggler_table
-from ringbench.analysis.verdict import analyze, verdict_document, verdict_line
+from ringbench.analysis.stragglers import clock_tolerance_ns, critical_path, culprits, straggler_table
+from ringbench.analysis.verdict import analyze, verdict_document, verdict_line, verdict_lines
 from ringbench.cli.app import app
 from ringbench.simulate import SimConfig, simulate, simulate_run
-from ringbench.store import load_run
+from ringbench.store import RunData, load_run
 
 FIXTURE = Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank"
 
@@ -173,3 +174,102 @@ def test_cli_analyze_words_json_and_bad_dir(tmp_path):
     assert missing.exit_code == 2 and "not a directory" in missing.output
     not_a_run = runner.invoke(app, ["analyze", str(tmp_path)])
     assert not_a_run.exit_code == 2 and "meta.json" in not_a_run.output
+
+
+# -- real-run shapes: untraced cases, backward exchanges, collectives, clocks, one-off noise -----------------------
+def _run(events: pd.DataFrame, cases: pd.DataFrame | None = None, meta: dict | None = None) -> RunData:
+    cases = cases if cases is not None else pd.DataFrame(columns=["case_id"])
+    return RunData(path=Path("mem"), events=events.reset_index(drop=True), cases=cases, meta=meta or {})
+
+
+def test_untraced_case_says_not_traced_and_keeps_its_iteration_time():
+    events, cases = simulate(SimConfig(world=4, iterations=3, case_id="plain"))
+    only = events[events["kind"] == "iteration"]  # what `run --no-trace` records
+    analysis = analyze(_run(only, cases))
+    row = analysis.overlap_cases.iloc[0]
+    assert row["iteration_ms"] > 0 and np.isnan(row["exposed_comm_frac"]) and row["iterations"] == 3
+    lines = " | ".join(verdict_lines(analysis))
+    assert "Not traced" in lines and "Straggler" not in lines
+    doc = verdict_document(analysis)
+    assert doc["straggler_kind"] is None and doc["cases"][0]["traced"] is False
+    json.dumps(doc, allow_nan=False)
+    mixed = pd.concat([only, simulate(SimConfig(world=4, iterations=3, case_id="traced"))[0]])
+    assert set(analyze(_run(mixed)).overlap_cases["case_id"]) == {"plain", "traced"}
+
+
+def test_zero_transfer_times_raise_no_warning():
+    events, _ = simulate(SimConfig(world=4, iterations=3, link_ms=0.0, backward=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        table = straggler_table(events)
+    assert not table["flagged"].any()
+
+
+def _with_dkv_exchanges(events: pd.DataFrame) -> pd.DataFrame:
+    """The engine's backward shape on a simulated record: after each step's compute, a dK/dV exchange follows
+    the K/V one (same hop, same step label, posted after the compute; here it takes as long as the K/V one)."""
+    bwd = events[(events["phase"] == "bwd") & events["kind"].isin(["send", "recv", "wait"])].copy()
+    comp = events[(events["phase"] == "bwd") & (events["kind"] == "compute")]
+    keys = ["iteration", "step", "rank"]
+    end = comp.set_index(keys)["end_ns"]
+    dkv = bwd.copy()
+    dkv["rank_of_row"] = np.where(dkv["kind"] == "send", dkv["src"], dkv["dst"])
+    post = end.reindex(pd.MultiIndex.from_frame(dkv[["iteration", "step", "rank_of_row"]])).to_numpy()
+    post = np.where(np.isnan(post), dkv["end_ns"], post).astype("int64")
+    length = dkv["end_ns"] - dkv["start_ns"]
+    dkv["start_ns"] = np.maximum(post, dkv["end_ns"].to_numpy()) + 1000
+    dkv["end_ns"] = dkv["start_ns"] + length
+    return pd.concat([events, dkv.drop(columns="rank_of_row")], ignore_index=True)
+
+
+def test_backward_dkv_exchanges_are_their_own_hops_and_the_slow_link_is_still_named():
+    cfg = SimConfig(world=4, iterations=5, jitter=0.03, slow_link=(1, 2), slow_link_extra_ms=0.8, seed=3)
+    events = _with_dkv_exchanges(simulate(cfg)[0])
+    xfers = transfers(events)
+    assert set(xfers.loc[xfers["phase"] == "fwd", "exchange"]) == {"kv"}
+    per_step = xfers[xfers["phase"] == "bwd"].groupby(["iteration", "step", "src", "dst"])["exchange"].agg(sorted)
+    assert all(tuple(kinds) == ("dkv", "kv") for kinds in per_step)
+    hops = hop_table(xfers)
+    assert set(zip(hops["phase"], hops["exchange"], strict=True)) == {("fwd", "kv"), ("bwd", "kv"), ("bwd", "dkv")}
+    row = culprits(straggler_table(events, xfers)).iloc[0]
+    assert (row["straggler_kind"], row["slow_hop_src"], row["slow_hop_dst"]) == ("link", 1, 2)
+
+
+def test_allgather_collectives_are_exposed_comm_and_no_hop():
+    events, cases = simulate(SimConfig(world=4, iterations=3, buffer="sync", backward=False, case_id="ag"))
+    spans = events[~events["kind"].isin(["send", "recv", "wait"])]
+    first = spans[spans["kind"] == "compute"].groupby(["iteration", "rank"])["start_ns"].min().reset_index()
+    coll = first.assign(
+        case_id="ag", repeat=0, phase="fwd", ring_position=first["rank"], step=0, kind="collective",
+        start_ns=first["start_ns"] - 2_000_000 + first["rank"] * 100_000, end_ns=first["start_ns"], src=-1,
+        dst=first["rank"], bytes=1 << 20, block=-1, pair="", flops=0.0,
+    )  # fmt: skip
+    analysis = analyze(_run(pd.concat([spans, coll[spans.columns]]), cases))
+    assert analysis.transfers.empty and analysis.hops.empty
+    assert analysis.overlap_cases.iloc[0]["exposed_ms"] > 0
+    path = analysis.critical_path
+    assert (path["resource"] != "link").all() and (path.groupby("iteration")["ms"].sum() > 0).all()
+    assert analysis.culprits.iloc[0]["straggler_kind"] is None
+
+
+def test_clock_tolerance_comes_from_the_metadata_and_disagreeing_clocks_blame_no_link():
+    assert clock_tolerance_ns({"ranks": {"8": {"clock_residual_ns": 150_000}}}) == 300_000
+    assert clock_tolerance_ns({}) == 20_000
+    cfg = SimConfig(world=4, iterations=4, jitter=0.02, slow_link=(2, 3), slow_link_extra_ms=1.0, backward=False)
+    events, cases = simulate(cfg)
+    assert culprits(straggler_table(events)).iloc[0]["straggler_kind"] == "link"
+    skewed = events.copy()
+    late = skewed["rank"] == 3  # rank 3's clock runs 5 ms behind: its blocks seem to arrive before they were sent
+    skewed.loc[late, ["start_ns", "end_ns"]] -= 5_000_000
+    analysis = analyze(_run(skewed, cases))
+    assert analysis.culprits.iloc[0]["clock_violations"] > 0.05
+    assert analysis.culprits.iloc[0]["straggler_kind"] != "link"
+    assert any(line.startswith("Clocks disagree") for line in verdict_lines(analysis))
+
+
+def test_one_slow_iteration_is_not_a_straggler():
+    events, _ = simulate(SimConfig(world=8, iterations=6, jitter=0.03, backward=False, seed=4))
+    spike = (events["kind"] == "compute") & (events["rank"] == 2) & (events["iteration"] == 3)
+    events.loc[spike, "end_ns"] += 3 * (events.loc[spike, "end_ns"] - events.loc[spike, "start_ns"])
+    row = culprits(straggler_table(events)).iloc[0]
+    assert row["straggler_kind"] is None

@@ -112,3 +112,24 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert console == []
     assert "images=6 broken=0" in done.stdout
     assert "Straggler: rank 2 (compute)" in done.stdout and 'id="verdict"' in done.stdout
+
+
+REAL = Path(__file__).parent / "data" / "analysis" / "real_w8_slow_link"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_report_of_a_real_emulated_run_renders_and_is_labelled(tmp_path):
+    folder = write_report(load_run(REAL), tmp_path / "reports")
+    html = (folder / "report.html").read_text()
+    assert "EMULATED compute" in html and "injected faults: slow-link:2:3:1.92" in html
+    assert "Slow hop: 2 -&gt; 3 (link)" in html and "no rank blamed" in html
+    page = tmp_path / "page.html"
+    page.write_text(html.replace("</body>", CHECK + "</body>"))
+    command = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom", page.as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "images=6 broken=0" in done.stdout and "EMULATED compute" in done.stdout

@@ -12,6 +12,12 @@ Blaming the link for the whole recv span (``recv_ms``) is the classic mistake: b
 downstream link looks slow. Sends and recvs of one exchange share (case, repeat, iteration, phase, step, src, dst);
 when a step carries several exchanges (the backward's K/V and dK/dV), the k-th send matches the k-th recv in
 posting order (``ordinal``), and the k-th wait of the receiver too.
+
+``exchange`` names what moved: ``kv`` (the K/V block) or, in the backward, ``dkv`` (the dK/dV accumulator). The
+engine posts K/V before a step's compute and dK/dV after it, and labels both with the posting step, so the last
+exchange of a backward step is always dK/dV (sync or double; at step N-1 (double) or 0 (sync) it is the only
+one). Hop statistics are kept per exchange: the two differ in bytes (bf16 blocks, fp32 accumulators) and in
+what they wait for. ``collective`` rows (the all-gather baseline) are not hops and have no transfer rows.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import pandas as pd
 
 STEP_KEYS = ["case_id", "repeat", "iteration", "phase", "step"]
 LINK_KEYS = [*STEP_KEYS, "src", "dst", "ordinal"]
+EXCHANGES = ("kv", "dkv")
 
 TRANSFER_COLUMNS = [
     *LINK_KEYS,
+    "exchange",
     "bytes",
     "send_start_ns",
     "send_end_ns",
@@ -40,6 +48,7 @@ TRANSFER_COLUMNS = [
 HOP_COLUMNS = [
     "case_id",
     "phase",
+    "exchange",
     "src",
     "dst",
     "transfers",
@@ -81,15 +90,25 @@ def transfers(events: pd.DataFrame) -> pd.DataFrame:
     out["transfer_ms"] = np.clip((out["recv_end_ns"].to_numpy(dtype=float) - start) / 1e6, 0.0, None)
     out["upstream_wait_ms"] = np.clip(np.nan_to_num(send_start - recv_start) / 1e6, 0.0, None)
     out["wait_ms"] = ((out["wait_end_ns"] - out["wait_start_ns"]) / 1e6).fillna(0.0)
+    out["exchange"] = exchange_kind(out)
     return out[TRANSFER_COLUMNS].reset_index(drop=True)
 
 
+def exchange_kind(rows: pd.DataFrame) -> np.ndarray:
+    """``kv`` or ``dkv`` per transfer row: in the backward the last exchange posted in a step is dK/dV."""
+    if rows.empty:
+        return np.array([], dtype=object)
+    last = rows.groupby([*STEP_KEYS, "src", "dst"], observed=True, sort=False)["ordinal"].transform("max")
+    is_dkv = (rows["phase"].to_numpy() == "bwd") & (rows["ordinal"].to_numpy() == last.to_numpy())
+    return np.where(is_dkv, "dkv", "kv").astype(object)
+
+
 def hop_table(xfers: pd.DataFrame) -> pd.DataFrame:
-    """Per (case, phase, src -> dst): medians of the naive recv time, the upstream wait and the transfer itself,
-    with the transfer's p10/p90 and the achieved bandwidth (median bytes / median transfer time, GB/s)."""
+    """Per (case, phase, exchange, src -> dst): medians of the naive recv time, the upstream wait and the transfer
+    itself, with the transfer's p10/p90 and the achieved bandwidth (median bytes / median transfer time, GB/s)."""
     if xfers.empty:
         return pd.DataFrame(columns=HOP_COLUMNS)
-    keys = ["case_id", "phase", "src", "dst"]
+    keys = ["case_id", "phase", "exchange", "src", "dst"]
     grouped = xfers.groupby(keys, observed=True, sort=True)
     out = grouped.agg(
         transfers=("transfer_ms", "size"),
@@ -107,11 +126,13 @@ def hop_table(xfers: pd.DataFrame) -> pd.DataFrame:
 
 
 def hop_matrix(hops: pd.DataFrame, case_id: str, phase: str = "fwd", value: str = "transfer_ms") -> pd.DataFrame:
-    """src x dst matrix of one hop statistic for one case and phase (NaN where the ring has no hop)."""
+    """src x dst matrix of one hop statistic for one case and phase, K/V exchanges (NaN where the ring has no hop)."""
     rows = hops[(hops["case_id"] == case_id) & (hops["phase"] == phase)]
     if rows.empty:
         rows = hops[hops["case_id"] == case_id]
         rows = rows[rows["phase"] == rows["phase"].iloc[0]] if not rows.empty else rows
+    if "exchange" in rows and (rows["exchange"] == "kv").any():
+        rows = rows[rows["exchange"] == "kv"]
     ranks = sorted(set(rows["src"]) | set(rows["dst"]))
     matrix = rows.pivot_table(index="src", columns="dst", values=value, aggfunc="median", observed=True)
     return matrix.reindex(index=ranks, columns=ranks)

@@ -12,6 +12,9 @@ all-gather baseline) blocks the rank: it counts as comm and as exposed.
 
 The exposed-communication share of an iteration is the mean over ranks of the exposed ms divided by the
 iteration's wall time (first span to last span across ranks); a case reports its median over iterations.
+
+A case recorded without spans (``run --no-trace``: iteration rows only) keeps its iteration time and has NaN for
+every communication figure ("not traced"), never a made-up zero.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ def _buffers(cases: pd.DataFrame | None) -> pd.Series:
 def overlap_cases(events: pd.DataFrame, steps: pd.DataFrame, cases: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per case: medians per iteration of the totals (mean over ranks), overlap efficiency, exposed share."""
     iter_keys = ["case_id", "repeat", "iteration"]
+    if steps.empty:
+        return _untraced_cases(events, cases, iter_keys)
     timed = events[events["kind"] != "send"]  # a send completes on the receiver's clock; it may run past the end
     wall = timed.groupby(iter_keys, observed=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
     wall_ms = (wall["last"] - wall["first"]) / 1e6
@@ -83,10 +88,24 @@ def overlap_cases(events: pd.DataFrame, steps: pd.DataFrame, cases: pd.DataFrame
     totals = grouped[["comm_ms", "hidden_ms"]].sum()
     out["overlap_efficiency"] = totals["hidden_ms"] / totals["comm_ms"].where(totals["comm_ms"] > 0)
     out["exposed_comm_frac"] = out.pop("frac")
-    q = grouped["frac"].quantile([0.1, 0.9]).unstack()
-    out["exposed_comm_frac_p10"], out["exposed_comm_frac_p90"] = q[0.1], q[0.9]
+    out["exposed_comm_frac_p10"] = grouped["frac"].quantile(0.1)
+    out["exposed_comm_frac_p90"] = grouped["frac"].quantile(0.9)
     out["buffer"] = _buffers(cases).reindex(out.index).fillna("?").to_numpy()
-    return out.reset_index()[OVERLAP_CASE_COLUMNS]
+    untraced = _untraced_cases(events[~events["case_id"].isin(out.index)], cases, iter_keys)
+    out = out.reset_index()[OVERLAP_CASE_COLUMNS]
+    return pd.concat([out, untraced], ignore_index=True) if len(untraced) else out
+
+
+def _untraced_cases(events: pd.DataFrame, cases: pd.DataFrame | None, iter_keys: list[str]) -> pd.DataFrame:
+    """Cases with iteration rows but no spans: their median iteration time, NaN for what was not traced."""
+    rows = events[events["kind"] == "iteration"]
+    if rows.empty:
+        return pd.DataFrame(columns=OVERLAP_CASE_COLUMNS)
+    wall = rows.groupby(iter_keys, observed=True).agg(first=("start_ns", "min"), last=("end_ns", "max"))
+    wall_ms = ((wall["last"] - wall["first"]) / 1e6).groupby(level="case_id", observed=True)
+    out = pd.DataFrame({"iteration_ms": wall_ms.median(), "iterations": wall_ms.size()})
+    out["buffer"] = _buffers(cases).reindex(out.index).fillna("?").to_numpy()
+    return out.reset_index().reindex(columns=OVERLAP_CASE_COLUMNS)
 
 
 def overlap_by_buffer(per_case: pd.DataFrame) -> pd.DataFrame:

@@ -13,15 +13,40 @@ the rank that finished the iteration last, at cursor (rank r, time t) take the l
 Gaps between spans and wait tails after the completion stamp are ``other``. Each move goes back at least one span,
 so the walk loops over ring steps (vectorised over iterations), never over events.
 
+A ``collective`` span (the all-gather baseline) ends when the last rank joined it: the walk continues on the rank
+that posted it last (its time before that is ``other``); a collective is not a hop, so no link is named there.
+
 Verdict. Per rank, compute time per unit of work (ms per GFLOP from the ``flops`` column, so that the mask plan's
-uneven work is not mistaken for slowness); per link, transfer time per MB. Each is compared with the median of its
-peers (the other ranks, the other links) after taking medians over iterations, so one noisy span cannot raise an
-alarm: flagged when ratio >= 1 + margin. The cost of a flagged resource to the ring, per iteration, is the time it
-spends on the critical path times (1 - 1/ratio): what the path would shrink by at its peers' speed. The culprit of
-a case is the flagged resource with the largest cost (a slow link hidden behind compute costs ~0 but is still named).
+uneven work is not mistaken for slowness); per link, transfer time per MB, kept apart per phase and exchange (the
+backward's K/V and dK/dV, see hops.py). Measured spans only ever get longer than the work needs (a descheduled
+thread, a late wake-up), so each resource's figure per iteration is a low quantile (``UNIT_QUANTILE``) of its
+spans, and its unit time the median of that over iterations. Each is compared with the median of its peers (the
+other ranks, the other links of the same phase and exchange): ``ratio = own / peers``. An alarm needs all of
+
+  ratio >= 1 + margin                                    (RANK_MARGIN, LINK_MARGIN)
+  consistency >= CONSISTENCY                              the share of iterations in which the resource alone
+                                                          is that much slower than its peers in that iteration
+  extra_ms >= MIN_EXTRA_SHARE of the iteration            its extra time per iteration: ranks, compute ms per
+                                                          iteration x (1 - 1/ratio); links, excess x transfers
+  links: excess >= LINK_MIN_EXCESS of a step's compute    excess = (own - peers) per transfer, in ms
+
+so that a tiny, noisy run says nothing rather than something random. Hops are judged in rings of >= 3 ranks only
+(``LINK_MIN_PEERS``): with 2 ranks the only other hop is the reverse direction of the same pair. A flagged rank takes precedence over the
+links into and out of it (a slow rank's late posts and late stamps make its links look slow, never the reverse).
+The thresholds were tuned on real 8-rank gloo runs on 2 CPU cores, where a healthy hop's low-quantile transfer
+time varies by up to ~12% of a step's compute from hop to hop (benchmarks/detection_real.py). The cost of a flagged resource to the ring,
+per iteration, is the time it spends on the critical path times (1 - 1/ratio): what the path would shrink by at
+its peers' speed. The culprit of a case is the flagged resource with the largest cost (a slow link hidden behind
+compute costs ~0 but is still named: its excess is real, only hidden).
+
+Clock check. A block cannot be in hand before its sender posted it; when more than ``CLOCK_VIOLATION_SHARE`` of
+a case's transfers complete earlier than that (by more than the clock tolerance), the ranks' clocks disagree and
+link figures are meaningless: no link is flagged in that case and ``clock_violations`` says why.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -45,6 +70,8 @@ STRAGGLER_COLUMNS = [
     "cost_ms",
     "cost_ms_p10",
     "cost_ms_p90",
+    "consistency",
+    "extra_ms",
     "flagged",
 ]
 CULPRIT_COLUMNS = [
@@ -63,9 +90,17 @@ CULPRIT_COLUMNS = [
     "worst_hop_src",
     "worst_hop_dst",
     "worst_hop_ratio",
+    "clock_violations",
 ]
 RANK_MARGIN = 0.25  # a compute straggler is >= 25% slower per FLOP than the median of the other ranks
 LINK_MARGIN = 0.20  # a slow link is >= 20% slower per byte than the median of the other links
+UNIT_QUANTILE = 0.25  # per iteration, a resource's unit time is this quantile of its spans (noise only adds time)
+CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at least this share of iterations
+MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
+LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
+LINK_MIN_PEERS = 2  # a hop is judged against the median of at least two other hops (rings of >= 3 ranks)
+CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they were sent: clocks disagree
+DEFAULT_TOL_NS = 20_000
 _TIME_BITS = 40  # sort key = (group-rank << 40) | time in ns since the iteration began (~18 min of headroom)
 
 
@@ -135,6 +170,29 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
                 "next_t": np.minimum(next_t, link_end).astype(np.int64),
             }
         )
+    coll = events.loc[events["kind"] == "collective", [*STEP_KEYS, "rank", "start_ns", "end_ns"]]
+    if len(coll):
+        # A collective ends when the last rank joined: continue on that rank at its post (upstream) if it is not us.
+        last = coll.groupby(STEP_KEYS, observed=True)["start_ns"].transform("max").to_numpy(np.int64)
+        joiner = coll.sort_values("start_ns").groupby(STEP_KEYS, observed=True)["rank"].transform("last")
+        own = coll["rank"].to_numpy(np.int64)
+        cs = coll["start_ns"].to_numpy(np.int64)
+        late = last > cs + tol_ns
+        parts.append(
+            {
+                "g": group_of(coll),
+                "rank": own,
+                "start": cs,
+                "end": coll["end_ns"].to_numpy(np.int64),
+                "kind": np.full(len(coll), 2, np.int8),
+                "link_src": np.full(len(coll), -1),
+                "link_dst": np.full(len(coll), -1),
+                "link_ms": np.zeros(len(coll)),
+                "link_end": coll["end_ns"].to_numpy(np.int64),
+                "next_rank": np.where(late, joiner.reindex(coll.index).to_numpy(np.int64), own),
+                "next_t": np.where(late, last, cs),
+            }
+        )
     el = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     base = origin.to_numpy(np.int64)[el["g"]]
     for key in ("start", "end", "link_end", "next_t"):
@@ -145,15 +203,18 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
     return {key: value[order] for key, value in el.items()}
 
 
-def critical_path(events: pd.DataFrame, xfers: pd.DataFrame | None = None, tol_ns: int = 20_000) -> pd.DataFrame:
+def critical_path(
+    events: pd.DataFrame, xfers: pd.DataFrame | None = None, tol_ns: int = DEFAULT_TOL_NS
+) -> pd.DataFrame:
     """Per iteration, the ms of the critical path spent on each rank's compute, on each link, and elsewhere.
 
-    ``tol_ns`` absorbs clock-alignment residue between ranks. Dense: every rank and link of the case appears in
-    every iteration (0 ms when off the path); ``path_ms`` is the iteration's length from its first span.
+    ``tol_ns`` absorbs clock-alignment residue between ranks (``clock_tolerance_ns(meta)`` reads the run's).
+    Dense: every rank and link of the case appears in every iteration (0 ms when off the path); ``path_ms`` is the
+    iteration's length from its first span.
     """
     if xfers is None:
         xfers = transfers(events)
-    steps = events[events["kind"].isin(["compute", "wait"])]
+    steps = events[events["kind"].isin(["compute", "wait", "collective"])]
     if steps.empty:
         return pd.DataFrame(columns=CRITICAL_PATH_COLUMNS)
     origin = events.groupby(GROUP_KEYS, observed=True, sort=True)["start_ns"].min()
@@ -221,45 +282,121 @@ def _dense_path(events, xfers, origin, walk_g, path_ns, contributions) -> pd.Dat
     return out.astype({"rank": "int64", "src": "int64", "dst": "int64"})[CRITICAL_PATH_COLUMNS].reset_index(drop=True)
 
 
-def _peer_ratio(table: pd.DataFrame, value: str) -> pd.Series:
-    """value / median of the same value over the *other* members of its (case, phase) group."""
-    ratio = pd.Series(np.nan, index=table.index)
-    for _, group in table.groupby(["case_id", "phase"], observed=True):
-        values = group[value].to_numpy(float)
-        if len(values) < 2:
-            continue
-        peers = np.array([np.nanmedian(np.delete(values, i)) for i in range(len(values))])
-        ratio.loc[group.index] = np.where(peers > 0, values / peers, np.nan)
-    return ratio
+def _leave_one_out_median(values: np.ndarray) -> np.ndarray:
+    """Per column of a (rows, members) array: the median over the *other* members of the row (NaN-aware).
+
+    Exact for up to 32 members; beyond that one member barely moves the median, so the whole row's is used.
+    """
+    members = values.shape[1]
+    if members < 2:
+        return np.full(values.shape, np.nan)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN is the answer
+        if members > 32:
+            return np.repeat(np.nanmedian(values, axis=1, keepdims=True), members, axis=1)
+        return np.stack([np.nanmedian(np.delete(values, i, axis=1), axis=1) for i in range(members)], axis=1)
+
+
+def _ratio(values, peers) -> np.ndarray:
+    values, peers = np.asarray(values, float), np.asarray(peers, float)
+    out = np.full(values.shape, np.nan)
+    np.divide(values, peers, out=out, where=peers > 0)
+    return out
+
+
+def _compare(
+    spans: pd.DataFrame, group: list[str], members: list[str], margin: float, min_peers: int = 1
+) -> pd.DataFrame:
+    """Per (group, member): unit time (median over iterations of the per-iteration low quantile of its spans),
+    the peers' median, the ratio, and the share of iterations in which it alone was >= 1 + margin slower.
+    With fewer than ``min_peers`` other members there is no baseline: ratio and consistency are NaN."""
+    columns = [*group, *members, "unit_time", "peer_unit_time", "ratio", "consistency"]
+    if spans.empty:
+        return pd.DataFrame(columns=columns)
+    spans = spans.astype({"unit_time": float})
+    iter_keys = [*group, "repeat", "iteration"]
+    per_iter = spans.groupby([*iter_keys, *members], observed=True)["unit_time"].quantile(UNIT_QUANTILE)
+    overall = per_iter.groupby(level=[*group, *members], observed=True).median()
+    frames = []
+    for key, block in overall.groupby(level=group, observed=True, sort=False):
+        wide = block.reset_index(level=group, drop=True)
+        values = wide.to_numpy(float)[None, :]
+        peers = _leave_one_out_median(values)[0]
+        frame = wide.reset_index()
+        frame["peer_unit_time"] = peers
+        frame["ratio"] = _ratio(wide.to_numpy(float), peers) if len(wide) > min_peers else np.nan
+        key = key if isinstance(key, tuple) else (key,)
+        for name, value in zip(group, key, strict=True):
+            frame[name] = value
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    out = pd.concat(frames, ignore_index=True)
+    # Consistency: per iteration, the member against its peers of the same iteration.
+    wide = per_iter.unstack(members)
+    values = wide.to_numpy(float)
+    groups = wide.index.droplevel(["repeat", "iteration"])
+    slower = np.zeros(values.shape, bool)
+    for key in groups.unique():
+        rows = np.asarray(groups == key)
+        block = values[rows]
+        slower[rows] = _ratio(block, _leave_one_out_median(block)) >= 1.0 + margin
+    observed = ~np.isnan(values)
+    hits = pd.DataFrame(slower & observed, index=wide.index, columns=wide.columns).groupby(level=group).sum()
+    seen = pd.DataFrame(observed, index=wide.index, columns=wide.columns).groupby(level=group).sum()
+    share = (hits / seen.where(seen > 0)).stack(list(range(len(members))), future_stack=True).rename("consistency")
+    return out.merge(share.reset_index(), on=[*group, *members], how="left")
 
 
 def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame) -> pd.DataFrame:
-    """Per case and resource: median unit time (compute ms/GFLOP, transfer ms/MB) and its ratio to the peers."""
-    comp = events.loc[events["kind"] == "compute", ["case_id", "phase", "rank", "start_ns", "end_ns", "flops"]]
+    """Per case, phase (and exchange) and resource: unit time (compute ms/GFLOP, transfer ms/MB), the peers'
+    median, ratio, consistency; links also carry their median MB and transfers per iteration."""
+    comp = events.loc[events["kind"] == "compute", ["case_id", "repeat", "iteration", "phase", "rank", "start_ns",
+                                                    "end_ns", "flops"]]  # fmt: skip
     work = comp["flops"].where(comp["flops"] > 0) / 1e9
-    comp = comp.assign(unit_time=((comp["end_ns"] - comp["start_ns"]) / 1e6 / work.fillna(1.0)))
-    comp = comp.assign(unit=np.where(work.notna(), "ms/GFLOP", "ms"))
-    ranks = comp.groupby(["case_id", "phase", "rank"], observed=True, as_index=False).agg(
-        unit_time=("unit_time", "median"), unit=("unit", "first")
-    )
+    comp = comp.assign(unit_time=((comp["end_ns"] - comp["start_ns"]) / 1e6 / work.fillna(1.0)), exchange="")
+    ranks = _compare(comp, ["case_id", "phase", "exchange"], ["rank"], RANK_MARGIN)
+    unit = comp.assign(unit=np.where(work.notna(), "ms/GFLOP", "ms")).groupby("case_id")["unit"].first()
+    ranks["unit"] = unit.reindex(ranks["case_id"]).to_numpy()
+    ranks["mb"] = np.nan
+    ranks["per_iteration"] = np.nan
     size = xfers["bytes"].where(xfers["bytes"] > 0) / 1e6
-    links = xfers.assign(unit_time=xfers["transfer_ms"] / size.fillna(1.0), unit=np.where(size.notna(), "ms/MB", "ms"))
-    links = links.groupby(["case_id", "phase", "src", "dst"], observed=True, as_index=False).agg(
-        unit_time=("unit_time", "median"), unit=("unit", "first")
-    )
-    frames = []
-    for resource, table, keys in (("rank", ranks, ["rank"]), ("link", links, ["src", "dst"])):
-        table = table.assign(ratio=_peer_ratio(table, "unit_time"))
-        table["peer_unit_time"] = table["unit_time"] / table["ratio"]
-        # Phases (fwd, bwd) differ in speed for every rank alike; combine their ratios after normalising.
-        agg = table.groupby(["case_id", *keys], observed=True, as_index=False).agg(
-            unit=("unit", "first"),
-            unit_time=("unit_time", "median"),
-            peer_unit_time=("peer_unit_time", "median"),
-            ratio=("ratio", "mean"),
+    moved = xfers.assign(unit_time=xfers["transfer_ms"] / size.fillna(1.0), mb=size)
+    # Two ranks have two hops, both directions between the same pair: one other hop is no baseline.
+    links = _compare(moved, ["case_id", "phase", "exchange"], ["src", "dst"], LINK_MARGIN, min_peers=LINK_MIN_PEERS)
+    hop_keys = ["case_id", "phase", "exchange", "src", "dst"]
+    if len(links):
+        stats = moved.groupby(hop_keys, observed=True).agg(mb=("mb", "median"), n=("mb", "size"))
+        iters = moved.groupby(["case_id"], observed=True)[["repeat", "iteration"]].apply(
+            lambda f: len(f.drop_duplicates())
         )
-        frames.append(agg.assign(resource=resource))
-    return pd.concat(frames, ignore_index=True)
+        stats["per_iteration"] = stats["n"] / iters.reindex(stats.index.get_level_values("case_id")).to_numpy()
+        links = links.merge(stats.drop(columns="n").reset_index(), on=hop_keys, how="left")
+        links["unit"] = np.where(links["mb"].notna(), "ms/MB", "ms")
+    else:
+        links = links.assign(unit="ms/MB", mb=np.nan, per_iteration=np.nan)
+    return pd.concat([ranks.assign(resource="rank"), links.assign(resource="link")], ignore_index=True)
+
+
+def clock_violations(xfers: pd.DataFrame, tol_ns: int = DEFAULT_TOL_NS) -> pd.Series:
+    """Per case: the share of transfers whose block was in hand before its sender posted it (clocks disagree)."""
+    if xfers.empty:
+        return pd.Series(dtype=float)
+    early = (xfers["send_start_ns"] - xfers["recv_end_ns"]) > tol_ns  # NaN sends compare False
+    return early.groupby(xfers["case_id"], observed=True).mean()
+
+
+def clock_tolerance_ns(meta: dict | None) -> int:
+    """Twice the run's stored clock-alignment residual (``meta["ranks"][world]["clock_residual_ns"]``), and at
+    least DEFAULT_TOL_NS."""
+    residual = 0
+    for info in ((meta or {}).get("ranks") or {}).values():
+        if isinstance(info, dict):
+            try:
+                residual = max(residual, int(info.get("clock_residual_ns") or 0))
+            except (TypeError, ValueError):
+                continue
+    return max(DEFAULT_TOL_NS, 2 * residual)
 
 
 def straggler_table(
@@ -269,33 +406,68 @@ def straggler_table(
     *,
     rank_margin: float = RANK_MARGIN,
     link_margin: float = LINK_MARGIN,
+    tol_ns: int = DEFAULT_TOL_NS,
 ) -> pd.DataFrame:
-    """Per case, every rank and link: unit time against its peers, critical-path time and share, cost, flag."""
+    """Per case, every rank and link: unit time against its peers, critical-path time and share, cost, flag.
+
+    A resource measured in several phases / exchanges is judged in each; the row shown is the one where it
+    looked worst (flagged first, then highest ratio).
+    """
     if xfers is None:
         xfers = transfers(events)
     if path is None:
-        path = critical_path(events, xfers)
+        path = critical_path(events, xfers, tol_ns)
     units = _unit_times(events, xfers)
-    units[["rank", "src", "dst"]] = units[["rank", "src", "dst"]].fillna(-1).astype("int64")
     if path.empty or units.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
+    units[["rank", "src", "dst"]] = units[["rank", "src", "dst"]].fillna(-1).astype("int64")
     keys = ["case_id", "resource", "rank", "src", "dst"]
-    per_iter = path[path["resource"] != "other"].merge(units[[*keys, "ratio"]], on=keys, how="left")
-    excess = (1.0 - 1.0 / per_iter["ratio"]).clip(lower=0.0).fillna(0.0)
-    per_iter = per_iter.assign(cost=per_iter["ms"] * excess, share=per_iter["ms"] / per_iter["path_ms"])
+    comp = events[events["kind"] == "compute"]
+    step_ms = ((comp["end_ns"] - comp["start_ns"]) / 1e6).groupby([comp["case_id"], comp["phase"]]).median()
+    iter_ms = path.drop_duplicates(GROUP_KEYS).groupby("case_id")["path_ms"].median()
+    # Per group (phase / exchange): a link's excess per transfer, and what each resource adds per iteration.
+    is_link = units["resource"] == "link"
+    excess = (units["unit_time"] - units["peer_unit_time"]) * units["mb"].fillna(1.0)
+    busy = comp.assign(ms=(comp["end_ns"] - comp["start_ns"]) / 1e6)
+    busy = busy.groupby(["case_id", "phase", "rank", "repeat", "iteration"], observed=True)["ms"].sum()
+    busy = busy.groupby(level=["case_id", "phase", "rank"], observed=True).median()
+    rank_ms = busy.reindex(pd.MultiIndex.from_frame(units[["case_id", "phase", "rank"]])).to_numpy()
+    slowdown = (1.0 - 1.0 / units["ratio"]).clip(lower=0.0)
+    units["extra_ms"] = np.where(is_link, excess * units["per_iteration"], rank_ms * slowdown)
+    step = step_ms.reindex(pd.MultiIndex.from_frame(units[["case_id", "phase"]])).to_numpy()
+    iteration = iter_ms.reindex(units["case_id"]).to_numpy()
+    margin = np.where(is_link, link_margin, rank_margin)
+    strong = (units["ratio"] >= 1.0 + margin) & (units["consistency"] >= CONSISTENCY)
+    strong &= units["extra_ms"] >= MIN_EXTRA_SHARE * iteration
+    link_ok = excess >= LINK_MIN_EXCESS * np.nan_to_num(step, nan=0.0)
+    units["candidate"] = (strong & (~is_link | link_ok)).fillna(False).astype(bool)
+    shown = units.sort_values(["candidate", "ratio"], ascending=False, na_position="last")
+    shown = shown.drop_duplicates(keys).drop(columns=["phase", "exchange"])
+    # Cost per iteration: critical-path time of the resource x (1 - 1/ratio), with the ratio of the row shown.
+    per_iter = path[path["resource"] != "other"].merge(shown[[*keys, "ratio"]], on=keys, how="left")
+    excess = (1.0 - 1.0 / pd.to_numeric(per_iter["ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
+    per_iter = per_iter.assign(cost=(per_iter["ms"] * excess).astype(float), share=per_iter["ms"] / per_iter["path_ms"])
     grouped = per_iter.groupby(keys, observed=True)
     cp = grouped.agg(cp_ms=("ms", "median"), cp_share=("share", "median"), cost_ms=("cost", "median"))
     cost_q = grouped["cost"].quantile([0.1, 0.9]).unstack()
     cp["cost_ms_p10"], cp["cost_ms_p90"] = cost_q[0.1], cost_q[0.9]
-    out = units.merge(cp.reset_index(), on=keys, how="left")
-    margin = np.where(out["resource"] == "rank", rank_margin, link_margin)
-    out["flagged"] = (out["ratio"] >= 1.0 + margin).fillna(False).astype(bool)
+    out = shown.merge(cp.reset_index(), on=keys, how="left")
+    trusted = clock_violations(xfers, tol_ns).reindex(out["case_id"]).fillna(0.0).to_numpy() <= CLOCK_VIOLATION_SHARE
+    is_rank = out["resource"] == "rank"
+    # A slow rank also makes the links into and out of it look slow (late posts, late completion stamps); a
+    # slow link never makes compute spans longer. So a flagged rank takes precedence over the links it touches.
+    ranks = out[is_rank & out["candidate"]]
+    slow = set(zip(ranks["case_id"], ranks["rank"], strict=True))
+    cases, srcs, dsts = out["case_id"], out["src"], out["dst"]
+    touches = np.array([(c, a) in slow or (c, b) in slow for c, a, b in zip(cases, srcs, dsts, strict=True)], bool)
+    out["flagged"] = (out["candidate"] & (is_rank | (trusted & ~touches))).astype(bool)
     return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
 
 
-def culprits(table: pd.DataFrame) -> pd.DataFrame:
+def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.DataFrame:
     """One row per case: the culprit (kind compute | link | None) with its ratio and cost, and the worst of each
-    kind even when unflagged (how close the case came to an alarm)."""
+    kind even when unflagged (how close the case came to an alarm). ``violations``: clock_violations(xfers)."""
+    violations = violations if violations is not None else pd.Series(dtype=float)
     rows = []
     for case_id, group in table.groupby("case_id", sort=False):
         ranks, links = group[group["resource"] == "rank"], group[group["resource"] == "link"]
@@ -303,6 +475,7 @@ def culprits(table: pd.DataFrame) -> pd.DataFrame:
         worst_link = links.loc[links["ratio"].idxmax()] if links["ratio"].notna().any() else None
         flagged = group[group["flagged"]].sort_values(["cost_ms", "ratio"], ascending=False)
         row = {c: None for c in CULPRIT_COLUMNS} | {"case_id": case_id}
+        row["clock_violations"] = float(violations.get(case_id, 0.0))
         if len(flagged):
             top = flagged.iloc[0]
             row |= {key: top[key] for key in ("ratio", "cost_ms", "cost_ms_p10", "cost_ms_p90", "cp_share")}

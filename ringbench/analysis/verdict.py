@@ -18,7 +18,14 @@ from ringbench.analysis.balance import balance_cases, balance_ranks
 from ringbench.analysis.hops import hop_table, transfers
 from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
-from ringbench.analysis.stragglers import critical_path, culprits, straggler_table
+from ringbench.analysis.stragglers import (
+    CLOCK_VIOLATION_SHARE,
+    clock_tolerance_ns,
+    clock_violations,
+    critical_path,
+    culprits,
+    straggler_table,
+)
 from ringbench.store import RunData
 
 SUMMARY_COLUMNS = [
@@ -43,6 +50,8 @@ SUMMARY_COLUMNS = [
     "fwd_max_abs_err",
     "bwd_max_abs_err",
     "faults",
+    "traced",
+    "clock_violations",
 ]
 
 
@@ -77,7 +86,7 @@ class RunAnalysis:
         if "faults" in self.run.cases:
             for value in self.run.cases["faults"].dropna().astype(str):
                 specs.extend(part for part in value.split(";") if part)
-        return list(dict.fromkeys(s for s in specs if s))
+        return list(dict.fromkeys(_canonical(s) for s in specs if s))
 
     def headline(self) -> pd.Series | None:
         """The summary row of the case whose culprit costs the most per iteration (None: no culprit)."""
@@ -95,13 +104,25 @@ class RunAnalysis:
         return str(self.summary["case_id"].iloc[0]) if len(self.summary) else None
 
 
+def _canonical(spec: str) -> str:
+    """A fault spec as the run's parser writes it ("slow-rank:3:2.60" -> "slow-rank:3:2.6"); others unchanged."""
+    from ringbench.errors import UsageError
+    from ringbench.faults import parse_fault
+
+    try:
+        return parse_fault(spec).spec
+    except (UsageError, ValueError):
+        return spec
+
+
 def analyze(run: RunData) -> RunAnalysis:
     """Run every analysis on a loaded run (pure: reads run.events / run.cases, writes nothing)."""
     events, cases = run.events, run.cases
     xfers = transfers(events)
-    path = critical_path(events, xfers)
-    table = straggler_table(events, xfers, path)
-    blame = culprits(table)
+    tol_ns = clock_tolerance_ns(run.meta)
+    path = critical_path(events, xfers, tol_ns)
+    table = straggler_table(events, xfers, path, tol_ns=tol_ns)
+    blame = culprits(table, clock_violations(xfers, tol_ns))
     steps = overlap_steps(events, xfers)
     per_case = overlap_cases(events, steps, cases)
     ranks = balance_ranks(events, cases)
@@ -127,18 +148,19 @@ def analyze(run: RunData) -> RunAnalysis:
 
 def _summary(events, cases, blame, per_case, balance) -> pd.DataFrame:
     ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
-    out = pd.DataFrame({"case_id": ids})
+    out = pd.DataFrame({"case_id": pd.Series(ids, dtype=object)})
     if not cases.empty:
         first = cases.drop_duplicates("case_id").copy()
         first["case_id"] = first["case_id"].astype(str)
         errs = cases.groupby("case_id")[["fwd_max_abs_err", "bwd_max_abs_err"]].max()
         keep = [c for c in ("case_id", "buffer", "world", "mask", "layout", "step_ms", "faults") if c in first]
         out = out.merge(first[keep], on="case_id", how="left").merge(errs, on="case_id", how="left")
-    out = out.merge(blame, on="case_id", how="left")
-    out = out.merge(per_case.drop(columns="buffer"), on="case_id", how="left")
-    out = out.merge(balance.drop(columns="world"), on="case_id", how="left")
+    for table in (blame, per_case.drop(columns="buffer"), balance.drop(columns="world")):
+        out = out.merge(table.astype({"case_id": object}), on="case_id", how="left")
     if "step_ms" not in out or out["step_ms"].isna().all():
         out["step_ms"] = out.get("iteration_ms")
+    spans = events.loc[events["kind"] != "iteration", "case_id"].astype(str).unique()
+    out["traced"] = out["case_id"].isin(spans)
     return out.reindex(columns=SUMMARY_COLUMNS)
 
 
@@ -162,6 +184,16 @@ def label_line(analysis: RunAnalysis) -> str | None:
         parts.append("SIMULATED run: compute and links are modelled, nothing was measured")
     elif analysis.run.emulated:
         parts.append("EMULATED compute: kernel durations are modelled, communication is real")
+        saturated = sum(
+            int(info.get("emulation_saturated_blocks") or 0)
+            for info in (analysis.run.meta.get("ranks") or {}).values()
+            if isinstance(info, dict)
+        )
+        if saturated:
+            parts.append(
+                f"{saturated} block(s) took longer than their modelled time (emulation saturated: real arithmetic "
+                "showed through; lower the emulated GFLOP/s or the shapes)"
+            )
     if analysis.faults:
         parts.append("injected faults: " + ", ".join(analysis.faults))
     return "; ".join(parts) if parts else None
@@ -202,9 +234,23 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
     label = label_line(analysis)
     if label:
         lines.append(label)
+    traced = analysis.summary["traced"].fillna(False).astype(bool)
     if analysis.run.events.empty:
         lines.append("No events recorded: nothing to analyse (was the run recorded, and did it finish?)")
+    elif not traced.any():
+        lines.append(
+            "Not traced (run --no-trace): iteration times only; no straggler, hop, overlap or imbalance analysis"
+        )
     else:
+        if not traced.all():
+            lines.append(f"Not traced: {int((~traced).sum())} case(s) have iteration times only")
+        skewed = analysis.summary[analysis.summary["clock_violations"].fillna(0.0) > CLOCK_VIOLATION_SHARE]
+        if len(skewed):
+            worst = skewed["clock_violations"].max()
+            lines.append(
+                f"Clocks disagree: in {len(skewed)} case(s) up to {_num(100 * worst, '.0f')}% of blocks arrive before "
+                "their sender posted them; hop figures are unreliable there and no link is blamed"
+            )
         lines.append(straggler_sentence(analysis.headline(), analysis))
         doc = verdict_document(analysis)
         fracs = analysis.summary["exposed_comm_frac"].dropna()

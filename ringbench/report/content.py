@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ringbench.analysis.stragglers import (
+    CONSISTENCY,
+    LINK_MARGIN,
+    LINK_MIN_EXCESS,
+    MIN_EXTRA_SHARE,
+    RANK_MARGIN,
+    UNIT_QUANTILE,
+)
 from ringbench.analysis.verdict import RunAnalysis, label_line, verdict_lines
 from ringbench.report import figures
 
@@ -144,6 +152,7 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
             for k, r, a, b in zip(st["resource"], st["rank"], st["src"], st["dst"], strict=True)
         ]
         st["share_pct"] = st["cp_share"] * 100
+        st["consistency_pct"] = st["consistency"] * 100
         tables.append(
             _table(
                 f"Ranks and links against their peers (case {focus})",
@@ -156,9 +165,15 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
                     "ratio": ("ratio", ".2f"),
                     "share_pct": ("critical path %", ".1f"),
                     "cost_ms": ("cost ms/iter", ".2f"),
+                    "consistency_pct": ("iterations slower %", ".0f"),
+                    "extra_ms": ("extra ms/iter", ".2f"),
                     "flagged": ("flagged", ""),
                 },
-                "Flagged: ratio >= 1.25 (ranks) or >= 1.20 (links). Cost: critical-path time x (1 - 1/ratio).",
+                f"Unit time: per iteration the p{UNIT_QUANTILE * 100:.0f} of the spans, then the median over iterations. "
+                f"Flagged: ratio >= {1 + RANK_MARGIN:.2f} (ranks) or >= {1 + LINK_MARGIN:.2f} (links), slower in "
+                f">= {CONSISTENCY * 100:.0f}% of iterations, extra time >= {MIN_EXTRA_SHARE * 100:.0f}% of the "
+                f"iteration (links: and >= {LINK_MIN_EXCESS * 100:.0f}% of a step's compute per transfer); a flagged "
+                "rank takes precedence over its links. Cost: critical-path time x (1 - 1/ratio).",
             )
         )
         hops = analysis.hops[analysis.hops["case_id"] == focus].copy()
@@ -170,6 +185,7 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
                 hops,
                 {
                     "phase": ("phase", ""),
+                    "exchange": ("exchange", ""),
                     "hop": ("hop", ""),
                     "mb": ("MB", ".2f"),
                     "recv_ms": ("recv ms (naive)", ".3f"),
@@ -179,7 +195,8 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
                     "transfer_ms_p90": ("p90", ".3f"),
                     "bandwidth_gbps": ("GB/s", ".2f"),
                 },
-                "transfer = recv end - max(recv post, sender's post); upstream wait = time before the sender posted.",
+                "transfer = recv end - max(recv post, sender's post); upstream wait = time before the sender posted. "
+                "exchange: kv = the K/V block, dkv = the backward's dK/dV accumulator.",
             )
         )
         bal = analysis.balance_ranks[analysis.balance_ranks["case_id"] == focus].copy()
@@ -239,7 +256,7 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
 def _meta(run) -> list[tuple[str, str]]:
     meta = run.meta
     rows = [("run id", run.run_id), ("results", str(run.path))]
-    for key in ("created", "command", "hosts", "versions", "devices", "clock_residual_ns", "faults"):
+    for key in ("created", "command", "hosts", "versions", "devices", "clock_residual_ns", "faults", "kernel"):
         if key in meta:
             value = meta[key]
             rows.append((key, " ".join(value) if key == "command" and isinstance(value, list) else fmt(value)))
