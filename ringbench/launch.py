@@ -129,6 +129,11 @@ def launch_local(
     """
     if world < 1:
         raise UsageError(f"world={world!r} is not allowed; expected an integer >= 1")
+    if mp.current_process().name.startswith("ringbench-rank"):
+        raise UsageError(
+            "a rank process is re-running the main script: guard the code that starts a run with "
+            "`if __name__ == '__main__':` (ranks are spawned, and spawning imports the main module)"
+        )
     spawn = mp.get_context("spawn")
     messages = spawn.Queue()
     progress_array = spawn.Array("i", world * _SLOTS, lock=False)

@@ -112,8 +112,10 @@ def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start: int, wait
     rec.span(phase=phase, step=step, kind="wait", start=wait_start, end=wait_end, src=ctx.prev(), dst=ctx.rank)
 
 
-def _wait(ctx: RingContext, transfer: Transfer) -> torch.Tensor:
-    start = ctx.recorder.now()
+def _wait(ctx: RingContext, transfer: Transfer, blocking: bool = False) -> torch.Tensor:
+    """Wait for an exchange. ``blocking``: posted and waited for at once (sync), so the rank was blocked from
+    the post on, including the time spent inside the post itself."""
+    start = transfer.posted_ns if blocking else ctx.recorder.now()
     buffer = ctx.comm.wait(transfer)
     _record_transfer(ctx, transfer, start, ctx.recorder.now())
     return buffer
@@ -147,7 +149,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingCon
         ctx.recorder.on_step("fwd", step)
         pending = None
         if step > 0 and ctx.buffer is Buffer.SYNC:
-            kv = _wait(ctx, ctx.comm.post(kv, phase="fwd", step=step))
+            kv = _wait(ctx, ctx.comm.post(kv, phase="fwd", step=step), blocking=True)
         if step < world - 1 and ctx.buffer is Buffer.DOUBLE:
             pending = ctx.comm.post(kv, phase="fwd", step=step)
         _compute_forward(ctx, q, kv, ctx.owner_at(step), step, acc_out, acc_lse)
@@ -196,7 +198,7 @@ def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
         ctx.recorder.on_step("bwd", step)
         kv_pending = None
         if step > 0 and sync:
-            kv = _wait(ctx, ctx.comm.post(kv, phase="bwd", step=step))
+            kv = _wait(ctx, ctx.comm.post(kv, phase="bwd", step=step), blocking=True)
         if step < world - 1 and not sync:
             kv_pending = ctx.comm.post(kv, phase="bwd", step=step)
         contribution = torch.zeros((2, *k.shape), dtype=acc, device=q.device)  # this rank's dK, dV for the block
@@ -208,7 +210,7 @@ def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
             dkv_pending = ctx.comm.post(incoming, phase="bwd", step=step)
             incoming = None
             if sync:
-                incoming, dkv_pending = _wait(ctx, dkv_pending), None
+                incoming, dkv_pending = _wait(ctx, dkv_pending, blocking=True), None
         if kv_pending is not None:
             kv = _wait(ctx, kv_pending)
     if dkv_pending is not None:

@@ -146,7 +146,11 @@ def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repe
         errors = _reference_errors(case, full, out.detach().cpu(), [g.cpu() for g in grads] if grads else None,
                                    rank, device)  # fmt: skip
     rows = recorder.rows
-    shift = origin + offset_ns if origin is not None else offset_ns
+    # One origin for all ranks, on rank 0's clock: the earliest first-iteration start of any rank. (Each rank
+    # subtracting its own start would misalign the ranks by their barrier-exit skew.)
+    common = torch.tensor([origin - offset_ns], dtype=torch.int64)
+    dist.all_reduce(common, op=dist.ReduceOp.MIN, group=group)
+    shift = int(common.item()) + offset_ns
     for row in rows:
         row["start_ns"] -= shift
         row["end_ns"] -= shift
