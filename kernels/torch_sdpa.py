@@ -81,6 +81,9 @@ class TorchSdpaKernel(BlockKernel):
         bias = additive_mask(mask, q.dtype, q.device)
         out = out.to(q.dtype).contiguous()
         dout = dout.to(q.dtype).contiguous()
+        # Rows that saw no key (lse = -inf) get no gradient: lse = +inf makes P = exp(S - lse) exactly 0 there
+        # (the op would otherwise compute exp(-inf + inf) = NaN).
+        lse = lse.masked_fill(torch.isneginf(lse), float("inf"))
         if q.device.type == "cuda":
             seed = torch.zeros((), dtype=torch.int64, device=q.device)
             lse_in = lse.float().contiguous()
