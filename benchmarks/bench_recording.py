@@ -36,8 +36,10 @@ def main() -> None:
         ratios.append(steps[True] / steps[False])
         print(f"round {round_index}: traced {steps[True]:.1f} ms, untraced {steps[False]:.1f} ms, "
               f"ratio {ratios[-1]:.3f}", flush=True)  # fmt: skip
-    print(f"recording overhead ratio: median {statistics.median(ratios):.3f} "
-          f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {len(ratios)} rounds, kernel {args.kernel}")
+    print(
+        f"recording overhead ratio: median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {len(ratios)} rounds, kernel {args.kernel}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ the main thread still calls ``wait()`` so that the compute stream is ordered aft
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,13 @@ import torch
 import torch.distributed as dist
 
 from ringbench.errors import RunFailure
+
+
+def _short(exc: BaseException) -> str:
+    """The gist of a backend error: its first sentence without the source location gloo prefixes."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text)
+    return text.split(". ")[0][:160]
 
 
 class RingStall(RunFailure):
@@ -201,7 +209,7 @@ class RingComm:
         return self.wait(transfer), transfer
 
     def _stall(self, transfer: Transfer, exc: BaseException) -> RingStall:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = _short(exc)
         return RingStall(
             f"rank {self.rank} stalled at {transfer.phase} ring step {transfer.step}: no block from rank "
             f"{self.prev} (ring predecessor) within {self.timeout_s:g} s ({detail})"

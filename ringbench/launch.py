@@ -174,9 +174,9 @@ def launch_local(
             dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in results and r not in errors]
             if dead:
                 first_failure = first_failure or time.monotonic()
-            if first_failure is not None and time.monotonic() - first_failure > (
-                grace_s if dead else timeout_s + grace_s
-            ):
+            # After the first failure the others' reports (their stalls) follow within the grace period; a rank that
+            # is still silent then has hung, and waiting longer would only delay the verdict.
+            if first_failure is not None and time.monotonic() - first_failure > grace_s:
                 break
             if first_failure is not None and dead and len(results) + len(errors) + len(dead) >= world:
                 break
@@ -193,6 +193,17 @@ def launch_local(
     raise _failure(procs, results, errors, progress_array, case_names)
 
 
+def _is_stall(line: str) -> bool:
+    """Whether an error line is a bounded wait that expired (a symptom, not a cause)."""
+    return " stalled " in line or "timed out" in line.lower() or "timeout" in line.lower()
+
+
+def _progress_key(progress_array, rank: int) -> tuple[int, int, int, int]:
+    base = rank * _SLOTS
+    case_index, phase, iteration, step = (progress_array[base + i] for i in range(_SLOTS))
+    return case_index, iteration, phase, step
+
+
 def _failure(procs, results, errors, progress_array, case_names) -> Exception:
     usage = [line for line, _, is_usage in errors.values() if is_usage]
     if usage:
@@ -206,8 +217,11 @@ def _failure(procs, results, errors, progress_array, case_names) -> Exception:
         rank = died[0]
         code = procs[rank].exitcode
         culprit = f"rank {rank} died (exit code {code}) at {_where(progress_array, rank, case_names)}"
+    elif own := [r for r in sorted(errors) if not _is_stall(errors[r][0])]:
+        rank = own[0]  # a rank that failed by itself (not by waiting on another) is the cause
+        culprit = f"rank {rank} failed at {_where(progress_array, rank, case_names)}: {errors[rank][0]}"
     elif silent:
-        rank = silent[0]
+        rank = min(silent, key=lambda r: _progress_key(progress_array, r))  # the one that got least far
         culprit = f"rank {rank} stopped responding at {_where(progress_array, rank, case_names)}"
     else:
         rank = min(errors)

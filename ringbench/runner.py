@@ -123,6 +123,8 @@ def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repe
     try:
         for iteration in range(-settings["warmup"], settings["iters"]):
             recorder.iteration = iteration
+            if iteration == 0 and hasattr(kernel, "saturated_blocks"):
+                kernel.saturated_blocks = 0  # count only timed iterations (warm-up pays one-off allocations)
             if progress is not None:
                 progress.set_iteration(iteration)
             dist.barrier(group=group)  # every iteration starts together (bounded by the group's timeout)

@@ -407,8 +407,11 @@ def straggler_table(
     rank_margin: float = RANK_MARGIN,
     link_margin: float = LINK_MARGIN,
     tol_ns: int = DEFAULT_TOL_NS,
+    no_blame: frozenset[str] = frozenset(),
 ) -> pd.DataFrame:
     """Per case, every rank and link: unit time against its peers, critical-path time and share, cost, flag.
+
+    ``no_blame``: cases whose timings cannot single out a rank or a link (see oversubscribed_cases).
 
     A resource measured in several phases / exchanges is judged in each; the row shown is the one where it
     looked worst (flagged first, then highest ratio).
@@ -460,8 +463,24 @@ def straggler_table(
     slow = set(zip(ranks["case_id"], ranks["rank"], strict=True))
     cases, srcs, dsts = out["case_id"], out["src"], out["dst"]
     touches = np.array([(c, a) in slow or (c, b) in slow for c, a, b in zip(cases, srcs, dsts, strict=True)], bool)
-    out["flagged"] = (out["candidate"] & (is_rank | (trusted & ~touches))).astype(bool)
+    blamable = ~out["case_id"].isin(no_blame).to_numpy()
+    out["flagged"] = (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
     return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
+
+
+def oversubscribed_cases(cases: pd.DataFrame, meta: dict) -> frozenset[str]:
+    """Cases with real (not emulated) compute and more local ranks than CPU cores, on CPU.
+
+    There the ranks take turns on the cores: a transfer waits until both of its ranks are scheduled and a
+    compute span stretches while its rank is descheduled, so the timings measure the scheduler as much as the
+    ranks and links, and neither can be blamed honestly.
+    """
+    cores = meta.get("cpu_count")
+    if not cores or meta.get("device_kind") != "cpu" or cases.empty:
+        return frozenset()
+    hosts = max(1, len(meta.get("ranks", {}).get(str(int(cases["world"].max())), {}).get("hosts", [1])))
+    crowded = (~cases["emulated"].astype(bool)) & (cases["world"] / hosts > cores)
+    return frozenset(cases.loc[crowded, "case_id"].astype(str))
 
 
 def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.DataFrame:

@@ -44,25 +44,34 @@ def _case_line(row: dict, done: int, total: int) -> str:
 
 
 def _summary_table(cases, emulated: bool, faults: list[str]) -> Table:
-    title = "ringbench run"
+    """One row per (case, repeat); axes that are the same for every row go into the title."""
+    varying = [axis for axis in ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer",
+                                 "order", "kernel") if cases[axis].nunique() > 1]  # fmt: skip
+    constant = [axis for axis in ("world", "seq", "heads", "head_dim", "dtype") if axis not in varying]
+    first = cases.iloc[0]
+    title = "ringbench run: " + ", ".join(f"{axis}={first[axis]}" for axis in constant)
     if emulated:
-        title += " — EMULATED compute (modelled kernel times) in rows marked E"
+        title += "\n* EMULATED: compute time modelled by the emulated kernel, or links injected from a topology"
     if faults:
-        title += f" — injected faults: {', '.join(faults)}"
+        title += f"\ninjected faults: {', '.join(faults)}"
     table = Table(title=title, title_justify="left")
-    for name in ("case", "ring", "kernel", "step ms (median)", "p10–p90", "exposed comm", "tok/s", "max err"):
-        table.add_column(name, justify="left" if name in ("case", "ring", "kernel") else "right")
+    table.add_column("case")
+    for name in ("step ms", "p10–p90", "exposed", "tok/s", "max err"):
+        table.add_column(name, justify="right")
+    shown = [axis for axis in varying if axis not in ("world", "seq", "heads", "head_dim", "dtype")] or ["mask"]
     for row in cases.to_dict("records"):
-        case = f"{row['mask']}/{row['layout']}/{row['buffer']} w{row['world']} S{row['seq']} {row['dtype']}"
+        parts = [str(row[axis]) for axis in shown]
+        parts += [f"{axis[0]}{row[axis]}" for axis in ("world", "seq") if axis in varying]
         if int(row.get("repeat", 0)):
-            case += f" r{row['repeat']}"
-        kernel = row["kernel"] + (" E" if row["emulated"] else "")
-        err = max(row["fwd_max_abs_err"], row["bwd_max_abs_err"] if not math.isnan(row["bwd_max_abs_err"]) else 0)
-        err_text = (
-            "unchecked" if math.isnan(row["fwd_max_abs_err"]) else f"{err:.1e}" + ("" if row["passed"] else " FAIL")
-        )
+            parts.append(f"r{row['repeat']}")
+        label = " ".join(parts) + (" *" if row["emulated"] else "")
+        bwd = row["bwd_max_abs_err"] if not math.isnan(row["bwd_max_abs_err"]) else 0.0
+        if math.isnan(row["fwd_max_abs_err"]):
+            err_text = "unchecked"
+        else:
+            err_text = f"{max(row['fwd_max_abs_err'], bwd):.1e}" + ("" if row["passed"] else " FAIL")
         table.add_row(
-            case, row["ring"], kernel, _fmt(row["step_ms"]), f"{_fmt(row['step_ms_p10'])}–{_fmt(row['step_ms_p90'])}",
+            label, _fmt(row["step_ms"]), f"{_fmt(row['step_ms_p10'], 1)}–{_fmt(row['step_ms_p90'], 1)}",
             f"{_fmt(100 * row['exposed_comm_frac'], 1)}%", f"{row['tokens_per_s']:,.0f}", err_text,
         )  # fmt: skip
     return table
