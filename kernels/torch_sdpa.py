@@ -27,6 +27,20 @@ def _math_scores(q, k, mask: BlockMask, scale: float) -> torch.Tensor:
     return scores
 
 
+def _aligned_bias(bias: torch.Tensor | None, batch: int, heads: int) -> torch.Tensor | None:
+    """(Lq, Lk) bias -> (B, H, Lq, Lk) view whose rows start on 16-element boundaries.
+
+    The memory-efficient CUDA kernel wants the bias's last-dimension stride aligned; the public SDPA pads the
+    storage and slices it back, which is what this does. (Needs a GPU to exercise: tests marked gpu.)
+    """
+    if bias is None:
+        return None
+    q_len, k_len = bias.shape
+    padded = torch.zeros(q_len, (k_len + 15) // 16 * 16, dtype=bias.dtype, device=bias.device)
+    padded[:, :k_len] = bias
+    return padded[:, :k_len].expand(batch, heads, q_len, k_len)
+
+
 class MathKernel(BlockKernel):
     name = "math"
 
@@ -66,6 +80,7 @@ class TorchSdpaKernel(BlockKernel):
         causal = mask.kind is MaskKind.CAUSAL
         bias = additive_mask(mask, q.dtype, q.device)
         if q.device.type == "cuda":
+            bias = _aligned_bias(bias, q.shape[0], q.shape[1])
             out, lse, _, _ = aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, causal, scale=scale)
             lse = lse[..., : q.shape[-2]]
         else:
@@ -85,6 +100,7 @@ class TorchSdpaKernel(BlockKernel):
         # (the op would otherwise compute exp(-inf + inf) = NaN).
         lse = lse.masked_fill(torch.isneginf(lse), float("inf"))
         if q.device.type == "cuda":
+            bias = _aligned_bias(bias, q.shape[0], q.shape[1])
             seed = torch.zeros((), dtype=torch.int64, device=q.device)
             lse_in = lse.float().contiguous()
             pad = (-lse_in.shape[-1]) % 32

@@ -111,7 +111,12 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def backward(autograd_ctx, dout, _dlse):
         q, k, v, out, lse = autograd_ctx.saved_tensors
-        dq, dk, dv = ring_backward(dout.contiguous(), q, k, v, out, lse, autograd_ctx.ring_ctx)
+        ring_ctx = autograd_ctx.ring_ctx
+        try:
+            dq, dk, dv = ring_backward(dout.contiguous(), q, k, v, out, lse, ring_ctx)
+        finally:
+            if ring_ctx.owns_comm and ring_ctx.comm is not None:
+                ring_ctx.comm.close()
         return dq, dk, dv, None, None
 
 
@@ -139,6 +144,7 @@ def ring_attention(
     (fp64 for fp64 inputs). ``context`` reuses a context built by ``build_context`` (benchmarks do this so that
     validation and planning stay out of the timed loop).
     """
+    owned = context is None
     ctx = context or build_context(
         q,
         k,
@@ -153,11 +159,16 @@ def ring_attention(
         timeout_s=timeout_s,
         recorder=recorder,
     )
+    ctx.owns_comm = owned
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = _RingAttention.apply(q, k, v, ctx, return_lse)
     else:
-        with torch.no_grad():
-            out, lse = ring_forward(q, k, v, ctx)
+        try:
+            with torch.no_grad():
+                out, lse = ring_forward(q, k, v, ctx)
+        finally:
+            if owned and ctx.comm is not None:
+                ctx.comm.close()
     return (out, lse) if return_lse else out
 
 

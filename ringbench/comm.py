@@ -52,6 +52,7 @@ class Transfer:
     watched: bool = False
     events: dict = field(default_factory=dict)  # "send" / "recv" -> threading.Event (watched transfers)
     error: BaseException | None = None
+    error_direction: str = "recv"
     waited: bool = False
 
 
@@ -80,6 +81,7 @@ class _Watcher(threading.Thread):
                     transfer.recv_done_ns = stamp
             except BaseException as exc:  # reported by the main thread, which names rank and step
                 transfer.error = exc
+                transfer.error_direction = direction
             finally:
                 transfer.events[direction].set()
 
@@ -162,7 +164,7 @@ class RingComm:
         try:
             works = dist.batch_isend_irecv(ops)
         except RuntimeError as exc:
-            raise self._stall(transfer, exc) from None
+            raise self._stall(transfer, exc, "send") from None
         transfer.works = list(works)
         if self.watch:
             transfer.watched = True
@@ -186,20 +188,22 @@ class RingComm:
         if transfer.watched:
             for direction, event in transfer.events.items():
                 if not event.wait(self.timeout_s + 1.0):
-                    raise self._stall(transfer, TimeoutError(f"{direction} not completed"))
+                    raise self._stall(transfer, TimeoutError(f"{direction} not completed"), direction)
             if transfer.error is not None:
-                raise self._stall(transfer, transfer.error)
+                raise self._stall(transfer, transfer.error, transfer.error_direction)
             if "send" not in transfer.events:
                 transfer.send_done_ns = transfer.recv_done_ns
             if self.backend != "gloo":
                 for work in transfer.works:
                     work.wait()
         else:
-            try:
-                for work in transfer.works:
+            # gloo gives [send, recv]; a coalesced (NCCL) work stands for both.
+            directions = ("send", "recv") if len(transfer.works) == 2 else ("recv",)
+            for direction, work in zip(directions, transfer.works, strict=True):
+                try:
                     self._wait_work(work)
-            except BaseException as exc:
-                raise self._stall(transfer, exc) from None
+                except BaseException as exc:
+                    raise self._stall(transfer, exc, direction) from None
             transfer.send_done_ns = transfer.recv_done_ns = time.perf_counter_ns()
         return transfer.recv_buffer
 
@@ -208,9 +212,13 @@ class RingComm:
         transfer = self.post(send, phase=phase, step=step)
         return self.wait(transfer), transfer
 
-    def _stall(self, transfer: Transfer, exc: BaseException) -> RingStall:
+    def _stall(self, transfer: Transfer, exc: BaseException, direction: str = "recv") -> RingStall:
         detail = _short(exc)
+        if direction == "send":
+            what = f"its block was not taken by rank {self.next} (ring successor)"
+        else:
+            what = f"no block from rank {self.prev} (ring predecessor)"
         return RingStall(
-            f"rank {self.rank} stalled at {transfer.phase} ring step {transfer.step}: no block from rank "
-            f"{self.prev} (ring predecessor) within {self.timeout_s:g} s ({detail})"
+            f"rank {self.rank} stalled at {transfer.phase} ring step {transfer.step}: {what} within "
+            f"{self.timeout_s:g} s ({detail})"
         )

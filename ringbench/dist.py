@@ -73,16 +73,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def init_local(rank: int, world: int, port: int, timeout_s: float, device: str | None = None) -> DistEnv:
-    """Join a local process group on 127.0.0.1 (gloo on CPU, NCCL when there is a GPU per rank)."""
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo binds to loopback only
+def init_local(rank: int, world: int, store_path: str, timeout_s: float, device: str | None = None) -> DistEnv:
+    """Join a local process group: rendezvous through ``store_path`` (a file), gloo bound to loopback."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # local runs never listen beyond 127.0.0.1, whatever is inherited
     if device is None and local_gpu_count() < world:
         device = "cpu"  # NCCL needs one GPU per rank: with fewer GPUs than ranks, run gloo on CPU
     dev = choose_device(rank, device)
     backend = backend_for(dev)
     dist.init_process_group(
         backend,
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"file://{store_path}",
         rank=rank,
         world_size=world,
         timeout=timedelta(seconds=timeout_s),

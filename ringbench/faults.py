@@ -11,6 +11,7 @@ Faults are recorded in the metadata and the case rows, and labelled in every out
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -65,8 +66,15 @@ def parse_fault(spec: str, field: str = "fault") -> Fault:
             ok = fault.step >= 0
     except ValueError:
         raise UsageError(f"{field}={spec!r} is not allowed; expected {FAULT_HELP} with numbers") from None
-    if not ok or min(fault.rank, fault.src, fault.dst) < -1:
-        raise UsageError(f"{field}={spec!r} is not allowed; factors are >= 1, delays and steps >= 0, ranks >= 0")
+    numbers_ok = math.isfinite(fault.factor) and math.isfinite(fault.ms)
+    ranks = (fault.src, fault.dst) if kind == "slow-link" else (fault.rank,) if kind != "jitter" else ()
+    if not ok or not numbers_ok or any(rank < 0 for rank in ranks):
+        raise UsageError(
+            f"{field}={spec!r} is not allowed; factors are finite and >= 1, delays finite and >= 0, steps and "
+            "ranks >= 0"
+        )
+    if kind == "slow-link" and fault.src == fault.dst:
+        raise UsageError(f"{field}={spec!r} is not allowed; a link joins two different ranks (SRC != DST)")
     return fault
 
 

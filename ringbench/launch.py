@@ -13,18 +13,21 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ringbench.dist import DistEnv, free_port, init_local
+from ringbench.dist import DistEnv, init_local
 from ringbench.errors import RunFailure, UsageError
 
-PHASE_CODES = {"setup": 0, "fwd": 1, "bwd": 2, "done": 3}
+PHASE_CODES = {"setup": 0, "fwd": 1, "bwd": 2, "done": 3, "check": 4}
 PHASE_NAMES = {code: name for name, code in PHASE_CODES.items()}
 _SLOTS = 4  # case index, phase code, iteration, ring step
+_STARTUP_S = 120.0  # extra allowance before the first progress mark (spawning and importing torch)
 
 
 class Progress:
@@ -69,13 +72,13 @@ def _by_value(obj) -> bytes:
     return pickle.dumps(obj)
 
 
-def _worker(rank, world, port, fn, args, messages, progress_array, stored, timeout_s, device):
+def _worker(rank, world, store_path, fn, args, messages, progress_array, stored, timeout_s, device):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         import torch
 
         torch.set_num_threads(int(os.environ.get("RINGBENCH_THREADS", "1")))
-        env = init_local(rank, world, port, timeout_s, device)
+        env = init_local(rank, world, store_path, timeout_s, device)
         ctx = WorkerContext(
             env=env,
             progress=Progress(progress_array, rank),
@@ -138,11 +141,14 @@ def launch_local(
     messages = spawn.Queue()
     progress_array = spawn.Array("i", world * _SLOTS, lock=False)
     stored = spawn.Value("i", 0)  # items whose on_item call completed (counts complete items, see on_item)
-    port = free_port()
+    # Rendezvous through a file in a private folder: no listening socket at all (a TCP store would listen on
+    # every interface); gloo's own connections are bound to loopback (see ringbench.dist.init_local).
+    rendezvous = tempfile.mkdtemp(prefix="ringbench-rdzv-")
+    store_path = os.path.join(rendezvous, "store")
     procs = [
         spawn.Process(
             target=_worker,
-            args=(rank, world, port, fn, args, messages, progress_array, stored, timeout_s, device),
+            args=(rank, world, store_path, fn, args, messages, progress_array, stored, timeout_s, device),
             name=f"ringbench-rank{rank}",
             daemon=True,
         )
@@ -153,16 +159,26 @@ def launch_local(
     results: dict[int, Any] = {}
     errors: dict[int, tuple[str, str, bool]] = {}
     first_failure: float | None = None
+    snapshot, last_change = list(progress_array), time.monotonic()
     try:
         while len(results) + len(errors) < world:
             try:
                 message = messages.get(timeout=0.1)
             except queue.Empty:
                 message = None
+            now = list(progress_array)
+            if message is not None or now != snapshot:
+                snapshot, last_change = now, time.monotonic()
+            elif time.monotonic() - last_change > timeout_s + grace_s + (0 if any(now) else _STARTUP_S):
+                break  # nobody reported or moved for longer than any bounded wait: every live rank is stuck
             if message is not None:
                 kind, rank = message[0], message[1]
                 if kind == "item" and on_item is not None:
-                    if on_item(rank, pickle.loads(message[2])):
+                    try:
+                        complete = on_item(rank, pickle.loads(message[2]))
+                    except OSError as exc:
+                        raise RunFailure(f"could not store a result: {exc}") from None
+                    if complete:
                         with stored.get_lock():
                             stored.value += 1
                 elif kind == "result":
@@ -188,6 +204,7 @@ def launch_local(
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.kill()
+        shutil.rmtree(rendezvous, ignore_errors=True)
     if len(results) == world:
         return [results[r] for r in range(world)]
     raise _failure(procs, results, errors, progress_array, case_names)

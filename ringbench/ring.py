@@ -45,6 +45,7 @@ class RingContext:
     timeout_s: float = 60.0
     recorder: object = NullRecorder()
     comm: RingComm | None = None
+    owns_comm: bool = False  # built for one call: close its watcher threads when the call is done
 
     @property
     def world(self) -> int:

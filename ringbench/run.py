@@ -8,6 +8,7 @@ size share a process group; every repeat gets fresh process groups. Each finishe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -64,6 +65,22 @@ def new_run_id(scenario: Scenario) -> str:
     return f"{stamp}-{safe}"
 
 
+def new_run_dir(out: str | Path, scenario: Scenario) -> Path:
+    """Create results/<run-id>/ (a suffix keeps two runs started within one second apart)."""
+    base_id = run_id = new_run_id(scenario)
+    suffix = 1
+    while True:
+        run_dir = Path(out) / run_id
+        try:
+            run_dir.mkdir(parents=True)
+            return run_dir
+        except FileExistsError:
+            suffix += 1
+            run_id = f"{base_id}-{suffix}"
+        except OSError as exc:
+            raise UsageError(f"out={str(out)!r} is not writable ({exc.strerror})") from None
+
+
 def _percentile(values, q) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
@@ -87,12 +104,12 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         exposed_ms = math.nan  # not traced (--no-trace)
     flops = events.loc[events["kind"] == "compute", "flops"].sum() / max(len(step_ms), 1)
     median_step = float(np.median(step_ms)) if len(step_ms) else math.nan
-    fwd_err = max(r["fwd_err"] for r in per_rank)
-    bwd_err = max(r["bwd_err"] for r in per_rank)
+    fwd_err = float(np.max([r["fwd_err"] for r in per_rank]))  # np.max: a NaN on any rank stays NaN
+    bwd_err = float(np.max([r["bwd_err"] for r in per_rank]))
     fwd_tol, bwd_tol = TOLERANCE[case.dtype]
     passed = True
     if scenario.check:
-        passed = bool(fwd_err <= fwd_tol and (not case.backward or bwd_err <= bwd_tol))
+        passed = bool(fwd_err <= fwd_tol and (not case.backward or bwd_err <= bwd_tol))  # False for NaN
     row = {
         "case_id": case.case_id,
         "repeat": repeat,
@@ -143,29 +160,30 @@ def execute(
     device: str | None = None,
 ) -> RunState:
     """Run every (case, repeat) not yet on disk; returns the run's state (its directory, cases and metadata)."""
-    scenario.validate()
-    cases = scenario.cases()
     from ringbench.dist import launched_env
 
-    if launched_env() is not None:
+    launched = launched_env()
+    if launched is not None:
+        if resume is not None:
+            raise UsageError("resume is not supported under torchrun/SLURM yet; start a new run (or resume locally)")
+        world = launched[1]
+        if world not in scenario.world:  # the launcher decides the ring size
+            scenario = dataclasses.replace(scenario, world=(world,))
+        scenario.validate()
+        cases = [case for case in scenario.cases() if case.world == world]
         return _execute_launched(scenario, cases, out=out, trace=trace, command=command, on_case=on_case, device=device)
+    scenario.validate()
+    cases = scenario.cases()
     if resume is not None:
         run_dir = Path(resume)
         previous = store.load_run(run_dir)  # UsageError when it is not a run directory
         state = RunState(run_dir=run_dir, meta=previous.meta, cases=previous.cases)
+        state.meta.pop("failure", None)  # this attempt may well finish; a new failure is recorded anew
         if len(previous.events):
             state.events.append(previous.events)
     else:
-        base_id = run_id = new_run_id(scenario)
-        suffix = 1
-        while (Path(out) / run_id).exists():  # two runs within one second
-            suffix += 1
-            run_id = f"{base_id}-{suffix}"
-        run_dir = Path(out) / run_id
-        try:
-            run_dir.mkdir(parents=True)
-        except OSError as exc:
-            raise UsageError(f"out={str(out)!r} is not writable ({exc.strerror})") from None
+        run_dir = new_run_dir(out, scenario)
+        run_id = run_dir.name
         meta = collect_metadata(scenario, run_id=run_id, command=command, trace=trace)
         meta["schema_version"] = SCHEMA_VERSION
         state = RunState(run_dir=run_dir, meta=meta)
@@ -207,7 +225,7 @@ def execute(
         started = time.monotonic()
         try:
             launch_local(world, rank_worker, (group_cases, settings, repeat), timeout_s=scenario.timeout,
-                         device=device, on_item=on_item, case_names=[c.case_id for _, c in group_cases])  # fmt: skip
+                         device=device, on_item=on_item, case_names=[c.case_id for c in cases])  # fmt: skip
         except RunFailure as exc:
             state.meta["failure"] = str(exc)
             store.write_json(run_dir / store.META_FILE, state.meta)
@@ -226,14 +244,11 @@ def _execute_launched(scenario, cases, *, out, trace, command, on_case, device) 
     from ringbench.runner import run_case
 
     env = init_launched(scenario.timeout, device)
-    mine = [(i, c) for i, c in enumerate(cases) if c.world == env.world]
-    if len(mine) < len(cases):
-        raise UsageError(f"world={list(scenario.world)} is not allowed under this launcher; expected {env.world}")
+    mine = list(enumerate(cases))
     state = None
     if env.rank == 0:
-        run_id = new_run_id(scenario)
-        run_dir = Path(out) / run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = new_run_dir(out, scenario)
+        run_id = run_dir.name
         meta = collect_metadata(scenario, run_id=run_id, command=command, trace=trace)
         meta.update(schema_version=SCHEMA_VERSION, launcher=env.launcher, backend=env.backend)
         state = RunState(run_dir=run_dir, meta=meta)

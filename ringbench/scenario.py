@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -146,8 +147,20 @@ class Scenario:
         for number, name, low in ((self.iters, "iters", 1), (self.warmup, "warmup", 0), (self.repeat, "repeat", 1)):
             if not isinstance(number, int) or isinstance(number, bool) or number < low:
                 raise fail(name, number, f"an integer >= {low}")
-        if not isinstance(self.timeout, (int, float)) or self.timeout <= 0:
+        if not isinstance(self.timeout, (int, float)) or isinstance(self.timeout, bool):
             raise fail("timeout", self.timeout, "a number of seconds > 0")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise fail("timeout", self.timeout, "a finite number of seconds > 0")
+        for name in ("backward", "check", "emulate_links"):
+            if not isinstance(getattr(self, name), bool):
+                raise fail(name, getattr(self, name), "true or false")
+        for name in ("name", "description"):
+            if not isinstance(getattr(self, name), str):
+                raise fail(name, getattr(self, name), "a string")
+        if self.topology is not None and not isinstance(self.topology, str):
+            raise fail("topology", self.topology, "a file path")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise fail("seed", self.seed, "an integer")
         parsed = []
         for spec in self.faults:
             try:
@@ -169,6 +182,10 @@ class Scenario:
                 check_faults(parsed, world)
             except UsageError as exc:
                 raise UsageError(where + str(exc)) from None
+        if "allgather" in self.buffer:
+            for fault in parsed:
+                if fault.kind in ("crash", "hang") and fault.step > 0:
+                    raise fail("fault", fault.spec, "step 0 with buffer allgather (it has no later ring steps)")
         if self.emulate_links and not self.topology:
             raise fail("emulate_links", True, "only together with topology: FILE")
         if self.topology:

@@ -84,12 +84,16 @@ def write_cases(run_dir: Path, cases: pd.DataFrame) -> None:
 
 def read_meta(run_dir: Path) -> dict:
     path = Path(run_dir) / META_FILE
+    if not Path(run_dir).is_dir():
+        raise UsageError(f"run_dir={str(run_dir)!r} is not a directory (expected a results/<run-id>/ folder)")
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:
         raise UsageError(f"run_dir={str(run_dir)!r} is not a ringbench run: {META_FILE} is missing") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path}: expected a JSON object, got {type(meta).__name__}")
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise UsageError(f"{path}: schema_version={version!r} is not supported; expected {SCHEMA_VERSION}")

@@ -83,7 +83,12 @@ def test_resume_runs_only_missing_cases(tmp_path):
         (["no-such-scenario.yaml"], "scenario='no-such-scenario.yaml' is not allowed: no such file"),
         (["--kernel", "emulated:fast"], "kernel='emulated:fast' is not allowed"),
         (["--dtype", "int8"], "dtype='int8' is not allowed"),
-        (["--resume", "/nonexistent/run"], "is not a ringbench run"),
+        (["--resume", "/nonexistent/run"], "is not a directory"),
+        (["--fault", "slow-rank:-1:2"], "fault='slow-rank:-1:2' is not allowed"),
+        (["--fault", "slow-rank:0:inf"], "fault='slow-rank:0:inf' is not allowed"),
+        (["--fault", "slow-link:1:1:5"], "a link joins two different ranks"),
+        (["--timeout", "nan"], "timeout=nan is not allowed"),
+        (["--buffer", "allgather", "--fault", "crash:1:2"], "step 0 with buffer allgather"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
@@ -142,3 +147,43 @@ def test_hang_ends_the_run_within_the_timeout(tmp_path):
     assert result.exit_code == 1, result.output
     assert "rank 2 stopped responding at fwd ring step 1" in result.output
     assert elapsed < 4 + 15
+
+
+def test_resume_of_a_file_and_bad_settings_are_usage_errors(tmp_path):
+    not_a_run = tmp_path / "file.txt"
+    not_a_run.write_text("x")
+    result = _run("--resume", str(not_a_run))
+    assert result.exit_code == 2 and "is not a directory" in result.output and "Traceback" not in result.output
+    bad = tmp_path / "bad.yaml"
+    for text, message in (
+        ("check: 'false'\n", "check='false' is not allowed; expected true or false"),
+        ("name: 5\n", "name=5 is not allowed; expected a string"),
+        ("seed: abc\n", "seed='abc' is not allowed; expected an integer"),
+    ):
+        bad.write_text(text)
+        result = _run(str(bad))
+        assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_hang_with_no_live_peer_still_ends(tmp_path):
+    started = time.monotonic()
+    result = _run("--world", "1", *SMALL, "--fault", "hang:0:0", "--timeout", "3", "--no-check", "--out", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "rank 0 stopped responding at fwd ring step 0" in result.output
+    assert time.monotonic() - started < 3 + 20
+
+
+def test_nan_errors_fail_the_check():
+    import math
+
+    import torch
+
+    from ringbench.runner import _reference_errors
+    from ringbench.scenario import Case
+
+    case = Case(world=1, seq=4, heads=1, head_dim=4, batch=1, dtype="float32", mask="causal", layout="contiguous",
+                buffer="double", order="identity", kernel="torch")  # fmt: skip
+    full = [torch.randn(1, 1, 4, 4) for _ in range(4)]
+    nan = torch.full((1, 1, 4, 4), float("nan"))
+    fwd, bwd = _reference_errors(case, full, nan, [nan, nan, nan], rank=0)
+    assert math.isnan(fwd) and math.isnan(bwd)

@@ -13,8 +13,8 @@ from rich.markup import escape
 from ringbench.errors import RunFailure, UsageError
 
 # Human output goes to stderr so that `--json` can own stdout.
-console = Console(stderr=True, highlight=False)
-stdout = Console(highlight=False, soft_wrap=True)
+console = Console(stderr=True, highlight=False, emoji=False)
+stdout = Console(highlight=False, soft_wrap=True, emoji=False)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -32,8 +32,9 @@ def cli_errors() -> Iterator[None]:
         raise fail(str(exc), 2) from None
     except RunFailure as exc:
         raise fail(str(exc), 1) from None
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        raise fail(f"{exc.filename}: {exc.strerror}", 2) from None
+    except OSError as exc:  # unreadable input or unwritable output: one line, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise fail(f"{where}{exc.strerror or exc}", 2) from None
     except KeyboardInterrupt:
         console.print("interrupted")
         raise typer.Exit(130) from None

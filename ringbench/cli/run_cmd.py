@@ -226,13 +226,19 @@ def register(app: typer.Typer) -> None:
 
 
 def _resumed_scenario(run_dir: Path):
+    from ringbench.errors import UsageError
     from ringbench.scenario import Scenario
     from ringbench.store import read_meta
 
     meta = read_meta(run_dir)
-    data = dict(meta.get("scenario", {}))
+    data = meta.get("scenario")
+    if not isinstance(data, dict):
+        raise UsageError(f"{run_dir}/meta.json: no scenario recorded; give the scenario file with --resume")
     tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    return Scenario(**tuples, source=str(meta.get("scenario_source", run_dir)))
+    try:
+        return Scenario(**tuples, source=str(meta.get("scenario_source", run_dir)))
+    except TypeError as exc:
+        raise UsageError(f"{run_dir}/meta.json: the recorded scenario is not readable ({exc})") from None
 
 
 def _verdict(run_data) -> str | None:
