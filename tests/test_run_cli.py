@@ -187,3 +187,15 @@ def test_nan_errors_fail_the_check():
     nan = torch.full((1, 1, 4, 4), float("nan"))
     fwd, bwd = _reference_errors(case, full, nan, [nan, nan, nan], rank=0)
     assert math.isnan(fwd) and math.isnan(bwd)
+
+
+def test_resume_after_a_crash_finishes_without_the_crash(tmp_path):
+    crashed = _run("--world", "2", *SMALL, "--layout", "zigzag", "--buffer", "double", "--fault", "crash:1:1",
+                   "--no-check", "--out", str(tmp_path))  # fmt: skip
+    assert crashed.exit_code == 1
+    (run_dir,) = tmp_path.iterdir()
+    resumed = _run("--resume", str(run_dir), "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert "crash/hang faults of the original run are not applied again" in resumed.output
+    assert len(json.loads(resumed.stdout)["cases"]) == 1
+    assert "failure" not in json.loads((run_dir / "meta.json").read_text())

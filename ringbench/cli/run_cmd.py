@@ -11,6 +11,7 @@ SLURM (MASTER_ADDR / MASTER_PORT exported by the batch script):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import sys
@@ -175,6 +176,11 @@ def register(app: typer.Typer) -> None:
             base = load_scenario(scenario) if scenario else DEFAULT_SCENARIO
             if resume is not None and scenario is None:
                 base = _resumed_scenario(resume)
+                # crash and hang faults end a run on purpose; resuming means finishing the rest without them
+                lasting = tuple(f for f in base.faults if not f.startswith(("crash:", "hang:")))
+                if lasting != base.faults:
+                    console.print("resume: crash/hang faults of the original run are not applied again")
+                    base = dataclasses.replace(base, faults=lasting)
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
                 layout=layout, buffer=buffer, order=order, kernel=kernel, backward=backward, iters=iters,
