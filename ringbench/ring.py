@@ -90,26 +90,12 @@ def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start: int, wait
     if not rec.enabled:
         return
     phase, step = transfer.phase, transfer.step
-    rec.span(
-        phase=phase,
-        step=step,
-        kind="send",
-        start=transfer.posted_ns,
-        end=transfer.send_done_ns,
-        src=ctx.rank,
-        dst=ctx.next(),
-        nbytes=transfer.nbytes,
-    )
-    rec.span(
-        phase=phase,
-        step=step,
-        kind="recv",
-        start=transfer.posted_ns,
-        end=transfer.recv_done_ns,
-        src=ctx.prev(),
-        dst=ctx.rank,
-        nbytes=transfer.nbytes,
-    )
+    for kind, end, src, dst in (
+        ("send", transfer.send_done_ns, ctx.rank, ctx.next()),
+        ("recv", transfer.recv_done_ns, ctx.prev(), ctx.rank),
+    ):
+        rec.span(phase=phase, step=step, kind=kind, start=transfer.posted_ns, end=end, src=src, dst=dst,
+                 nbytes=transfer.nbytes)  # fmt: skip
     rec.span(phase=phase, step=step, kind="wait", start=wait_start, end=wait_end, src=ctx.prev(), dst=ctx.rank)
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import assert_one_line_error as _assert_one_line_error
+from cli_helpers import invoke
 
-from ringbench.cli.app import app
 from ringbench.schema import SCHEMA_VERSION
 from ringbench.topology import load_topology
 
@@ -16,17 +17,7 @@ DATA = Path(__file__).parent / "data" / "topology"
 PCIE8 = str(DATA / "pcie8_dual_socket_pix_pxb_sys.txt")
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert result.stdout == ""
+assert_one_line_error = partial(_assert_one_line_error, stdout_empty=True)
 
 
 def write_run(tmp_path: Path, **meta) -> Path:

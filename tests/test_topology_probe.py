@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import assert_one_line_error, invoke
 
-from ringbench.cli.app import app
 from ringbench.run import new_run_id
 from ringbench.scenario import Scenario
 from ringbench.schema import SCHEMA_VERSION
@@ -19,18 +18,6 @@ from ringbench.topology.probe import ProbeSpec, format_bytes, parse_sizes, summa
 
 DATA = Path(__file__).parent / "data" / "topology"
 SLOW_PAIR = DATA / "three_rank_slow_pair.yaml"  # 1 <-> 2: 3 ms latency, 0.05 GB/s; the other pairs NV4
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
