@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -98,7 +99,8 @@ class BlockKernel:
 
 
 def additive_mask(mask: BlockMask, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
-    """(Lq, Lk) additive mask (0 visible, -inf hidden) for PARTIAL masks; None otherwise."""
+    """(Lq, Lk) additive mask (0 visible, -inf hidden) for PARTIAL masks; None otherwise. Built afresh on every
+    call: kernels take it from a MaskTensors cache instead."""
     if mask.kind is not MaskKind.PARTIAL:
         return None
     assert mask.allowed is not None
@@ -106,10 +108,95 @@ def additive_mask(mask: BlockMask, dtype: torch.dtype, device: torch.device) -> 
     return bias.masked_fill_(~mask.allowed.to(device), float("-inf"))
 
 
-def clear_empty_rows(out: torch.Tensor, lse: torch.Tensor, mask: BlockMask) -> tuple[torch.Tensor, torch.Tensor]:
-    """Force (out=0, lse=-inf), the merge's identity, on rows that see no key."""
-    if mask.empty_rows is not None:
-        rows = mask.empty_rows.to(out.device)
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy a host tensor to ``device`` without blocking the host: a pageable host-to-device copy waits for the
+    GPU to drain the stream; a copy from pinned memory is queued on the stream like any kernel. (The caching host
+    allocator keeps the pinned buffer until the copy has run, so the temporary may be dropped at once.)"""
+    device = torch.device(device)
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+class MaskTensors:
+    """Device-resident tensors derived from block masks, built on first use and reused afterwards.
+
+    Plans are cached for the whole run (``ringbench.plan.pair_plan``), so the same BlockMask object comes back at
+    every ring step of every iteration. Rebuilding its bias from the CPU bool tensor each time would cost
+    allocations, kernels and a host-to-device copy per block. Entries are keyed by ``id(mask)`` and hold a
+    reference to the mask, so the id cannot be reused by another object while its entry lives. A kernel owns one
+    instance; the tensors are freed with the kernel, or by ``clear()``. Bounded: when ``max_entries`` is reached
+    the cache is emptied and refilled on demand.
+    """
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[Hashable, tuple[object, torch.Tensor | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _get(self, key: Hashable, keep: object, build: Callable[[], torch.Tensor | None]) -> torch.Tensor | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            entry = (keep, build())
+            self._entries[key] = entry
+        return entry[1]
+
+    def allowed(self, mask: BlockMask, device: torch.device, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+        """(Lq, Lk) visibility of a PARTIAL mask on ``device``, contiguous, in ``dtype`` (1 / True = visible)."""
+        assert mask.allowed is not None, "allowed() needs a PARTIAL mask"
+        device = torch.device(device)
+        return self._get(
+            (id(mask), "allowed", device, dtype),
+            mask,
+            lambda: to_device(mask.allowed.to(dtype).contiguous(), device),
+        )
+
+    def empty_rows(self, mask: BlockMask, device: torch.device) -> torch.Tensor | None:
+        """(Lq,) bool rows that see no key, on ``device``; None when there are none (worked out at plan time)."""
+        if mask.empty_rows is None:
+            return None
+        device = torch.device(device)
+        return self._get((id(mask), "empty_rows", device), mask, lambda: to_device(mask.empty_rows, device))
+
+    def additive(
+        self, mask: BlockMask, dtype: torch.dtype, device: torch.device, align: int = 1
+    ) -> torch.Tensor | None:
+        """(Lq, Lk) additive bias (0 visible, -inf hidden) of a PARTIAL mask, None for other kinds. ``align``: the
+        row stride is a multiple of it (the storage is padded and sliced back), as fused CUDA kernels require."""
+        if mask.kind is not MaskKind.PARTIAL:
+            return None
+        device = torch.device(device)
+
+        def build() -> torch.Tensor:
+            visible = self.allowed(mask, device)  # (Lq, Lk) bool
+            q_len, k_len = visible.shape
+            storage = torch.zeros(q_len, -(-k_len // align) * align, dtype=dtype, device=device)
+            return storage[:, :k_len].masked_fill_(~visible, float("-inf"))
+
+        return self._get((id(mask), "additive", device, dtype, align), mask, build)
+
+    def causal(self, q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+        """(Lq, Lk) bool lower triangle (top-left aligned: query i sees keys 0..i) on ``device``."""
+        device = torch.device(device)
+        return self._get(
+            ("causal", q_len, k_len, device),
+            None,
+            lambda: torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(),
+        )
+
+
+def clear_empty_rows(
+    out: torch.Tensor, lse: torch.Tensor, rows: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Force (out=0, lse=-inf), the merge's identity, on ``rows`` ((Lq,) bool on out's device, or None)."""
+    if rows is not None:
         lse = lse.masked_fill(rows, float("-inf"))
         out = out.masked_fill(rows[..., None], 0.0)
     return out, lse

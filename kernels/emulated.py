@@ -1,29 +1,108 @@
-"""The emulated-compute kernel: exact arithmetic, then sleep until the modelled duration has passed.
+"""Emulated and modelled compute: a block takes the time its FLOPs would take at a given rate.
 
-``emulated:GFLOPS`` makes each block take the time its useful FLOPs would take at GFLOPS. The arithmetic is still
-done (by the ``torch`` kernel) so every emulated run stays exact and checkable; the remaining time is spent
-sleeping, which leaves the cores free for communication. On 2-core machines real compute and gloo copies compete
-for the same cores, so this is how overlap, stragglers and topology effects are exercised honestly there. Runs
-with this kernel are labelled emulated in every output.
+``emulated:GFLOPS`` does the real arithmetic (by the ``torch`` kernel), so every emulated run stays exact and
+checkable, and then pads the block to the modelled duration. On 2-core machines real compute and gloo copies
+compete for the same cores, so this is how overlap, stragglers and topology effects are exercised honestly there.
+
+``modelled:GFLOPS`` skips the arithmetic altogether (outputs are zeros: nothing to check) and only takes the
+modelled time, so scale and memory experiments (long S, many ranks) run on small machines.
+
+Both are labelled emulated in every output. The padding acts where the work runs (``Pacer``):
+  * CPU: the host sleeps until the modelled end (the host is the compute lane); a block whose arithmetic alone
+    took longer than the modelled time is *saturated* (counted, reported).
+  * CUDA: a calibrated spin is enqueued on the compute stream (ringbench.spin) for the modelled time minus the
+    arithmetic's own time, measured with events in the previous iteration; after each iteration ``settle``
+    resolves those events, updates the estimates and counts saturated blocks. The host never waits.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
+
+import torch
 
 from ringbench.errors import bad_value
-from ringbench.kernels.base import BlockKernel, BlockMask, block_flops
+from ringbench.kernels.base import BlockKernel, BlockMask, block_flops, stats_dtype
 from ringbench.kernels.torch_sdpa import TorchSdpaKernel
+from ringbench.spin import spin
+
+PAD_LABEL = "ringbench:emulated pad"  # the profiler sees the modelled wait under this name (check-timeline)
 
 
-def _sleep_until(deadline: float) -> None:
-    remaining = deadline - time.perf_counter()
-    if remaining > 0:
-        time.sleep(remaining)
+class Pacer:
+    """Pads blocks to a target duration on the device that runs them, and counts saturated blocks."""
+
+    def __init__(self) -> None:
+        self.saturated_blocks = 0
+        self.blocks = 0
+        self._estimate_s: dict[Hashable, float] = {}  # CUDA: the arithmetic's measured time per block shape
+        self._pending: list[tuple[Hashable, object, object, float]] = []
+
+    def begin(self, device: torch.device):
+        """Mark the start of a block's arithmetic."""
+        if device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def pad_to(self, device: torch.device, key: Hashable, begun, target_s: float) -> None:
+        """Make the block that began at ``begun`` last ``target_s`` in all."""
+        self.blocks += 1
+        if device.type != "cuda":
+            deadline = begun + target_s
+            remaining = deadline - time.perf_counter()
+            if remaining < 0:
+                self.saturated_blocks += 1
+            else:
+                with torch.profiler.record_function(PAD_LABEL):
+                    time.sleep(remaining)
+            return
+        done = torch.cuda.Event(enable_timing=True)
+        done.record()
+        self._pending.append((key, begun, done, target_s))
+        spin(target_s - self._estimate_s.get(key, 0.0), device)
+
+    def stretch(self, device: torch.device, key: Hashable, begun, factor: float) -> None:
+        """Make the block that began at ``begun`` last ``factor`` times its own arithmetic."""
+        if device.type != "cuda":
+            elapsed = time.perf_counter() - begun
+            with torch.profiler.record_function(PAD_LABEL):
+                time.sleep((factor - 1.0) * elapsed)
+            return
+        done = torch.cuda.Event(enable_timing=True)
+        done.record()
+        self._pending.append((key, begun, done, float("inf")))
+        spin((factor - 1.0) * self._estimate_s.get(key, 0.0), device)
+
+    def settle(self) -> None:
+        """After an iteration (its events fired): update the per-shape estimates and count saturated blocks."""
+        for key, begun, done, target_s in self._pending:
+            elapsed_s = begun.elapsed_time(done) / 1e3
+            self._estimate_s[key] = elapsed_s
+            if elapsed_s > target_s:
+                self.saturated_blocks += 1
+        self._pending.clear()
+
+    def reset_counts(self) -> None:
+        self.saturated_blocks = 0
+        self.blocks = 0
+
+
+def _rate(name: str, argument: str) -> float:
+    try:
+        gflops = float(argument)
+    except ValueError:
+        raise bad_value("kernel", f"{name}:{argument}", f"{name}:GFLOPS with a number GFLOPS > 0") from None
+    if not gflops > 0 or gflops == float("inf"):
+        raise bad_value("kernel", f"{name}:{argument}", f"{name}:GFLOPS with a finite number GFLOPS > 0")
+    return gflops
 
 
 class EmulatedKernel(BlockKernel):
     emulated = True
+    computes = True  # real arithmetic: results can be checked
 
     def __init__(self, gflops: float, slowdown: float = 1.0) -> None:
         if not gflops > 0:
@@ -32,34 +111,63 @@ class EmulatedKernel(BlockKernel):
         self.slowdown = float(slowdown)  # set by the slow-rank fault on the affected rank
         self.name = f"emulated:{gflops:g}"
         self._inner = TorchSdpaKernel()
-        self.saturated_blocks = 0  # blocks whose real arithmetic took longer than the modelled time
+        self.pacer = Pacer()
 
     @classmethod
     def from_argument(cls, argument: str) -> EmulatedKernel:
-        try:
-            return cls(float(argument))
-        except ValueError:
-            raise bad_value("kernel", f"emulated:{argument}", "emulated:GFLOPS with a number GFLOPS > 0") from None
+        return cls(_rate("emulated", argument))
+
+    @property
+    def saturated_blocks(self) -> int:
+        return self.pacer.saturated_blocks
 
     def modelled_seconds(self, q, k, mask: BlockMask, backward: bool) -> float:
         batch, heads, q_len, head_dim = q.shape
         flops = block_flops(batch, heads, q_len, k.shape[-2], head_dim, mask.work_fraction, backward)
         return flops / (self.gflops * 1e9) * self.slowdown
 
-    def _finish(self, start: float, seconds: float) -> None:
-        deadline = start + seconds
-        if time.perf_counter() > deadline:
-            self.saturated_blocks += 1
-        _sleep_until(deadline)
+    def _key(self, q, k, mask: BlockMask, backward: bool) -> tuple:
+        return (tuple(q.shape), k.shape[-2], mask.kind, backward)
 
     def forward(self, q, k, v, mask, scale):
-        start = time.perf_counter()
+        begun = self.pacer.begin(q.device)
         result = self._inner.forward(q, k, v, mask, scale)
-        self._finish(start, self.modelled_seconds(q, k, mask, backward=False))
+        self.pacer.pad_to(q.device, self._key(q, k, mask, False), begun, self.modelled_seconds(q, k, mask, False))
         return result
 
     def backward(self, dout, q, k, v, out, lse, mask, scale):
-        start = time.perf_counter()
+        begun = self.pacer.begin(q.device)
         result = self._inner.backward(dout, q, k, v, out, lse, mask, scale)
-        self._finish(start, self.modelled_seconds(q, k, mask, backward=True))
+        self.pacer.pad_to(q.device, self._key(q, k, mask, True), begun, self.modelled_seconds(q, k, mask, True))
         return result
+
+    def settle(self) -> None:
+        self.pacer.settle()
+
+
+class ModelledKernel(EmulatedKernel):
+    """Takes the modelled time and computes nothing: outputs are zeros (a run with it cannot be checked)."""
+
+    computes = False
+
+    def __init__(self, gflops: float, slowdown: float = 1.0) -> None:
+        super().__init__(gflops, slowdown)
+        self.name = f"modelled:{gflops:g}"
+
+    @classmethod
+    def from_argument(cls, argument: str) -> ModelledKernel:
+        return cls(_rate("modelled", argument))
+
+    def forward(self, q, k, v, mask, scale):
+        begun = self.pacer.begin(q.device)
+        out = torch.zeros((), dtype=q.dtype, device=q.device).expand(q.shape)  # (B, H, Lq, D), no memory
+        lse = torch.zeros((), dtype=stats_dtype(q.dtype), device=q.device).expand(q.shape[:-1])
+        self.pacer.pad_to(q.device, self._key(q, k, mask, False), begun, self.modelled_seconds(q, k, mask, False))
+        return out, lse
+
+    def backward(self, dout, q, k, v, out, lse, mask, scale):
+        begun = self.pacer.begin(q.device)
+        zero = torch.zeros((), dtype=q.dtype, device=q.device)
+        grads = (zero.expand(q.shape), zero.expand(k.shape), zero.expand(v.shape))
+        self.pacer.pad_to(q.device, self._key(q, k, mask, True), begun, self.modelled_seconds(q, k, mask, True))
+        return grads

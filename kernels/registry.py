@@ -7,7 +7,7 @@ from collections.abc import Callable
 from ringbench.errors import bad_value
 from ringbench.kernels.base import BlockKernel
 
-KERNEL_HELP = "torch, math, triton, or emulated:GFLOPS (e.g. emulated:50)"
+KERNEL_HELP = "torch, math, triton, emulated:GFLOPS (e.g. emulated:50) or modelled:GFLOPS (no arithmetic)"
 
 _FACTORIES: dict[str, Callable[[str], BlockKernel]] = {}
 
@@ -43,12 +43,13 @@ def _plain(cls):
 
 
 def _register_builtins() -> None:
-    from ringbench.kernels.emulated import EmulatedKernel
+    from ringbench.kernels.emulated import EmulatedKernel, ModelledKernel
     from ringbench.kernels.torch_sdpa import MathKernel, TorchSdpaKernel
 
     register_kernel("torch", _plain(TorchSdpaKernel))
     register_kernel("math", _plain(MathKernel))
     register_kernel("emulated", EmulatedKernel.from_argument)
+    register_kernel("modelled", ModelledKernel.from_argument)
 
     def triton_factory(argument: str) -> BlockKernel:
         from ringbench.kernels.triton_attn import TritonKernel

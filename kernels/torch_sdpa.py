@@ -1,59 +1,82 @@
 """Block kernels on PyTorch's own attention ops.
 
-``torch``: on CPU ``aten._scaled_dot_product_flash_attention_for_cpu`` (returns out and logsumexp, with a matching
-``_backward``); on CUDA the memory-efficient SDPA op, which accepts an additive mask and returns the log-sum-exp.
-Where neither applies (fp64 on CUDA), it falls back to ``math``. ``math``: explicit matmuls and logsumexp in the
-statistics dtype; slow, but any dtype and device: the reference the other kernels are checked against.
+``torch`` picks, per block, the fastest op that returns the log-sum-exp and fits the block (``TorchSdpaKernel.route``):
+  * CPU: ``aten._scaled_dot_product_flash_attention_for_cpu`` and its ``_backward`` (any mask, additive bias).
+  * CUDA, FULL and CAUSAL blocks in fp16/bf16: FlashAttention-2, ``aten._scaled_dot_product_flash_attention`` and
+    ``_backward`` (head_dim a multiple of 8 up to 256, sm80 or newer, flash built in and enabled).
+  * CUDA otherwise (PARTIAL masks, fp32, flash unavailable): the memory-efficient op,
+    ``aten._scaled_dot_product_efficient_attention`` and ``_backward``, with the mask as an additive bias.
+  * fp64 on CUDA, head dims those ops cannot align, empty blocks: ``math``.
+The CUDA choices honour ``torch.nn.attention.sdpa_kernel`` (``torch.backends.cuda.flash_sdp_enabled()`` and
+``mem_efficient_sdp_enabled()``), so a caller can force the memory-efficient or the math path.
+
+``math``: explicit matmuls and logsumexp in the statistics dtype; slow, but any dtype and device: the reference the
+other kernels are checked against.
+
+Conventions the CUDA ops rely on (read from PyTorch's attention.cu / attention_backward.cu, checked against the
+op schemas of torch 2.13):
+  * Both fused ops work in (B, M, H, K) memory: the forward's output is a (B, H, M, K) view of (B, M, H, K)
+    storage. The memory-efficient backward reads ``out`` (for delta = rowsum(dO * O)) with a row stride fixed at
+    H * K, whatever strides the tensor has, so ``out`` must be handed over in that layout (``_bmhk``); ``grad_out``
+    is made contiguous in it by the op itself, so it gets the same treatment to save that copy.
+  * lse: flash returns (B, H, M) fp32; the memory-efficient forward returns (B, H, ceil(M / 32) * 32) fp32 (its
+    backward checks that the head stride is a multiple of 8, hence the padding). Both are natural-log units.
+  * is_causal: the memory-efficient op masks top-left aligned; flash aligns bottom-right, the same thing only for
+    square blocks, so a CAUSAL block that is not square never goes to flash.
+  * Rows with no visible key: FlashAttention writes lse = +inf for them; FULL blocks (Lk > 0) and square CAUSAL
+    blocks have none, PARTIAL blocks never go to flash, and the memory-efficient path clears them with the
+    plan's empty rows. In the backward a final lse of -inf becomes +inf so that P = exp(S - lse) is 0, not NaN.
+  * Dropout is 0, so the philox seed and offset are never read; they are passed in the form each forward returns
+    them (flash: uint64 tensors on the device; memory-efficient: int64 scalars on the host).
+Nothing here reads a GPU value on the host: masks come from a per-kernel MaskTensors cache (built once per plan
+mask, copied from pinned memory) and every choice is made from shapes, dtypes and device properties.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from ringbench.kernels.base import BlockKernel, BlockMask, MaskKind, additive_mask, clear_empty_rows, stats_dtype
+from ringbench.kernels.base import BlockKernel, BlockMask, MaskKind, MaskTensors, clear_empty_rows, stats_dtype
 
 aten = torch.ops.aten
 
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+LSE_ROW_ALIGN = 32  # the memory-efficient forward pads its lse rows to this multiple; its backward expects it
+BIAS_ALIGN = 16  # elements; row stride of the additive bias (PyTorch's own SDPA pads it to 8 or 16)
+_NO_SEED = torch.empty((), dtype=torch.int64)  # what the memory-efficient forward returns without dropout
+_capabilities: dict[int, tuple[int, int]] = {}
+_flash_rng: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
-def _math_scores(q, k, mask: BlockMask, scale: float) -> torch.Tensor:
+
+# -- math: the reference ------------------------------------------------------------------------------------------
+def _math_scores(q, k, mask: BlockMask, scale: float, tensors: MaskTensors) -> torch.Tensor:
     acc = stats_dtype(q.dtype)
     scores = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale  # (B, H, Lq, Lk)
     if mask.kind is MaskKind.CAUSAL:
         lq, lk = scores.shape[-2:]
-        visible = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~visible, float("-inf"))
+        scores = scores.masked_fill(~tensors.causal(lq, lk, q.device), float("-inf"))
     elif mask.kind is MaskKind.PARTIAL:
-        scores = scores.masked_fill(~mask.allowed.to(q.device), float("-inf"))
+        scores = scores.masked_fill(~tensors.allowed(mask, q.device), float("-inf"))
     return scores
-
-
-def _aligned_bias(bias: torch.Tensor | None, batch: int, heads: int) -> torch.Tensor | None:
-    """(Lq, Lk) bias -> (B, H, Lq, Lk) view whose rows start on 16-element boundaries.
-
-    The memory-efficient CUDA kernel wants the bias's last-dimension stride aligned; the public SDPA pads the
-    storage and slices it back, which is what this does. (Needs a GPU to exercise: tests marked gpu.)
-    """
-    if bias is None:
-        return None
-    q_len, k_len = bias.shape
-    padded = torch.zeros(q_len, (k_len + 15) // 16 * 16, dtype=bias.dtype, device=bias.device)
-    padded[:, :k_len] = bias
-    return padded[:, :k_len].expand(batch, heads, q_len, k_len)
 
 
 class MathKernel(BlockKernel):
     name = "math"
 
+    def __init__(self, tensors: MaskTensors | None = None) -> None:
+        self.mask_tensors = tensors if tensors is not None else MaskTensors()
+
     def forward(self, q, k, v, mask, scale):
-        scores = _math_scores(q, k, mask, scale)
+        scores = _math_scores(q, k, mask, scale, self.mask_tensors)
         lse = torch.logsumexp(scores, dim=-1)  # (B, H, Lq); -inf on rows with no visible key
         probs = torch.exp(scores - lse[..., None]).nan_to_num_(0.0)
         out = torch.matmul(probs, v.to(probs.dtype)).to(q.dtype)
-        return clear_empty_rows(out, lse, mask)
+        return clear_empty_rows(out, lse, self.mask_tensors.empty_rows(mask, q.device))
 
     def backward(self, dout, q, k, v, out, lse, mask, scale):
         acc = stats_dtype(q.dtype)
-        scores = _math_scores(q, k, mask, scale)
+        scores = _math_scores(q, k, mask, scale, self.mask_tensors)
         probs = torch.exp(scores - lse.to(acc)[..., None]).nan_to_num_(0.0)  # P against the final lse
         dout_acc = dout.to(acc)
         dv = torch.matmul(probs.transpose(-1, -2), dout_acc)
@@ -65,53 +88,189 @@ class MathKernel(BlockKernel):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
+# -- the fused CUDA ops -------------------------------------------------------------------------------------------
+def _capability(device: torch.device) -> tuple[int, int]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _capabilities:
+        _capabilities[index] = torch.cuda.get_device_capability(index)
+    return _capabilities[index]
+
+
+def _alignment(dtype: torch.dtype) -> int:
+    """Elements per 16 bytes: the vector width the fused kernels load with."""
+    return 16 // dtype.itemsize
+
+
+def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if its last dim is contiguous, its other strides are whole 16-byte vectors and it starts on a 16-byte
+    boundary (true of the ring's row slices when head_dim is aligned); a contiguous copy otherwise."""
+    align = _alignment(t.dtype)
+    if t.stride(-1) == 1 and all(s % align == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0:
+        return t
+    return t.contiguous()
+
+
+def _bmhk(t: torch.Tensor) -> torch.Tensor:
+    """A (B, H, M, K) view whose memory is (B, M, H, K) contiguous, the layout the fused forwards produce."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _lse_for_backward(lse: torch.Tensor, row_multiple: int) -> torch.Tensor:
+    """(B, H, Lq) final lse -> contiguous fp32, rows padded with +inf to ``row_multiple``. A row that saw no key in
+    the whole ring (-inf) becomes +inf, so P = exp(S - lse) is 0 there instead of NaN."""
+    lse = lse.float()
+    lse = lse.masked_fill(torch.isneginf(lse), float("inf"))
+    pad = (-lse.shape[-1]) % row_multiple
+    if pad:
+        lse = F.pad(lse, (0, pad), value=float("inf"))
+    return lse.contiguous()
+
+
+def _flash_rng_placeholders(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(philox_seed, philox_offset) as the flash forward returns them: uint64 (2,) and () on the device."""
+    if device not in _flash_rng:
+        _flash_rng[device] = (
+            torch.empty(2, dtype=torch.uint64, device=device),
+            torch.empty((), dtype=torch.uint64, device=device),
+        )
+    return _flash_rng[device]
+
+
+def flash_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention-2: (out (B, H, Lq, D) in q's dtype, lse (B, H, Lq) fp32)."""
+    # -> (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, rng_state, unused, debug_attn_mask)
+    out, lse, *_ = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    return out, lse
+
+
+def flash_backward(dout, q, k, v, out, lse, causal: bool, scale: float):
+    """(dq, dk, dv) of one block against the final (out, lse); cum_seq_q/k None: dense, not varlen."""
+    seed, offset = _flash_rng_placeholders(q.device)
+    dq, dk, dv = aten._scaled_dot_product_flash_attention_backward(
+        _bmhk(dout), q, k, v, _bmhk(out), _lse_for_backward(lse, 1), None, None, q.shape[-2], k.shape[-2],
+        0.0, causal, seed, offset, scale=scale,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+def efficient_forward(q, k, v, bias, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Memory-efficient attention: (out (B, H, Lq, D) in q's dtype, lse (B, H, Lq) fp32, a view of the padded one).
+    ``bias``: (B, H, Lq, Lk) additive, in q's dtype, row stride a multiple of BIAS_ALIGN; or None."""
+    # -> (output, log_sumexp (B, H, ceil(Lq / 32) * 32), philox_seed, philox_offset)
+    out, lse, _, _ = aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, causal, scale=scale)
+    return out, lse[..., : q.shape[-2]]
+
+
+def efficient_backward(dout, q, k, v, out, lse, bias, causal: bool, scale: float):
+    """(dq, dk, dv) of one block against the final (out, lse); out and dout in (B, M, H, K) memory (see above)."""
+    dq, dk, dv, _ = aten._scaled_dot_product_efficient_attention_backward(
+        _bmhk(dout), q, k, v, bias, _bmhk(out), _lse_for_backward(lse, LSE_ROW_ALIGN), _NO_SEED, _NO_SEED,
+        0.0, [True, True, True, False], causal, scale=scale,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+def cuda_route(
+    kind: MaskKind,
+    dtype: torch.dtype,
+    q_len: int,
+    k_len: int,
+    head_dim: int,
+    empty: bool,
+    capability: tuple[int, int],
+    *,
+    flash_available: bool,
+    flash_enabled: bool,
+    efficient_enabled: bool,
+) -> str:
+    """The op for a block on a CUDA device of compute ``capability``: 'flash', 'efficient' or 'math'."""
+    if dtype == torch.float64 or empty or k_len == 0:
+        return "math"
+    if (
+        kind is not MaskKind.PARTIAL
+        and (kind is MaskKind.FULL or q_len == k_len)  # flash's causal mask is bottom-right aligned
+        and dtype in HALF_DTYPES
+        and head_dim % 8 == 0
+        and head_dim <= 256
+        and capability >= (8, 0)
+        and (head_dim <= 192 or capability == (8, 0) or capability >= (9, 0))  # sm86/89: no backward above 192
+        and flash_available
+        and flash_enabled
+    ):
+        return "flash"
+    if (
+        efficient_enabled
+        and head_dim % _alignment(dtype) == 0  # bf16 has no kernel for unaligned head dims
+        and (dtype != torch.bfloat16 or capability >= (8, 0))
+    ):
+        return "efficient"
+    return "math"
+
+
 class TorchSdpaKernel(BlockKernel):
     name = "torch"
 
     def __init__(self) -> None:
-        self._math = MathKernel()
+        self.mask_tensors = MaskTensors()
+        self._math = MathKernel(self.mask_tensors)
 
-    def _use_math(self, q: torch.Tensor) -> bool:
-        return q.device.type == "cuda" and q.dtype == torch.float64
+    def route(self, q: torch.Tensor, k: torch.Tensor, mask: BlockMask) -> str:
+        """Which op runs this block: 'cpu', 'flash', 'efficient' or 'math' (host-side facts only)."""
+        if q.device.type != "cuda":
+            return "cpu"
+        return cuda_route(
+            mask.kind,
+            q.dtype,
+            q.shape[-2],
+            k.shape[-2],
+            q.shape[-1],
+            q.numel() == 0,
+            _capability(q.device),
+            flash_available=torch.backends.cuda.is_flash_attention_available(),
+            flash_enabled=torch.backends.cuda.flash_sdp_enabled(),
+            efficient_enabled=torch.backends.cuda.mem_efficient_sdp_enabled(),
+        )
+
+    def _bias(self, mask: BlockMask, q: torch.Tensor) -> torch.Tensor | None:
+        """(B, H, Lq, Lk) expanded view of the cached, aligned (Lq, Lk) bias; None for FULL and CAUSAL."""
+        bias = self.mask_tensors.additive(mask, q.dtype, q.device, align=BIAS_ALIGN)
+        return None if bias is None else bias.expand(q.shape[0], q.shape[1], *bias.shape)
 
     def forward(self, q, k, v, mask, scale):
-        if self._use_math(q):
+        route = self.route(q, k, mask)
+        if route == "math":
             return self._math.forward(q, k, v, mask, scale)
         causal = mask.kind is MaskKind.CAUSAL
-        bias = additive_mask(mask, q.dtype, q.device)
-        if q.device.type == "cuda":
-            bias = _aligned_bias(bias, q.shape[0], q.shape[1])
-            out, lse, _, _ = aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, causal, scale=scale)
-            lse = lse[..., : q.shape[-2]]
-        else:
+        rows = self.mask_tensors.empty_rows(mask, q.device)
+        if route == "cpu":
+            bias = self.mask_tensors.additive(mask, q.dtype, q.device)
             out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
                 q, k, v, 0.0, causal, attn_mask=bias, scale=scale
             )
-        return clear_empty_rows(out, lse.to(stats_dtype(q.dtype)), mask)
+            return clear_empty_rows(out, lse.to(stats_dtype(q.dtype)), rows)
+        q, k, v = (_kernel_ready(t) for t in (q, k, v))
+        if route == "flash":
+            return flash_forward(q, k, v, causal, scale)  # FULL / square CAUSAL: no empty rows
+        out, lse = efficient_forward(q, k, v, self._bias(mask, q), causal, scale)
+        return clear_empty_rows(out, lse, rows)
 
     def backward(self, dout, q, k, v, out, lse, mask, scale):
-        if self._use_math(q):
+        route = self.route(q, k, mask)
+        if route == "math":
             return self._math.backward(dout, q, k, v, out, lse, mask, scale)
         causal = mask.kind is MaskKind.CAUSAL
-        bias = additive_mask(mask, q.dtype, q.device)
-        out = out.to(q.dtype).contiguous()
-        dout = dout.to(q.dtype).contiguous()
-        # Rows that saw no key (lse = -inf) get no gradient: lse = +inf makes P = exp(S - lse) exactly 0 there
-        # (the op would otherwise compute exp(-inf + inf) = NaN).
-        lse = lse.masked_fill(torch.isneginf(lse), float("inf"))
-        if q.device.type == "cuda":
-            bias = _aligned_bias(bias, q.shape[0], q.shape[1])
-            seed = torch.zeros((), dtype=torch.int64, device=q.device)
-            lse_in = lse.float().contiguous()
-            pad = (-lse_in.shape[-1]) % 32
-            if pad:  # the efficient kernel stores lse padded to a multiple of 32 rows
-                lse_in = torch.nn.functional.pad(lse_in, (0, pad))
-            dq, dk, dv, _ = aten._scaled_dot_product_efficient_attention_backward(
-                dout, q, k, v, bias, out, lse_in, seed, seed, 0.0, [True, True, True, False], causal, scale=scale
-            )
-        else:
-            lse_in = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).contiguous()
-            dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        out = out.to(q.dtype)
+        dout = dout.to(q.dtype)
+        if route == "cpu":
+            bias = self.mask_tensors.additive(mask, q.dtype, q.device)
+            out, dout = out.contiguous(), dout.contiguous()
+            # Rows that saw no key (lse = -inf) get no gradient: lse = +inf makes P = exp(S - lse) exactly 0 there
+            # (the op would otherwise compute exp(-inf + inf) = NaN).
+            lse_in = lse.masked_fill(torch.isneginf(lse), float("inf")).to(stats_dtype(q.dtype)).contiguous()
+            return aten._scaled_dot_product_flash_attention_for_cpu_backward(
                 dout, q, k, v, out, lse_in, 0.0, causal, attn_mask=bias, scale=scale
             )
-        return dq, dk, dv
+        q, k, v = (_kernel_ready(t) for t in (q, k, v))
+        if route == "flash":
+            return flash_backward(dout, q, k, v, out, lse, causal, scale)
+        return efficient_backward(dout, q, k, v, out, lse, self._bias(mask, q), causal, scale)

@@ -28,7 +28,7 @@ import os
 import torch
 
 from ringbench.errors import UsageError, bad_value
-from ringbench.kernels.base import BlockKernel, BlockMask, MaskKind, stats_dtype
+from ringbench.kernels.base import BlockKernel, BlockMask, MaskKind, MaskTensors, stats_dtype
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -463,9 +463,9 @@ class TritonKernel(BlockKernel):
     dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
     def __init__(self) -> None:
-        # PARTIAL masks as (Lq, Lk) int8 on the device, keyed by the plan's bool tensor (plans are cached, so the
-        # same tensor comes back every ring step): the source is kept so that a reused id() cannot alias.
-        self._masks: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        # PARTIAL masks as (Lq, Lk) int8 on the device, built once per plan mask (plans are cached, so the same
+        # mask comes back every ring step) and copied without blocking the host.
+        self.mask_tensors = MaskTensors()
 
     def check(self, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
         device = torch.device(device)
@@ -512,15 +512,8 @@ class TritonKernel(BlockKernel):
         """(mask pointer, its row stride, HAS_MASK). Without a PARTIAL mask q stands in for the unused pointer."""
         if mask.kind is not MaskKind.PARTIAL:
             return q, 0, False
-        allowed = mask.allowed
-        key = (id(allowed), q.device)
-        cached = self._masks.get(key)
-        if cached is None or cached[0] is not allowed:
-            if len(self._masks) >= 256:
-                self._masks.clear()
-            cached = (allowed, allowed.to(device=q.device, dtype=torch.int8).contiguous())  # (Lq, Lk), 1 = visible
-            self._masks[key] = cached
-        return cached[1], cached[1].stride(0), True
+        allowed = self.mask_tensors.allowed(mask, q.device, torch.int8)  # (Lq, Lk), 1 = visible, contiguous
+        return allowed, allowed.stride(0), True
 
     def forward(self, q, k, v, mask, scale):
         self._check_inputs(q, k, v, mask)

@@ -24,7 +24,9 @@ from ringbench.layout import check_divisible
 from ringbench.options import Buffer, Layout, Mask
 from ringbench.orders import parse_order, validate_ring
 from ringbench.record import NullRecorder
+from ringbench.reference import attention
 from ringbench.ring import RingContext, ring_backward, ring_forward
+from ringbench.timeline import timeline_for
 
 
 def _group_world_rank(group) -> tuple[int, int]:
@@ -67,8 +69,15 @@ def build_context(
     timeout_s: float = 60.0,
     recorder=None,
     link_delay=None,
+    timeline=None,
+    loopback: bool = False,
+    on_stall=None,
 ) -> RingContext:
-    """Validate everything once and build the per-rank ring context (and its communicator)."""
+    """Validate everything once and build the per-rank ring context (and its communicator).
+
+    ``timeline``: where spans get their times (ringbench.timeline.timeline_for(device) picks it; the host clock
+    when None). ``loopback``: a 1-rank ring still exchanges its block with itself (the one-device transfer test).
+    """
     _check_tensors(q, k, v)
     mask, layout, buffer = Mask.parse(mask, "mask"), Layout.parse(layout, "layout"), Buffer.parse(buffer, "buffer")
     world, rank = _group_world_rank(group)
@@ -80,9 +89,12 @@ def build_context(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     recorder = recorder if recorder is not None else NullRecorder()
+    timeline = timeline if timeline is not None else timeline_for(q.device)
+    loopback = bool(loopback) and world == 1
     comm = None
-    if world > 1 and buffer is not Buffer.ALLGATHER:
-        comm = RingComm(ring, rank, group, timeout_s=timeout_s, watch=recorder.enabled, link_delay=link_delay)
+    if world > 1 or loopback:
+        comm = RingComm(ring, rank, group, timeout_s=timeout_s, watch=recorder.enabled, link_delay=link_delay,
+                        timeline=timeline, loopback=loopback, on_stall=on_stall)  # fmt: skip
     return RingContext(
         mask=mask,
         layout=layout,
@@ -95,7 +107,9 @@ def build_context(
         group=group,
         timeout_s=timeout_s,
         recorder=recorder,
+        timeline=timeline,
         comm=comm,
+        loopback=loopback,
     )
 
 
@@ -173,13 +187,10 @@ def ring_attention(
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str = "causal", scale=None):
-    """Single-device attention over the whole sequence, in float64, by plain matmuls (the exactness oracle)."""
+    """Single-device attention over the whole sequence in float64 (the exactness oracle; autograd-capable).
+
+    q, k, v: (B, H, S, D), token i at position i. Delegates to ``ringbench.reference.attention``, the project's
+    one float64 attention implementation (the same math the run's streaming check uses).
+    """
     mask = Mask.parse(mask, "mask")
-    q64, k64, v64 = q.double(), k.double(), v.double()
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = torch.matmul(q64, k64.transpose(-1, -2)) * scale  # (B, H, S, S)
-    if mask is not Mask.NONE:
-        seq = q.shape[-2]
-        visible = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~visible, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v64)
+    return attention(q, k, v, causal=mask is not Mask.NONE, scale=scale)

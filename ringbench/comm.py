@@ -1,29 +1,41 @@
 """All ring traffic goes through one class that knows its neighbours: RingComm.
 
-An exchange sends one buffer to the ring successor and receives one from the ring predecessor
-(``batch_isend_irecv``). ``post`` starts it and returns a Transfer; ``Transfer.wait`` blocks, bounded by the
-timeout, and raises RingStall naming this rank, the ring step and the peer it waited on.
+An exchange sends one buffer to the ring successor and receives one into a given buffer from the ring predecessor
+(``batch_isend_irecv``). ``post`` starts it and returns a Transfer; ``wait`` makes what follows depend on it.
+The all-gather baseline's collectives go through the same class. Every wait is bounded by the timeout, and a
+failure raises RingStall naming this rank, the phase, the ring step and the peer.
 
-Completion stamps: gloo P2P works have no futures and report ``is_completed() == False`` until ``wait()``, so when
-recording (or when a link fault must delay a block) a watcher thread per direction calls ``wait()`` and stamps
-the time; the main thread then waits on the watcher's event. On NCCL the watcher polls ``is_completed()``, and
-the main thread still calls ``wait()`` so that the compute stream is ordered after the transfer.
+Completion is tracked on the ring's timeline (ringbench/timeline.py):
+
+* host timeline (gloo on CPU): gloo P2P works have no futures and report ``is_completed() == False`` until
+  ``wait()``, so when recording (or when a link fault must delay a block) a watcher thread per direction calls
+  ``wait()`` and stamps the time; the main thread then waits on the watcher's event (bounded).
+* stream timeline (NCCL on a GPU): the exchange is posted from the comm stream after it waited for the compute
+  stream; ``work.wait()`` there orders the comm stream after the transfer and a mark on it is the transfer's end
+  on the device clock. ``wait`` only makes the compute stream wait for that mark: the host never blocks. NCCL runs
+  the batched send and receive as one kernel, so both directions share that end. A watchdog thread polls the
+  in-flight transfers off the critical path; one that has not finished ``timeout`` after it could start is
+  a stall, reported at the next call (or through ``on_stall`` when the host is stuck elsewhere).
+
+A ring of one rank has no neighbour; with ``loopback`` it still exchanges with itself once per step (a real
+SendRecv kernel on NCCL: the one-GPU test of the transfer path; gloo cannot send to itself, so there it is a copy).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from ringbench.errors import RunFailure
+from ringbench.timeline import COMM, HostTimeline, host_wait
 
 
 def _short(exc: BaseException) -> str:
@@ -37,27 +49,37 @@ class RingStall(RunFailure):
     """A bounded wait expired or a peer failed: names the rank, the phase, the ring step and the peer."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Transfer:
-    """One posted exchange: the receive buffer and the completion state of both directions."""
+    """One posted exchange: the receive buffer and the marks of its start and of each direction's completion."""
 
     recv_buffer: torch.Tensor
     phase: str
     step: int
-    posted_ns: int
+    start: object  # mark: posted (host) / could start on the device (stream)
     nbytes: int
     works: list = field(default_factory=list)
-    send_done_ns: int = 0
-    recv_done_ns: int = 0
+    send_done: object = None  # marks (host: ns stamps; stream: events)
+    recv_done: object = None
     watched: bool = False
-    events: dict = field(default_factory=dict)  # "send" / "recv" -> threading.Event (watched transfers)
+    events: dict = field(default_factory=dict)  # host watchers: "send" / "recv" -> threading.Event
     error: BaseException | None = None
     error_direction: str = "recv"
     waited: bool = False
+    started_at: float | None = None  # stream watchdog: host monotonic time the start mark was seen done
+
+    def nccl_ms(self) -> float | None:
+        """NCCL's own duration of this exchange (``TORCH_NCCL_ENABLE_TIMING=1``), once it completed; else None."""
+        if not self.works or not os.environ.get("TORCH_NCCL_ENABLE_TIMING"):
+            return None
+        try:
+            return float(self.works[-1]._get_duration())
+        except Exception:  # not NCCL, timing off, or not completed: no figure rather than a made-up one
+            return None
 
 
 class _Watcher(threading.Thread):
-    """Waits on works in FIFO order and stamps their completion time (one thread per direction)."""
+    """Host timeline: waits on works in FIFO order and stamps their completion time (one thread per direction)."""
 
     def __init__(self, name: str, wait_fn: Callable) -> None:
         super().__init__(name=name, daemon=True)
@@ -76,9 +98,9 @@ class _Watcher(threading.Thread):
                     time.sleep(extra_delay_s)
                 stamp = time.perf_counter_ns()
                 if direction == "send":
-                    transfer.send_done_ns = stamp
+                    transfer.send_done = stamp
                 else:
-                    transfer.recv_done_ns = stamp
+                    transfer.recv_done = stamp
             except BaseException as exc:  # reported by the main thread, which names rank and step
                 transfer.error = exc
                 transfer.error_direction = direction
@@ -98,6 +120,9 @@ class RingComm:
         timeout_s: float = 60.0,
         watch: bool = False,
         link_delay: Callable[[int, int, int], float] | None = None,
+        timeline=None,
+        loopback: bool = False,
+        on_stall: Callable[[str], None] | None = None,
     ) -> None:
         self.ring = list(ring)
         self.world = len(ring)
@@ -110,27 +135,28 @@ class RingComm:
         self._prev_global = self._global(self.prev)
         self.timeout_s = float(timeout_s)
         self.link_delay = link_delay  # (src, dst, nbytes) -> extra seconds for this transfer, or None
+        self.timeline = timeline if timeline is not None else HostTimeline()
+        self.streamed = self.timeline.kind == "stream"
         self.watch = watch or link_delay is not None
-        self.backend = dist.get_backend(group) if self.world > 1 else "none"
+        self.loopback = loopback and self.world == 1
+        self.backend = dist.get_backend(group) if dist.is_initialized() else "none"
+        self.on_stall = on_stall
+        self.stalled: RingStall | None = None
         self._watchers: dict[str, _Watcher] = {}
         self._pending: list[Transfer] = []
+        self._inflight: list[Transfer] = []  # stream timeline: posted, end mark not yet seen done
+        self._lock = threading.Lock()
+        self._watchdog: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def _global(self, group_rank: int) -> int:
         if self.group is None or self.world == 1:
             return group_rank
         return dist.get_global_rank(self.group, group_rank)
 
-    # -- watcher plumbing -------------------------------------------------------------------------------------
+    # -- host watchers ----------------------------------------------------------------------------------------
     def _wait_work(self, work) -> None:
-        if self.backend == "gloo":
-            if not work.wait(timedelta(seconds=self.timeout_s)):
-                raise TimeoutError("wait returned False")
-            return
-        deadline = time.monotonic() + self.timeout_s
-        while not work.is_completed():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no completion within {self.timeout_s:g} s")
-            time.sleep(20e-6)
+        host_wait(work, self.timeout_s)
 
     def _watcher(self, direction: str) -> _Watcher:
         watcher = self._watchers.get(direction)
@@ -144,47 +170,80 @@ class RingComm:
         for watcher in self._watchers.values():
             watcher.jobs.put(None)
         self._watchers.clear()
+        self._closed.set()
 
     # -- the exchange ---------------------------------------------------------------------------------------
-    def post(self, send: torch.Tensor, *, phase: str, step: int) -> Transfer:
-        """Send ``send`` to the successor and receive an equally shaped buffer from the predecessor."""
-        send = send.contiguous()
-        recv = torch.empty_like(send)
-        transfer = Transfer(
-            recv_buffer=recv,
-            phase=phase,
-            step=step,
-            posted_ns=time.perf_counter_ns(),
-            nbytes=send.numel() * send.element_size(),
-        )
+    def _ops(self, send: torch.Tensor, recv: torch.Tensor) -> list:
+        if self.loopback and not self.streamed:
+            recv.copy_(send)  # gloo cannot send to itself: a 1-rank loopback on CPU is a copy
+            return []
         ops = [
             dist.P2POp(dist.isend, send, self._next_global, self.group),
             dist.P2POp(dist.irecv, recv, self._prev_global, self.group),
         ]
+        return list(dist.batch_isend_irecv(ops))
+
+    def post(self, send: torch.Tensor, *, into: torch.Tensor | None = None, phase: str, step: int) -> Transfer:
+        """Send ``send`` to the successor and receive an equally shaped buffer from the predecessor into ``into``."""
+        self._raise_stall()
+        send = send.contiguous()
+        recv = torch.empty_like(send) if into is None else into
+        nbytes = send.numel() * send.element_size()
+        if self.streamed:
+            return self._post_streamed(send, recv, phase, step, nbytes)
+        transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=self.timeline.mark(COMM), nbytes=nbytes)
         try:
-            works = dist.batch_isend_irecv(ops)
+            works = self._ops(send, recv)
         except RuntimeError as exc:
             raise self._stall(transfer, exc, "send") from None
-        transfer.works = list(works)
-        if self.watch:
+        transfer.works = works
+        if self.watch and works:
             transfer.watched = True
-            # gloo returns one work per op; NCCL may coalesce them into one.
+            # gloo returns one work per op; a backend may coalesce them into one.
             directions = ("send", "recv") if len(works) == 2 else ("recv",)
             for direction, work in zip(directions, works, strict=True):
                 transfer.events[direction] = threading.Event()
-                delay = 0.0
-                if direction == "recv" and self.link_delay is not None:
-                    delay = self.link_delay(self.prev, self.rank, transfer.nbytes)
+                delay = self._delay(transfer) if direction == "recv" else 0.0
                 self._watcher(direction).jobs.put((transfer, direction, work, delay))
         self._pending.append(transfer)
         return transfer
 
+    def _delay(self, transfer: Transfer) -> float:
+        return self.link_delay(self.prev, self.rank, transfer.nbytes) if self.link_delay is not None else 0.0
+
+    def _post_streamed(self, send, recv, phase: str, step: int, nbytes: int) -> Transfer:
+        timeline = self.timeline
+        timeline.comm_after_compute()  # the block to send is ready before the transfer may start
+        with timeline.on_comm():
+            transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=timeline.mark(COMM), nbytes=nbytes)
+            try:
+                transfer.works = self._ops(send, recv)
+            except RuntimeError as exc:
+                raise self._stall(transfer, exc, "send") from None
+            for work in transfer.works:
+                timeline.wait_work(work, self.timeout_s)  # orders the comm stream after the transfer
+            timeline.spin(COMM, self._delay(transfer))  # an injected link delay holds the block on the device
+            transfer.send_done = transfer.recv_done = timeline.mark(COMM)
+        self._pending.append(transfer)
+        with self._lock:
+            self._inflight.append(transfer)
+        self._start_watchdog()
+        return transfer
+
     def wait(self, transfer: Transfer) -> torch.Tensor:
-        """Block until both directions completed (bounded); returns the received buffer."""
+        """Make what follows depend on the exchange (host: block until both directions completed, bounded);
+        returns the received buffer."""
         if transfer.waited:
             raise RuntimeError("wait called twice on the same transfer")
         transfer.waited = True
         self._pending.remove(transfer)
+        if self.streamed:
+            self._raise_stall()
+            self.timeline.compute_after(transfer.recv_done)
+            return transfer.recv_buffer
+        if not transfer.works:  # host loopback: the copy is done
+            transfer.send_done = transfer.recv_done = self.timeline.mark(COMM)
+            return transfer.recv_buffer
         if transfer.watched:
             for direction, event in transfer.events.items():
                 if not event.wait(self.timeout_s + 1.0):
@@ -192,25 +251,102 @@ class RingComm:
             if transfer.error is not None:
                 raise self._stall(transfer, transfer.error, transfer.error_direction)
             if "send" not in transfer.events:
-                transfer.send_done_ns = transfer.recv_done_ns
-            if self.backend != "gloo":
-                for work in transfer.works:
-                    work.wait()
+                transfer.send_done = transfer.recv_done
         else:
-            # gloo gives [send, recv]; a coalesced (NCCL) work stands for both.
+            # gloo gives [send, recv]; a coalesced work stands for both.
             directions = ("send", "recv") if len(transfer.works) == 2 else ("recv",)
             for direction, work in zip(directions, transfer.works, strict=True):
                 try:
                     self._wait_work(work)
                 except BaseException as exc:
                     raise self._stall(transfer, exc, direction) from None
-            transfer.send_done_ns = transfer.recv_done_ns = time.perf_counter_ns()
+            transfer.send_done = transfer.recv_done = self.timeline.mark(COMM)
         return transfer.recv_buffer
 
-    def exchange(self, send: torch.Tensor, *, phase: str, step: int) -> tuple[torch.Tensor, Transfer]:
+    def exchange(self, send: torch.Tensor, *, into=None, phase: str, step: int) -> tuple[torch.Tensor, Transfer]:
         """Blocking exchange (the ``sync`` strategy)."""
-        transfer = self.post(send, phase=phase, step=step)
+        transfer = self.post(send, into=into, phase=phase, step=step)
         return self.wait(transfer), transfer
+
+    # -- collectives (the all-gather baseline) ----------------------------------------------------------------
+    def collective(self, what: str, launch: Callable[[], object], *, phase: str) -> tuple[object, object]:
+        """Run ``launch()`` (an async collective returning a work) bounded; returns its (start, end) marks."""
+        self._raise_stall()
+        timeline = self.timeline
+        if self.streamed:
+            timeline.comm_after_compute()
+            with timeline.on_comm():
+                start = timeline.mark(COMM)
+                work = launch()
+                timeline.wait_work(work, self.timeout_s)
+                end = timeline.mark(COMM)
+            timeline.compute_after(end)
+            transfer = Transfer(recv_buffer=torch.empty(0), phase=phase, step=0, start=start, nbytes=0)
+            transfer.works, transfer.recv_done = [work], end
+            with self._lock:
+                self._inflight.append(transfer)
+            self._start_watchdog()
+            return start, end
+        start = timeline.mark(COMM)
+        work = launch()
+        try:
+            host_wait(work, self.timeout_s)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RingStall(
+                f"rank {self.rank} stalled in {phase} {what} within {self.timeout_s:g} s ({_short(exc)})"
+            ) from None
+        return start, timeline.mark(COMM)
+
+    # -- bounds -----------------------------------------------------------------------------------------------
+    def settle(self, timeout_s: float | None = None) -> None:
+        """After the ring call returned: wait (bounded) until every posted transfer finished on the device."""
+        if not self.streamed:
+            return
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        while True:
+            self._raise_stall()
+            with self._lock:
+                self._inflight = [t for t in self._inflight if not self.timeline.is_done(t.recv_done)]
+                left = list(self._inflight)
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise self._stall(left[0], TimeoutError("transfer not completed on the device"))
+            time.sleep(50e-6)
+
+    def _start_watchdog(self) -> None:
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch_inflight, name="ringbench-watchdog", daemon=True)
+            self._watchdog.start()
+
+    def _watch_inflight(self, poll_s: float = 0.01, grace_s: float = 2.0) -> None:
+        """Off the critical path: a transfer not done ``timeout`` after it could start is a stall."""
+        reported_at = None
+        while not self._closed.wait(poll_s):
+            now = time.monotonic()
+            if self.stalled is not None:
+                if reported_at is not None and now - reported_at > grace_s and self.on_stall is not None:
+                    self.on_stall(str(self.stalled))  # the host never came back to notice: end the process
+                    return
+                continue
+            with self._lock:
+                self._inflight = [t for t in self._inflight if not self.timeline.is_done(t.recv_done)]
+                inflight = list(self._inflight)
+            for transfer in inflight:
+                if transfer.started_at is None:
+                    if self.timeline.is_done(transfer.start):
+                        transfer.started_at = now
+                    continue
+                if now - transfer.started_at > self.timeout_s:
+                    self.stalled = self._stall(transfer, TimeoutError("transfer not completed on the device"))
+                    reported_at = now
+                    break
+
+    def _raise_stall(self) -> None:
+        if self.stalled is not None:
+            stall, self.stalled = self.stalled, None
+            self._closed.set()
+            raise stall
 
     def _stall(self, transfer: Transfer, exc: BaseException, direction: str = "recv") -> RingStall:
         detail = _short(exc)

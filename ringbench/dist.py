@@ -18,6 +18,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ringbench.errors import UsageError, bad_value
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DistEnv:
@@ -30,22 +32,39 @@ class DistEnv:
 
 
 def choose_device(local_rank: int, device: str | None = None) -> torch.device:
-    """``device``: "cpu", "cuda" or None (CUDA when this process can see a GPU for its local rank)."""
+    """``device``: "cpu", "cuda" or None (CUDA when this process can see a GPU for its local rank).
+
+    One GPU per rank, never two ranks on one GPU (NCCL refuses that with "Duplicate GPU detected"): a local rank
+    beyond the visible GPUs is a usage error with ``device="cuda"``, and falls back to the CPU with None.
+    """
     if device == "cpu":
         return torch.device("cpu")
     if device not in (None, "cuda"):
-        from ringbench.errors import bad_value
-
         raise bad_value("device", device, "cpu or cuda")
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        index = local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
+    gpus = local_gpu_count()
+    if gpus > local_rank:
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
     if device == "cuda":
-        from ringbench.errors import UsageError
-
-        raise UsageError("device='cuda' is not allowed: no CUDA device is visible; expected cpu")
+        raise gpu_shortage(local_rank + 1, gpus)
     return torch.device("cpu")
+
+
+def gpu_shortage(ranks_on_host: int, gpus: int) -> UsageError:
+    if gpus == 0:
+        return UsageError("device='cuda' is not allowed: no CUDA device is visible; expected cpu")
+    return UsageError(
+        f"device='cuda' is not allowed with {ranks_on_host} ranks on this host: it has {gpus} visible GPU(s) and "
+        "each rank needs its own; expected at most that many ranks per host, or device cpu"
+    )
+
+
+def group_timeout(timeout_s: float, backend: str) -> timedelta:
+    """The process group's own timeout. NCCL's watchdog aborts the whole job when it expires, so it is set above
+    ringbench's bound: ringbench names the stalled hop first. gloo's bounds the harness's own barriers."""
+    if backend == "nccl":
+        return timedelta(seconds=timeout_s + max(30.0, 0.5 * timeout_s))
+    return timedelta(seconds=timeout_s)
 
 
 def backend_for(device: torch.device) -> str:
@@ -78,6 +97,8 @@ def init_local(rank: int, world: int, store_path: str, timeout_s: float, device:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # local runs never listen beyond 127.0.0.1, whatever is inherited
     if device is None and local_gpu_count() < world:
         device = "cpu"  # NCCL needs one GPU per rank: with fewer GPUs than ranks, run gloo on CPU
+    if device == "cuda" and local_gpu_count() < world:
+        raise gpu_shortage(world, local_gpu_count())
     dev = choose_device(rank, device)
     backend = backend_for(dev)
     dist.init_process_group(
@@ -85,7 +106,7 @@ def init_local(rank: int, world: int, store_path: str, timeout_s: float, device:
         init_method=f"file://{store_path}",
         rank=rank,
         world_size=world,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=group_timeout(timeout_s, backend),
         **({"device_id": dev} if dev.type == "cuda" else {}),
     )
     return DistEnv(rank=rank, world=world, local_rank=rank, backend=backend, device=dev, launcher="local")
@@ -104,7 +125,13 @@ def init_launched(timeout_s: float, device: str | None = None) -> DistEnv | None
             os.environ.setdefault("RANK", str(rank))
             os.environ.setdefault("WORLD_SIZE", str(world))
             os.environ.setdefault("MASTER_PORT", "29500")
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), rank=rank, world_size=world)
+        dist.init_process_group(
+            backend,
+            timeout=group_timeout(timeout_s, backend),
+            rank=rank,
+            world_size=world,
+            **({"device_id": dev} if dev.type == "cuda" else {}),
+        )
     return DistEnv(rank=rank, world=world, local_rank=local_rank, backend=backend, device=dev, launcher=launcher)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ringbench.errors import UsageError
 from ringbench.kernels.base import BlockKernel
+from ringbench.kernels.emulated import Pacer
 
 FAULT_HELP = "slow-rank:RANK:FACTOR, slow-link:SRC:DST:MS, jitter:MS, crash:RANK:STEP or hang:RANK:STEP"
 _ARITY = {"slow-rank": 2, "slow-link": 3, "jitter": 1, "crash": 2, "hang": 2}
@@ -89,7 +90,7 @@ def check_faults(faults: list[Fault], world: int, field: str = "fault") -> None:
 
 
 class SlowKernel(BlockKernel):
-    """Wraps a kernel so that each block takes FACTOR times as long (sleeping the extra time)."""
+    """Wraps a kernel so that each block takes FACTOR times as long, on the device that runs it (see Pacer)."""
 
     def __init__(self, inner: BlockKernel, factor: float) -> None:
         self.inner = inner
@@ -98,21 +99,29 @@ class SlowKernel(BlockKernel):
         self.emulated = inner.emulated
         self.max_head_dim = inner.max_head_dim
         self.dtypes = inner.dtypes
+        self.pacer = Pacer()
 
     def check(self, head_dim, dtype, device):
         self.inner.check(head_dim, dtype, device)
 
-    def _slowed(self, call, *args):
-        start = time.perf_counter()
+    def _slowed(self, call, q, key, *args):
+        begun = self.pacer.begin(q.device)
         result = call(*args)
-        time.sleep((self.factor - 1.0) * (time.perf_counter() - start))
+        self.pacer.stretch(q.device, key, begun, self.factor)
         return result
 
-    def forward(self, *args):
-        return self._slowed(self.inner.forward, *args)
+    def forward(self, q, k, v, mask, scale):
+        key = (tuple(q.shape), k.shape[-2], mask.kind, False)
+        return self._slowed(self.inner.forward, q, key, q, k, v, mask, scale)
 
-    def backward(self, *args):
-        return self._slowed(self.inner.backward, *args)
+    def backward(self, dout, q, k, v, out, lse, mask, scale):
+        key = (tuple(q.shape), k.shape[-2], mask.kind, True)
+        return self._slowed(self.inner.backward, q, key, dout, q, k, v, out, lse, mask, scale)
+
+    def settle(self) -> None:
+        self.pacer.settle()
+        if hasattr(self.inner, "settle"):
+            self.inner.settle()
 
 
 @dataclass(kw_only=True, slots=True)

@@ -56,6 +56,7 @@ class WorkerContext:
     send: Callable[[Any], None]  # stream an item (e.g. a finished case) to the parent
     stored: Any = None  # shared counter: items the parent has finished handling (see wait_stored)
     timeout_s: float = 60.0
+    abort: Callable[[str], None] | None = None  # report one line as this rank's error and end the process now
 
     def wait_stored(self, count: int) -> None:
         """Block until the parent has handled ``count`` items, so its storing never overlaps our timing."""
@@ -79,12 +80,20 @@ def _worker(rank, world, store_path, fn, args, messages, progress_array, stored,
 
         torch.set_num_threads(int(os.environ.get("RINGBENCH_THREADS", "1")))
         env = init_local(rank, world, store_path, timeout_s, device)
+
+        def abort(line: str) -> None:  # from a watchdog thread while the main thread is stuck in the backend
+            messages.put(("error", rank, line, "", False))
+            messages.close()
+            messages.join_thread()
+            os._exit(1)
+
         ctx = WorkerContext(
             env=env,
             progress=Progress(progress_array, rank),
             send=lambda item: messages.put(("item", rank, _by_value(item))),
             stored=stored,
             timeout_s=timeout_s,
+            abort=abort,
         )
         result = fn(ctx, *args)
         messages.put(("result", rank, _by_value(result)))

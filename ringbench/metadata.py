@@ -62,6 +62,38 @@ def _cpu_count() -> int | None:
         return os.cpu_count()
 
 
+def describe_device(device: torch.device) -> dict:
+    """What one rank runs on: for a GPU its name, memory, capability, the GPU count, driver, CUDA and NCCL."""
+    if device.type != "cuda":
+        return {"type": "cpu", "name": platform.processor() or platform.machine(), "cpu_count": _cpu_count()}
+    props = torch.cuda.get_device_properties(device)
+    versions = collect_versions()
+    return {
+        "type": "cuda",
+        "name": props.name,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "capability": f"{props.major}.{props.minor}",
+        "gpu_count": torch.cuda.device_count(),
+        "driver": _driver_version(),
+        "cuda": versions["cuda"],
+        "nccl": versions["nccl"],
+    }
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # no NVML (or no driver): the rest of the record stands
+        return None
+
+
 def collect_host_metadata() -> dict:
     return {"host": socket.gethostname(), "platform": platform.platform()}
 

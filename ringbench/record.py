@@ -1,13 +1,18 @@
 """Recorders: the ring loops call one at every step boundary; the default records nothing.
 
-The engine never stores timings itself. It calls ``recorder.on_step(phase, step)`` when a ring step begins and
-``recorder.span(...)`` for each finished span (compute, send, recv, wait, collective); the run layer passes a
-``ListRecorder`` and turns its rows into the events table (ringbench/schema.py).
+The engine never stores timings itself. It calls ``recorder.on_step(phase, step)`` when a ring step begins,
+``recorder.end_phase(phase)`` when a phase's ring loop is done, and ``recorder.span(...)`` for each span (compute,
+send, recv, wait, collective) with its start and end as *marks* of the ring's timeline (ringbench/timeline.py).
+A mark is resolved into nanoseconds only after the iteration (``finish_iteration``): on a GPU the marks are events
+that fire when the device reaches them, so resolving inside the loop would drain the streams it measures. The run
+layer passes a ``ListRecorder`` and turns its rows into the events table (ringbench/schema.py).
 """
 
 from __future__ import annotations
 
-import time
+import math
+
+from ringbench.timeline import HostTimeline
 
 
 class NullRecorder:
@@ -15,10 +20,10 @@ class NullRecorder:
 
     enabled = False
 
-    def now(self) -> int:
-        return 0
-
     def on_step(self, phase: str, step: int) -> None:
+        pass
+
+    def end_phase(self, phase: str) -> None:
         pass
 
     def span(self, **fields) -> None:
@@ -26,23 +31,23 @@ class NullRecorder:
 
 
 class ListRecorder(NullRecorder):
-    """Keeps spans as dicts in memory; ``iteration`` and ``repeat`` are set by the runner between iterations."""
+    """Keeps spans as dicts in memory; ``iteration`` and ``repeat`` are set by the runner between iterations.
+
+    Rows hold marks until ``finish_iteration`` resolves them on ``timeline`` (host marks are already integers).
+    """
 
     enabled = True
 
-    def __init__(self, rank: int, ring_position: int, sync=None) -> None:
+    def __init__(self, rank: int, ring_position: int, timeline=None) -> None:
         self.rank = rank
         self.ring_position = ring_position
         self.iteration = -1  # negative: warm-up, not kept
         self.rows: list[dict] = []
-        self._sync = sync  # e.g. torch.cuda.synchronize, so that GPU spans end when the work ends
+        self.timeline = timeline if timeline is not None else HostTimeline()
+        self._resolved = 0  # rows before this index hold nanoseconds
 
-    def now(self) -> int:
-        if self._sync is not None:
-            self._sync()
-        return time.perf_counter_ns()
-
-    def span(self, *, phase, step, kind, start, end, src=-1, dst=-1, nbytes=0, block=-1, pair="", flops=0.0):
+    def span(self, *, phase, step, kind, start, end, src=-1, dst=-1, nbytes=0, block=-1, pair="", flops=0.0, nccl=None):
+        """``nccl``: a callable giving NCCL's own duration of the exchange in ms once it completed (or None)."""
         if self.iteration < 0:
             return
         self.rows.append(
@@ -61,5 +66,17 @@ class ListRecorder(NullRecorder):
                 "block": block,
                 "pair": pair,
                 "flops": flops,
+                "nccl_ms": nccl,
             }
         )
+
+    def finish_iteration(self) -> None:
+        """Resolve this iteration's marks into nanoseconds (call after the timeline settled)."""
+        resolve = self.timeline.resolve
+        for row in self.rows[self._resolved :]:
+            row["start_ns"] = resolve(row["start_ns"])
+            row["end_ns"] = resolve(row["end_ns"])
+            nccl = row["nccl_ms"]
+            value = nccl() if callable(nccl) else nccl
+            row["nccl_ms"] = math.nan if value is None else float(value)
+        self._resolved = len(self.rows)

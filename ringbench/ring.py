@@ -12,6 +12,11 @@ Recorded spans (when the recorder is enabled): ``compute`` per step with a KV bl
 post to the completion of each exchange, ``wait`` for the time the rank sat blocked. The exchange posted in step
 s carries the block used at step s+1 (double) or at step s (sync, posted at the start of the step); in the
 backward, the dK/dV exchange of step s is posted after step s's compute and waited for in step s+1.
+
+Times are marks of the context's timeline (ringbench/timeline.py): host nanoseconds on CPU, events on the streams
+that run the work on a GPU. Nothing here reads a clock or synchronises a device; the recorder resolves the marks
+after the iteration. Buffers are allocated once per call and rotated (two K/V buffers; three dK/dV buffers in the
+backward: the one being filled by this step's compute and the two that travel), never once per hop.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ringbench.comm import RingComm, RingStall, Transfer
+from ringbench.comm import RingComm, Transfer
 from ringbench.kernels.base import BlockKernel, block_flops, stats_dtype
 from ringbench.merge import merge_into
 from ringbench.options import Buffer, Layout, Mask
 from ringbench.plan import PairPlan, pair_plan
 from ringbench.record import NullRecorder
+from ringbench.timeline import HostTimeline
 
 
 @dataclass(kw_only=True, slots=True)
@@ -44,8 +50,10 @@ class RingContext:
     group: object = None
     timeout_s: float = 60.0
     recorder: object = NullRecorder()
+    timeline: object = HostTimeline()
     comm: RingComm | None = None
     owns_comm: bool = False  # built for one call: close its watcher threads when the call is done
+    loopback: bool = False  # a 1-rank ring still exchanges with itself (the one-device test of the transfer path)
 
     @property
     def world(self) -> int:
@@ -54,6 +62,11 @@ class RingContext:
     @property
     def position(self) -> int:
         return self.ring.index(self.rank)
+
+    @property
+    def hops(self) -> int:
+        """Exchanges per rotation: N - 1 (the block in hand at step 0 is the rank's own); 1 for a loopback."""
+        return 1 if self.loopback and self.world == 1 else self.world - 1
 
     def owner_at(self, step: int) -> int:
         """Rank whose KV block this rank holds at ring step ``step``."""
@@ -69,6 +82,22 @@ class RingContext:
         return self.ring[(self.position + 1) % self.world]
 
 
+class _Rotation:
+    """Two buffers for a travelling block: the one in hand and the one the next block is received into."""
+
+    def __init__(self, first: torch.Tensor) -> None:
+        self.in_hand = first
+        self.spare = torch.empty_like(first)
+
+    def post(self, ctx: RingContext, phase: str, step: int) -> Transfer:
+        return ctx.comm.post(self.in_hand, into=self.spare, phase=phase, step=step)
+
+    def arrived(self, ctx: RingContext, transfer: Transfer, blocking: bool = False) -> torch.Tensor:
+        received = _wait(ctx, transfer, blocking)
+        self.in_hand, self.spare = received, self.in_hand
+        return received
+
+
 def _plan_flops(plan: PairPlan, q: torch.Tensor, backward: bool) -> float:
     batch, heads, _, head_dim = q.shape
     return sum(
@@ -77,34 +106,35 @@ def _plan_flops(plan: PairPlan, q: torch.Tensor, backward: bool) -> float:
     )
 
 
-def _record_compute(ctx: RingContext, phase: str, step: int, owner: int, plan: PairPlan, q, start: int) -> None:
+def _record_compute(ctx: RingContext, phase: str, step: int, owner: int, plan: PairPlan, q, start) -> None:
     rec = ctx.recorder
     if rec.enabled:
         flops = _plan_flops(plan, q, backward=phase == "bwd")
-        rec.span(phase=phase, step=step, kind="compute", start=start, end=rec.now(), src=owner, dst=ctx.rank,
-                 block=owner, pair=plan.kind, flops=flops)  # fmt: skip
+        rec.span(phase=phase, step=step, kind="compute", start=start, end=ctx.timeline.mark(), src=owner,
+                 dst=ctx.rank, block=owner, pair=plan.kind, flops=flops)  # fmt: skip
 
 
-def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start: int, wait_end: int) -> None:
+def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start, wait_end) -> None:
     rec = ctx.recorder
     if not rec.enabled:
         return
     phase, step = transfer.phase, transfer.step
     for kind, end, src, dst in (
-        ("send", transfer.send_done_ns, ctx.rank, ctx.next()),
-        ("recv", transfer.recv_done_ns, ctx.prev(), ctx.rank),
+        ("send", transfer.send_done, ctx.rank, ctx.next()),
+        ("recv", transfer.recv_done, ctx.prev(), ctx.rank),
     ):
-        rec.span(phase=phase, step=step, kind=kind, start=transfer.posted_ns, end=end, src=src, dst=dst,
-                 nbytes=transfer.nbytes)  # fmt: skip
+        rec.span(phase=phase, step=step, kind=kind, start=transfer.start, end=end, src=src, dst=dst,
+                 nbytes=transfer.nbytes, nccl=transfer.nccl_ms)  # fmt: skip
     rec.span(phase=phase, step=step, kind="wait", start=wait_start, end=wait_end, src=ctx.prev(), dst=ctx.rank)
 
 
 def _wait(ctx: RingContext, transfer: Transfer, blocking: bool = False) -> torch.Tensor:
     """Wait for an exchange. ``blocking``: posted and waited for at once (sync), so the rank was blocked from
     the post on, including the time spent inside the post itself."""
-    start = transfer.posted_ns if blocking else ctx.recorder.now()
+    start = transfer.start if blocking else (ctx.timeline.mark() if ctx.recorder.enabled else None)
     buffer = ctx.comm.wait(transfer)
-    _record_transfer(ctx, transfer, start, ctx.recorder.now())
+    if ctx.recorder.enabled:
+        _record_transfer(ctx, transfer, start, ctx.timeline.mark())
     return buffer
 
 
@@ -112,8 +142,7 @@ def _compute_forward(ctx, q, kv, owner, step, acc_out, acc_lse) -> None:
     plan = ctx.plan(owner)
     if plan.skip:
         return
-    rec = ctx.recorder
-    start = rec.now()
+    start = ctx.timeline.mark() if ctx.recorder.enabled else None
     for block in plan.blocks:
         q_rows = q[:, :, block.q_lo : block.q_hi]  # (B, H, Lq', D)
         k_rows = kv[0, :, :, block.k_lo : block.k_hi]  # (B, H, Lk', D)
@@ -130,18 +159,20 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingCon
     acc = stats_dtype(q.dtype)
     acc_out = torch.zeros(q.shape, dtype=acc, device=q.device)  # the merge's identity: (out=0, lse=-inf)
     acc_lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
-    kv = torch.stack([k, v])  # (2, B, H, L, D): one message per hop
-    world = ctx.world
+    kv = _Rotation(torch.stack([k, v]))  # (2, B, H, L, D): one message per hop
+    world, hops = ctx.world, ctx.hops
+    sync = ctx.buffer is Buffer.SYNC
     for step in range(world):
         ctx.recorder.on_step("fwd", step)
         pending = None
-        if step > 0 and ctx.buffer is Buffer.SYNC:
-            kv = _wait(ctx, ctx.comm.post(kv, phase="fwd", step=step), blocking=True)
-        if step < world - 1 and ctx.buffer is Buffer.DOUBLE:
-            pending = ctx.comm.post(kv, phase="fwd", step=step)
-        _compute_forward(ctx, q, kv, ctx.owner_at(step), step, acc_out, acc_lse)
+        if sync and step >= world - hops:  # the exchange that brings this step's block, then compute
+            kv.arrived(ctx, kv.post(ctx, "fwd", step), blocking=True)
+        if not sync and step < hops:  # double: the next block travels while this one is computed
+            pending = kv.post(ctx, "fwd", step)
+        _compute_forward(ctx, q, kv.in_hand, ctx.owner_at(step), step, acc_out, acc_lse)
         if pending is not None:
-            kv = _wait(ctx, pending)
+            kv.arrived(ctx, pending)
+    ctx.recorder.end_phase("fwd")
     return acc_out.to(q.dtype), acc_lse
 
 
@@ -149,8 +180,7 @@ def _compute_backward(ctx, dout, q, out, lse, kv, owner, step, dq, dkv) -> None:
     plan = ctx.plan(owner)
     if plan.skip:
         return
-    rec = ctx.recorder
-    start = rec.now()
+    start = ctx.timeline.mark() if ctx.recorder.enabled else None
     for block in plan.blocks:
         rows = slice(block.q_lo, block.q_hi)
         cols = slice(block.k_lo, block.k_hi)
@@ -176,32 +206,44 @@ def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
         return allgather_backward(dout, q, k, v, out, lse, ctx)
     acc = stats_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
-    kv = torch.stack([k, v])  # (2, B, H, L, D)
-    world = ctx.world
+    kv = _Rotation(torch.stack([k, v]))  # (2, B, H, L, D)
+    world, hops = ctx.world, ctx.hops
     sync = ctx.buffer is Buffer.SYNC
+    # dK/dV buffers, (2, B, H, L, D) each: ``contribution`` takes this step's compute; ``travelling`` holds the
+    # accumulator being sent and the one being received. Step 0's contribution is sent as it is (nothing came
+    # before it), after which a fresh buffer takes the contributions.
+    contribution = torch.zeros((2, *k.shape), dtype=acc, device=q.device)
+    travelling = [torch.empty_like(contribution), torch.empty_like(contribution)] if hops else [None]
     incoming = None  # the upstream accumulator of the block in hand (None: nothing yet, i.e. zero)
     dkv_pending: Transfer | None = None
     for step in range(world):
         ctx.recorder.on_step("bwd", step)
         kv_pending = None
-        if step > 0 and sync:
-            kv = _wait(ctx, ctx.comm.post(kv, phase="bwd", step=step), blocking=True)
-        if step < world - 1 and not sync:
-            kv_pending = ctx.comm.post(kv, phase="bwd", step=step)
-        contribution = torch.zeros((2, *k.shape), dtype=acc, device=q.device)  # this rank's dK, dV for the block
-        _compute_backward(ctx, dout, q, out, lse, kv, ctx.owner_at(step), step, dq, contribution)
+        if sync and step >= world - hops:
+            kv.arrived(ctx, kv.post(ctx, "bwd", step), blocking=True)
+        if not sync and step < hops:
+            kv_pending = kv.post(ctx, "bwd", step)
+        if step > 0:
+            contribution.zero_()
+        _compute_backward(ctx, dout, q, out, lse, kv.in_hand, ctx.owner_at(step), step, dq, contribution)
         if dkv_pending is not None:  # double: the accumulator travelled while we computed
             incoming, dkv_pending = _wait(ctx, dkv_pending), None
-        incoming = contribution if incoming is None else incoming.add_(contribution)
-        if world > 1:  # pass the sum on; receive the accumulator of the next block (after step N-1: our own)
-            dkv_pending = ctx.comm.post(incoming, phase="bwd", step=step)
+        if incoming is None:  # step 0: this rank's contribution is the whole accumulator so far
+            incoming, contribution = contribution, travelling.pop()
+        else:
+            incoming.add_(contribution)
+        if hops:  # pass the sum on; receive the accumulator of the next block (after the last hop: our own)
+            into = travelling[0] if travelling[0] is not incoming else travelling[1]
+            dkv_pending = ctx.comm.post(incoming, into=into, phase="bwd", step=step)
+            travelling = [incoming, into]
             incoming = None
             if sync:
                 incoming, dkv_pending = _wait(ctx, dkv_pending, blocking=True), None
         if kv_pending is not None:
-            kv = _wait(ctx, kv_pending)
+            kv.arrived(ctx, kv_pending)
     if dkv_pending is not None:
         incoming = _wait(ctx, dkv_pending)
+    ctx.recorder.end_phase("bwd")
     dkv = incoming  # (2, B, H, L, D), fully summed
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
@@ -209,26 +251,18 @@ def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
 # -- the all-gather baseline: exact, but every rank holds all S keys and values ------------------------------------
 def _all_gather(ctx: RingContext, tensor: torch.Tensor, phase: str) -> list[torch.Tensor]:
     parts = [torch.empty_like(tensor) for _ in range(ctx.world)]
-    start = ctx.recorder.now()
-    if ctx.world > 1:
-        work = dist.all_gather(parts, tensor.contiguous(), group=ctx.group, async_op=True)
-        _bounded(ctx, work, phase, "all_gather")
+    tensor = tensor.contiguous()
+    if ctx.comm is not None:
+        start, end = ctx.comm.collective(
+            "all_gather", lambda: dist.all_gather(parts, tensor, group=ctx.group, async_op=True), phase=phase
+        )
     else:
+        start = ctx.timeline.mark()
         parts[0].copy_(tensor)
+        end = ctx.timeline.mark()
     nbytes = tensor.numel() * tensor.element_size() * (ctx.world - 1)
-    ctx.recorder.span(
-        phase=phase, step=0, kind="collective", start=start, end=ctx.recorder.now(), dst=ctx.rank, nbytes=nbytes
-    )
+    ctx.recorder.span(phase=phase, step=0, kind="collective", start=start, end=end, dst=ctx.rank, nbytes=nbytes)
     return parts
-
-
-def _bounded(ctx: RingContext, work, phase: str, what: str) -> None:
-    from datetime import timedelta
-
-    try:
-        work.wait(timedelta(seconds=ctx.timeout_s))
-    except RuntimeError as exc:
-        raise RingStall(f"rank {ctx.rank} stalled in {phase} {what} within {ctx.timeout_s:g} s ({exc})") from None
 
 
 def allgather_forward(q, k, v, ctx: RingContext):
@@ -240,6 +274,7 @@ def allgather_forward(q, k, v, ctx: RingContext):
     for step in range(ctx.world):
         owner = ctx.owner_at(step)
         _compute_forward(ctx, q, blocks[owner], owner, step, acc_out, acc_lse)
+    ctx.recorder.end_phase("fwd")
     return acc_out.to(q.dtype), acc_lse
 
 
@@ -252,18 +287,12 @@ def allgather_backward(dout, q, k, v, out, lse, ctx: RingContext):
     for step in range(ctx.world):
         owner = ctx.owner_at(step)
         _compute_backward(ctx, dout, q, out, lse, blocks[owner], owner, step, dq, dkv_all[owner])
-    if ctx.world > 1:
-        start = ctx.recorder.now()
-        work = dist.all_reduce(dkv_all, group=ctx.group, async_op=True)
-        _bounded(ctx, work, "bwd", "all_reduce")
-        ctx.recorder.span(
-            phase="bwd",
-            step=ctx.world - 1,
-            kind="collective",
-            start=start,
-            end=ctx.recorder.now(),
-            dst=ctx.rank,
-            nbytes=dkv_all.numel() * dkv_all.element_size(),
+    if ctx.comm is not None:
+        start, end = ctx.comm.collective(
+            "all_reduce", lambda: dist.all_reduce(dkv_all, group=ctx.group, async_op=True), phase="bwd"
         )
+        ctx.recorder.span(phase="bwd", step=ctx.world - 1, kind="collective", start=start, end=end, dst=ctx.rank,
+                          nbytes=dkv_all.numel() * dkv_all.element_size())  # fmt: skip
+    ctx.recorder.end_phase("bwd")
     mine = dkv_all[ctx.rank]
     return dq.to(q.dtype), mine[0].to(k.dtype), mine[1].to(v.dtype)

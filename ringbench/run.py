@@ -135,7 +135,7 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
     return events, row
 
 
-def run_settings(scenario: Scenario, trace: bool) -> dict:
+def run_settings(scenario: Scenario, trace: bool, *, profile_dir: Path | None = None, loopback: bool = False) -> dict:
     """What every rank needs besides its cases (plain data: it crosses process boundaries)."""
     return {
         "iters": scenario.iters,
@@ -146,7 +146,34 @@ def run_settings(scenario: Scenario, trace: bool) -> dict:
         "seed": scenario.seed,
         "trace": trace,
         "link_model": scenario.link_model(),
+        "profile_dir": str(profile_dir) if profile_dir is not None else None,
+        "loopback": loopback,
     }
+
+
+def rank_summary(per_rank: list[dict]) -> dict:
+    """What the ranks of one process group reported about where and how they ran (meta["ranks"][world])."""
+    return {
+        "hosts": sorted({r["host"] for r in per_rank}),
+        "devices": sorted({r["device"] for r in per_rank}),
+        "timeline": per_rank[0].get("timeline", "host"),
+        "clock": per_rank[0]["clock_method"],
+        "clock_residual_ns": max(r["clock_residual_ns"] for r in per_rank),
+        "clock_offsets_ns": [r["clock_offset_ns"] for r in per_rank],
+        "emulation_saturated_blocks": sum(r["saturated_blocks"] for r in per_rank),
+        "emulation_paced_blocks": sum(r.get("paced_blocks", 0) for r in per_rank),
+        "peak_mem_mb": max(r.get("peak_mem_mb", math.nan) for r in per_rank),
+        "memory_method": per_rank[0].get("memory_method"),
+    }
+
+
+def device_meta(per_rank: list[dict]) -> dict:
+    """The backend and devices the ranks actually ran on (a GPU run is labelled one, whatever the parent sees)."""
+    infos = [r.get("device_info") or {"type": "cpu"} for r in per_rank]
+    if infos[0].get("type") == "cuda":
+        return {"backend": "nccl", "device_kind": infos[0]["name"], "devices": [i["name"] for i in infos],
+                "gpus": infos}  # fmt: skip
+    return {"backend": "gloo", "device_kind": "cpu"}
 
 
 def execute(
@@ -158,8 +185,15 @@ def execute(
     command: str = "",
     on_case: Callable[[dict, int, int], None] | None = None,
     device: str | None = None,
+    profile: bool = False,
+    loopback: bool = False,
 ) -> RunState:
-    """Run every (case, repeat) not yet on disk; returns the run's state (its directory, cases and metadata)."""
+    """Run every (case, repeat) not yet on disk; returns the run's state (its directory, cases and metadata).
+
+    ``profile``: capture the last timed iteration of every case on every rank with the PyTorch profiler, under
+    results/<run-id>/profile/ (an independent witness of the recorder: ``ringbench check-timeline``).
+    ``loopback``: a 1-rank ring exchanges its blocks with itself (the one-device test of the transfer path).
+    """
     from ringbench.dist import launched_env
 
     launched = launched_env()
@@ -171,9 +205,12 @@ def execute(
             scenario = dataclasses.replace(scenario, world=(world,))
         scenario.validate()
         cases = [case for case in scenario.cases() if case.world == world]
-        return _execute_launched(scenario, cases, out=out, trace=trace, command=command, on_case=on_case, device=device)
+        return _execute_launched(scenario, cases, out=out, trace=trace, command=command, on_case=on_case,
+                                 device=device, profile=profile, loopback=loopback)  # fmt: skip
     scenario.validate()
     cases = scenario.cases()
+    if loopback and any(case.world != 1 for case in cases):
+        raise UsageError(f"loopback=True is not allowed with world={list(scenario.world)}; expected world 1")
     if resume is not None:
         run_dir = Path(resume)
         previous = store.load_run(run_dir)  # UsageError when it is not a run directory
@@ -192,11 +229,10 @@ def execute(
     todo = [(i, c, r) for r in range(scenario.repeat) for i, c in enumerate(cases) if (c.case_id, r) not in done]
     total = len(cases) * scenario.repeat
     finished = total - len(todo)
-    settings = run_settings(scenario, trace)
+    settings = run_settings(scenario, trace, profile_dir=_profile_dir(state, profile), loopback=loopback)
     by_group: dict[tuple[int, int], list[tuple[int, Case]]] = defaultdict(list)
     for index, case, repeat in todo:
         by_group[(repeat, case.world)].append((index, case))
-    run_info = state.meta.setdefault("ranks", {})
     for (repeat, world), group_cases in sorted(by_group.items()):
         pending: dict[str, list[dict]] = defaultdict(list)
         by_id = {case.case_id: case for _, case in group_cases}
@@ -210,13 +246,8 @@ def execute(
             case = by_id[result["case_id"]]
             events, row = summarize_case(case, per_rank, scenario, repeat)
             state.add(events, row)
-            run_info[str(world)] = {
-                "hosts": sorted({r["host"] for r in per_rank}),
-                "devices": sorted({r["device"] for r in per_rank}),
-                "clock": per_rank[0]["clock_method"],
-                "clock_residual_ns": max(r["clock_residual_ns"] for r in per_rank),
-                "emulation_saturated_blocks": sum(r["saturated_blocks"] for r in per_rank),
-            }
+            _note_ranks(state.meta, world, per_rank)
+            store.write_json(run_dir / store.META_FILE, state.meta)
             finished += 1
             if on_case is not None:
                 on_case(row, finished, total)
@@ -236,40 +267,65 @@ def execute(
     return state
 
 
-def _execute_launched(scenario, cases, *, out, trace, command, on_case, device) -> RunState | None:
+def _note_ranks(meta: dict, world: int, per_rank: list[dict]) -> None:
+    """Fold what the ranks reported into the metadata (kept over cases: counts add up, peaks take the max)."""
+    summary = rank_summary(per_rank)
+    previous = meta.setdefault("ranks", {}).get(str(world))
+    if previous:
+        for key in ("emulation_saturated_blocks", "emulation_paced_blocks"):
+            summary[key] += previous.get(key, 0)
+        summary["peak_mem_mb"] = max(summary["peak_mem_mb"], previous.get("peak_mem_mb", math.nan))
+    meta["ranks"][str(world)] = summary
+    meta.update(device_meta(per_rank))
+
+
+def _profile_dir(state: RunState, profile: bool) -> Path | None:
+    if not profile:
+        return None
+    state.meta["profile"] = {"dir": "profile", "iteration": "last timed"}
+    return state.run_dir / "profile"
+
+
+def _execute_launched(scenario, cases, *, out, trace, command, on_case, device, profile, loopback) -> RunState | None:
     """torchrun / SLURM: this process is one rank; rank 0 gathers each case and writes the results."""
     import torch.distributed as dist
 
     from ringbench.dist import init_launched
-    from ringbench.runner import run_case
+    from ringbench.runner import open_session, profile_path, run_case
 
     env = init_launched(scenario.timeout, device)
+    session = open_session(env)
     mine = list(enumerate(cases))
     state = None
     if env.rank == 0:
         run_dir = new_run_dir(out, scenario)
-        run_id = run_dir.name
-        meta = collect_metadata(scenario, run_id=run_id, command=command, trace=trace)
+        meta = collect_metadata(scenario, run_id=run_dir.name, command=command, trace=trace)
         meta.update(schema_version=SCHEMA_VERSION, launcher=env.launcher, backend=env.backend)
         state = RunState(run_dir=run_dir, meta=meta)
         store.write_json(run_dir / store.META_FILE, meta)
-    settings = run_settings(scenario, trace)
+    run_dir_name = session.ops.all_objects(str(state.run_dir) if state is not None else None)[0]
+    profile_dir = Path(run_dir_name) / "profile" if profile else None
+    if state is not None and profile:
+        _profile_dir(state, profile)
+    settings = run_settings(scenario, trace, profile_dir=profile_dir, loopback=loopback)
     total = len(mine) * scenario.repeat
     finished = 0
     for repeat in range(scenario.repeat):
         for index, case in mine:
-            result = run_case(case, env=env, progress=None, settings=settings, case_index=index, repeat=repeat)
-            gathered = [None] * env.world if env.rank == 0 else None
-            dist.gather_object(result, gathered, dst=0)
+            result = run_case(case, session=session, progress=None, settings=settings, case_index=index,
+                              repeat=repeat, profile_path=profile_path(settings, case, repeat, env.rank))  # fmt: skip
+            gathered = session.ops.gather_objects(result)
             if env.rank == 0:
                 events, row = summarize_case(case, gathered, scenario, repeat)
                 state.add(events, row)
+                _note_ranks(state.meta, env.world, gathered)
+                store.write_json(state.run_dir / store.META_FILE, state.meta)
                 finished += 1
                 if on_case is not None:
                     on_case(row, finished, total)
     if env.rank == 0:
         state.meta["finished"] = datetime.now(timezone.utc).isoformat()
         store.write_json(state.run_dir / store.META_FILE, state.meta)
-    dist.barrier()
+    session.ops.barrier()
     dist.destroy_process_group()
     return state

@@ -6,63 +6,78 @@ to rank 0 when launched externally) as a dict: this rank's event rows on the ali
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
-import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
+from ringbench import spin
 from ringbench.api import build_context, ring_attention
+from ringbench.clock import ClockAlignment, align_clocks
+from ringbench.collectives import GroupOps
+from ringbench.comm import RingStall
 from ringbench.faults import RankFaults, parse_fault
 from ringbench.kernels import get_kernel
 from ringbench.layout import shard
+from ringbench.memory import peak_mb, reset_peak
+from ringbench.metadata import describe_device
 from ringbench.record import ListRecorder, NullRecorder
 from ringbench.scenario import Case
 from ringbench.selfcheck import DTYPES
+from ringbench.timeline import timeline_for
 
 
 class RunRecorder(ListRecorder):
-    """Records spans (unless tracing is off), keeps the parent informed of the ring step, and fires faults."""
+    """Records spans (unless tracing is off), keeps the parent informed of the ring step, fires faults, and marks
+    the ring steps for a profiler capture when one is running."""
 
-    def __init__(self, rank, ring_position, progress, faults: RankFaults, trace: bool, sync=None) -> None:
-        super().__init__(rank, ring_position, sync=sync)
+    def __init__(self, rank, ring_position, progress, faults: RankFaults, trace: bool, timeline) -> None:
+        super().__init__(rank, ring_position, timeline=timeline)
         self.enabled = trace
         self.progress = progress
         self.faults = faults
+        self.capture = None  # a ProfileCapture during the profiled iteration
 
     def on_step(self, phase: str, step: int) -> None:
         if self.progress is not None:
             self.progress.set_step(phase, step)
+        if self.capture is not None:
+            self.capture.step(phase, step)
         self.faults.at_step(phase, step, self.iteration)
+
+    def end_phase(self, phase: str) -> None:
+        if self.capture is not None:
+            self.capture.end_phase()
 
     def span(self, **fields) -> None:
         if self.enabled:
             super().span(**fields)
 
 
-def _clock_offset(group=None) -> tuple[int, int, str]:
-    """(offset_ns to subtract, residual_ns, method) aligning this rank's perf_counter to rank 0's.
+@dataclass(kw_only=True, slots=True)
+class RankSession:
+    """What a rank keeps across the cases of one process group: its collectives, timeline and aligned clock."""
 
-    Ranks on one host share CLOCK_MONOTONIC, so the offset is exactly 0. Across hosts: five barrier rounds;
-    each rank stamps on leaving the barrier; the offset is the median difference to rank 0's stamp and the
-    residual the spread of that difference over the rounds (barrier exit skew bounds the error).
-    """
-    world = dist.get_world_size(group)
-    hosts = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname(), group=group)
-    if len(set(hosts)) == 1:
-        return 0, 0, "shared monotonic clock (one host)"
-    stamps = []
-    for _ in range(5):
-        dist.barrier(group=group)
-        stamps.append(time.perf_counter_ns())
-    mine = torch.tensor(stamps, dtype=torch.int64)
-    gathered = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(gathered, mine, group=group)
-    diffs = (mine - gathered[0]).tolist()
-    diffs.sort()
-    return diffs[len(diffs) // 2], diffs[-1] - diffs[0], "barrier rounds (multi-host)"
+    env: object  # ringbench.dist.DistEnv
+    ops: GroupOps
+    timeline: object
+    clock: ClockAlignment
+    device_info: dict
+    on_stall: object = None  # called by a comm watchdog when the host is stuck past a stall
+
+
+def open_session(env, on_stall=None) -> RankSession:
+    """Per process group: the collectives helper, the timeline of the rank's device, and the clock alignment."""
+    ops = GroupOps(env.device)
+    timeline = timeline_for(env.device)
+    device_info = describe_device(env.device)
+    if env.device.type == "cuda":  # the busy-wait rate of modelled compute and injected delays, measured once
+        device_info["spin_cycles_per_ms"] = round(spin.calibrate(env.device))
+    return RankSession(env=env, ops=ops, timeline=timeline, clock=align_clocks(ops), device_info=device_info,
+                       on_stall=on_stall)  # fmt: skip
 
 
 def _worst(current: float, value: float) -> float:
@@ -124,9 +139,15 @@ def _reference_errors(case: Case, tensors, out, grads, rank: int, tick=None) -> 
     return _worst(0.0, fwd_err), bwd_err
 
 
-def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repeat: int) -> dict:
-    """Run one case on this rank; returns its rows and figures for the parent."""
-    group = None
+def run_case(case: Case, *, session: RankSession, progress, settings: dict, case_index: int, repeat: int,
+             profile_path: Path | None = None) -> dict:  # fmt: skip
+    """Run one case on this rank; returns its rows and figures for the parent.
+
+    Per iteration: a barrier, the timeline's anchor, the forward (and backward) ring with every span marked on the
+    timeline, then -- outside the loop -- a bounded settle of the iteration's transfers and marks and their
+    resolution into nanoseconds. On a GPU nothing in between synchronises the host with the device.
+    """
+    env, timeline = session.env, session.timeline
     rank, world = env.rank, env.world
     device = env.device
     dtype = DTYPES[case.dtype]
@@ -139,6 +160,7 @@ def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repe
     )
     if progress is not None:
         progress.set_case(case_index)
+    memory_method = reset_peak(device)
     generator = torch.Generator().manual_seed(settings["seed"] + 7919 * case_index)
     shape = (case.batch, case.heads, case.seq, case.head_dim)
     full = [torch.randn(shape, generator=generator).to(dtype) for _ in range(4)]  # q, k, v, dout (B, H, S, D)
@@ -146,39 +168,49 @@ def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repe
     q, k, v = (t.requires_grad_(case.backward) for t in (q, k, v))
 
     ring = case.ring
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-    recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings["trace"], sync=sync)
+    recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings["trace"], timeline=timeline)
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
     ctx = build_context(
-        q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=ring, group=group, kernel=kernel,
-        timeout_s=settings["timeout"], recorder=recorder, link_delay=faults.link_delay(),
+        q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=ring, kernel=kernel,
+        timeout_s=settings["timeout"], recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
+        loopback=settings.get("loopback", False), on_stall=session.on_stall,
     )  # fmt: skip
-    offset_ns, residual_ns, clock_method = _clock_offset(group)
+    profiled = settings["iters"] - 1 if profile_path is not None else None
     origin = None
     out = grads = None
     try:
         for iteration in range(-settings["warmup"], settings["iters"]):
             recorder.iteration = iteration
-            if iteration == 0 and hasattr(kernel, "saturated_blocks"):
-                kernel.saturated_blocks = 0  # count only timed iterations (warm-up pays one-off allocations)
+            if iteration == 0 and hasattr(kernel, "pacer"):
+                kernel.pacer.reset_counts()  # count only timed iterations (warm-up pays one-off allocations)
             if progress is not None:
                 progress.set_iteration(iteration)
-            dist.barrier(group=group)  # every iteration starts together (bounded by the group's timeout)
-            start = recorder.now() if recorder.enabled else time.perf_counter_ns()
-            origin = origin if origin is not None else start
-            out = ring_attention(q, k, v, context=ctx)
-            fwd_end = time.perf_counter_ns() if sync is None else (sync(), time.perf_counter_ns())[1]
-            if case.backward:
-                grads = torch.autograd.grad(out, (q, k, v), dout)
-            end = time.perf_counter_ns() if sync is None else (sync(), time.perf_counter_ns())[1]
+            session.ops.barrier()  # every iteration starts together (bounded by the group's timeout)
+            with _maybe_profile(profile_path if iteration == profiled else None, device) as capture:
+                recorder.capture = capture
+                start = timeline.begin_iteration()
+                with capture.iteration(iteration) if capture is not None else contextlib.nullcontext():
+                    out = ring_attention(q, k, v, context=ctx)
+                    fwd_end = timeline.mark()
+                    if case.backward:
+                        grads = torch.autograd.grad(out, (q, k, v), dout)
+                    end = timeline.mark()
+                _settle(ctx, timeline, settings["timeout"], rank)
+                recorder.capture = None
             if iteration >= 0:
                 # Iteration rows are kept even with tracing off: they carry the step times.
                 recorder.rows.append(_row(iteration, "fwd", rank, ring, start, fwd_end))
                 if case.backward:
                     recorder.rows.append(_row(iteration, "bwd", rank, ring, fwd_end, end))
+            recorder.finish_iteration()
+            if origin is None and iteration >= 0:
+                origin = timeline.resolve(start)
+            if hasattr(kernel, "settle"):
+                kernel.settle()
     finally:
         if ctx.comm is not None:
             ctx.comm.close()
+    peak = peak_mb(device)
     errors = (math.nan, math.nan)
     if settings["check"]:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
@@ -187,14 +219,14 @@ def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repe
     rows = recorder.rows
     # One origin for all ranks, on rank 0's clock: the earliest first-iteration start of any rank. (Each rank
     # subtracting its own start would misalign the ranks by their barrier-exit skew.)
-    common = torch.tensor([origin - offset_ns], dtype=torch.int64)
-    dist.all_reduce(common, op=dist.ReduceOp.MIN, group=group)
-    shift = int(common.item()) + offset_ns
+    offset_ns = session.clock.offset_ns
+    shift = session.ops.min_int(origin - offset_ns) + offset_ns
     for row in rows:
         row["start_ns"] -= shift
         row["end_ns"] -= shift
         row["repeat"] = repeat
         row["case_id"] = case.case_id
+    pacer = getattr(kernel, "pacer", None)
     return {
         "case_id": case.case_id,
         "rank": rank,
@@ -202,30 +234,64 @@ def run_case(case: Case, *, env, progress, settings: dict, case_index: int, repe
         "fwd_err": errors[0],
         "bwd_err": errors[1],
         "clock_offset_ns": offset_ns,
-        "clock_residual_ns": residual_ns,
-        "clock_method": clock_method,
-        "saturated_blocks": getattr(kernel, "saturated_blocks", 0),
+        "clock_residual_ns": session.clock.bound_ns,
+        "clock_method": session.clock.method,
+        "saturated_blocks": pacer.saturated_blocks if pacer is not None else 0,
+        "paced_blocks": pacer.blocks if pacer is not None else 0,
+        "peak_mem_mb": peak,
+        "memory_method": memory_method,
         "host": socket.gethostname(),
         "device": str(device),
+        "device_info": session.device_info,
+        "timeline": timeline.kind,
     }
+
+
+def _settle(ctx, timeline, timeout_s: float, rank: int) -> None:
+    """After the loop: wait, bounded, for the iteration's transfers and marks; name what never completed."""
+    if ctx.comm is not None:
+        ctx.comm.settle(timeout_s)
+    if timeline.settle(timeout_s):
+        raise RingStall(f"rank {rank}: the device did not finish the iteration within {timeout_s:g} s")
+
+
+@contextlib.contextmanager
+def _maybe_profile(path: Path | None, device):
+    if path is None:
+        yield None
+        return
+    from ringbench.profiling import ProfileCapture
+
+    with ProfileCapture(path, device) as capture:
+        yield capture
 
 
 def _row(iteration, phase, rank, ring, start, end) -> dict:
     return {
         "iteration": iteration, "phase": phase, "rank": rank, "ring_position": ring.index(rank), "step": -1,
         "kind": "iteration", "start_ns": start, "end_ns": end, "src": rank, "dst": rank, "bytes": 0,
-        "block": -1, "pair": "", "flops": 0.0,
+        "block": -1, "pair": "", "flops": 0.0, "nccl_ms": None,
     }  # fmt: skip
 
 
 def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: dict, repeat: int) -> int:
     """Entry point inside each local rank: run the cases, streaming each result to the parent."""
+    session = open_session(worker_ctx.env, on_stall=worker_ctx.abort)
     for done, (index, case) in enumerate(cases):
         worker_ctx.wait_stored(done)  # the parent stores the previous case before we time the next one
-        result = run_case(case, env=worker_ctx.env, progress=worker_ctx.progress, settings=settings,
-                          case_index=index, repeat=repeat)  # fmt: skip
+        result = run_case(case, session=session, progress=worker_ctx.progress, settings=settings,
+                          case_index=index, repeat=repeat, profile_path=profile_path(settings, case, repeat,
+                                                                                     session.env.rank))  # fmt: skip
         worker_ctx.send(result)
     return len(cases)
 
 
-__all__ = ["NullRecorder", "RunRecorder", "rank_worker", "run_case"]
+def profile_path(settings: dict, case: Case, repeat: int, rank: int) -> Path | None:
+    """Where this rank's profiler capture of the case goes (None when not profiling)."""
+    folder = settings.get("profile_dir")
+    if not folder:
+        return None
+    return Path(folder) / case.case_id / f"r{repeat}-rank{rank}.json.gz"
+
+
+__all__ = ["NullRecorder", "RankSession", "RunRecorder", "open_session", "rank_worker", "run_case"]

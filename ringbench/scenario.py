@@ -141,9 +141,11 @@ class Scenario:
                     raise UsageError(where + str(exc)) from None
         for value in self.kernel:
             try:
-                get_kernel(value)
+                kernel = get_kernel(value)
             except UsageError:
                 raise fail("kernel", value, KERNEL_HELP) from None
+            if self.check and not getattr(kernel, "computes", True):
+                raise fail("check", True, f"false with kernel {value!r}: it computes nothing to check (--no-check)")
         for number, name, low in ((self.iters, "iters", 1), (self.warmup, "warmup", 0), (self.repeat, "repeat", 1)):
             if not isinstance(number, int) or isinstance(number, bool) or number < low:
                 raise fail(name, number, f"an integer >= {low}")

@@ -3,8 +3,9 @@
 Every producer (real runs, the simulator, imported traces) writes these tables and every consumer (analyses,
 reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
 
-Schema versions:
-  1 -- first version (this file). Earlier files: none.
+Schema versions (readers accept every one of them; missing columns read as null):
+  2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on).
+  1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
 
 Events: one row per span on one rank.
   kind       meaning of [start_ns, end_ns]                                    src / dst
@@ -31,7 +32,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective")
 PHASES = ("fwd", "bwd")
@@ -55,6 +57,9 @@ EVENTS_SCHEMA = pa.schema(
         pa.field("block", pa.int32()),  # rank that owns the KV block in hand at this step (-1 if none)
         pa.field("pair", pa.string()),  # compute rows: full | causal | partial (masks); "" otherwise
         pa.field("flops", pa.float64()),  # compute rows: arithmetic of this step (0 otherwise)
+        # send / recv rows on NCCL with TORCH_NCCL_ENABLE_TIMING=1: NCCL's own kernel time of the exchange, ms;
+        # null elsewhere (gloo, timing off, other kinds). Added in version 2.
+        pa.field("nccl_ms", pa.float64()),
     ]
 )
 EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)

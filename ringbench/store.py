@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ringbench.errors import UsageError
-from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA, SCHEMA_VERSION
+from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA, READABLE_VERSIONS
 
 EVENTS_FILE = "events.parquet"
 CASES_FILE = "cases.parquet"
@@ -71,8 +71,16 @@ def write_json(path: Path, document: dict) -> None:
     write_bytes(Path(path), data)
 
 
+def with_event_columns(events: pd.DataFrame) -> pd.DataFrame:
+    """Every column of the current schema, in order; columns an older file lacks read as null."""
+    missing = [name for name in EVENT_COLUMNS if name not in events]
+    if missing:
+        events = events.assign(**{name: float("nan") for name in missing})
+    return events[list(EVENT_COLUMNS)]
+
+
 def write_events(run_dir: Path, events: pd.DataFrame) -> None:
-    table = pa.Table.from_pandas(events[list(EVENT_COLUMNS)], schema=EVENTS_SCHEMA, preserve_index=False)
+    table = pa.Table.from_pandas(with_event_columns(events), schema=EVENTS_SCHEMA, preserve_index=False)
     atomic_write(Path(run_dir) / EVENTS_FILE, lambda handle: pq.write_table(table, handle, compression="zstd"))
 
 
@@ -95,8 +103,9 @@ def read_meta(run_dir: Path) -> dict:
     if not isinstance(meta, dict):
         raise UsageError(f"{path}: expected a JSON object, got {type(meta).__name__}")
     version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise UsageError(f"{path}: schema_version={version!r} is not supported; expected {SCHEMA_VERSION}")
+    if version not in READABLE_VERSIONS:
+        allowed = ", ".join(str(v) for v in READABLE_VERSIONS)
+        raise UsageError(f"{path}: schema_version={version!r} is not supported; expected one of {allowed}")
     return meta
 
 
@@ -111,8 +120,10 @@ def load_run(run_dir: str | Path) -> RunData:
         cases = pd.read_parquet(run_dir / CASES_FILE) if (run_dir / CASES_FILE).exists() else None
     except (pa.ArrowInvalid, OSError) as exc:
         raise UsageError(f"{run_dir}: unreadable results ({exc})") from None
-    if events is None:
-        events = EVENTS_SCHEMA.empty_table().to_pandas()
+    events = EVENTS_SCHEMA.empty_table().to_pandas() if events is None else with_event_columns(events)
     if cases is None:
         cases = pd.DataFrame(columns=list(CASE_COLUMNS))
+    missing = [name for name in CASE_COLUMNS if name not in cases]
+    if missing:  # a file written before these columns existed: they read as null
+        cases = cases.assign(**{name: float("nan") for name in missing})
     return RunData(path=run_dir, events=events, cases=cases, meta=meta)

@@ -1,4 +1,6 @@
-"""Block kernels against the `math` kernel: every mask kind, forward and backward, per dtype; and the registry."""
+"""Block kernels against the `math` kernel: every mask kind, forward and backward, per dtype; the registry; the
+device-tensor cache; and, on CPU, the plumbing of the CUDA ops (routing table, argument order on meta tensors).
+The CUDA kernels themselves are checked in test_torch_kernel_gpu.py."""
 
 import time
 
@@ -6,10 +8,13 @@ import pytest
 import torch
 
 from ringbench.errors import UsageError
-from ringbench.kernels import BlockMask, MaskKind, available_kernels, get_kernel
-from ringbench.kernels.torch_sdpa import MathKernel
+from ringbench.kernels import BlockMask, MaskKind, available_kernels, get_kernel, torch_sdpa
+from ringbench.kernels.base import MaskTensors, additive_mask
+from ringbench.kernels.torch_sdpa import MathKernel, TorchSdpaKernel, cuda_route
 
-TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 3e-2}
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 3e-2, torch.float16: 4e-3}
+# On CUDA fp32 goes to the memory-efficient kernel, whose fp32 matmuls are 3xTF32 (close to, not exactly, fp32).
+CUDA_TOLERANCE = {**TOLERANCE, torch.float32: 2e-5}
 
 
 def _masks(q_len, k_len):
@@ -30,7 +35,7 @@ def _compare(kernel, device, dtype):
     for name, mask in _masks(12, 12).items():
         out, lse = kernel.forward(q, k, v, mask, 0.25)
         ref_out, ref_lse = reference.forward(q, k, v, mask, 0.25)
-        tol = TOLERANCE[dtype]
+        tol = (CUDA_TOLERANCE if str(device).startswith("cuda") else TOLERANCE)[dtype]
         assert lse.dtype == (torch.float64 if dtype == torch.float64 else torch.float32), name
         finite = torch.isfinite(ref_lse)
         assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), name  # empty rows: lse = -inf
@@ -48,7 +53,7 @@ def test_torch_kernel_matches_math_on_cpu(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
 def test_torch_kernel_matches_math_on_cuda(dtype):
     _compare(get_kernel("torch"), "cuda", dtype)
 
@@ -74,3 +79,157 @@ def test_registry_lists_the_kernels_and_rejects_unknown_ones():
         get_kernel("flash9")
     with pytest.raises(UsageError, match="kernel='torch:fast' is not allowed"):
         get_kernel("torch:fast")
+
+
+# -- the device-tensor cache -----------------------------------------------------------------------------------------
+class _RecordingAten:
+    """Stands in for torch.ops.aten in torch_sdpa: records the attn_mask handed to the CPU ops, then runs them."""
+
+    def __init__(self):
+        self.masks = []
+
+    def __getattr__(self, name):
+        op = getattr(torch.ops.aten, name)
+        if not name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
+            return op
+
+        def recording(*args, **kwargs):
+            self.masks.append(kwargs.get("attn_mask"))
+            return op(*args, **kwargs)
+
+        return recording
+
+
+def test_torch_kernel_builds_the_partial_bias_once(monkeypatch):
+    recorder = _RecordingAten()
+    monkeypatch.setattr(torch_sdpa, "aten", recorder)
+    generator = torch.Generator().manual_seed(2)
+    q, k, v, dout = (torch.randn(2, 3, 12, 16, generator=generator) for _ in range(4))
+    mask = _masks(12, 12)["partial-strict"]
+    kernel = TorchSdpaKernel()
+    first = kernel.forward(q, k, v, mask, 0.25)
+    entries = len(kernel.mask_tensors)
+    second = kernel.forward(q, k, v, mask, 0.25)
+    grads = kernel.backward(dout, q, k, v, *first, mask, 0.25)
+    assert len(recorder.masks) == 3
+    assert recorder.masks[0] is recorder.masks[1] is recorder.masks[2]  # the cached tensor, not a rebuilt one
+    assert len(kernel.mask_tensors) == entries
+    assert torch.equal(recorder.masks[0], additive_mask(mask, q.dtype, q.device))
+    # Results are those of an uncached kernel, bit for bit.
+    fresh = TorchSdpaKernel()
+    for got, want in zip((*first, *second), (*fresh.forward(q, k, v, mask, 0.25),) * 2, strict=True):
+        assert torch.equal(got, want)
+    for got, want in zip(grads, fresh.backward(dout, q, k, v, *first, mask, 0.25), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_math_kernel_reuses_its_masks():
+    q, k, v = (torch.randn(1, 2, 10, 8, generator=torch.Generator().manual_seed(3)) for _ in range(3))
+    kernel = MathKernel()
+    causal = BlockMask(MaskKind.CAUSAL)
+    partial = _masks(10, 10)["partial-random"]
+    first = [kernel.forward(q, k, v, mask, 0.3) for mask in (causal, partial)]
+    tril = kernel.mask_tensors.causal(10, 10, q.device)
+    allowed = kernel.mask_tensors.allowed(partial, q.device)
+    entries = len(kernel.mask_tensors)
+    second = [kernel.forward(q, k, v, mask, 0.3) for mask in (causal, partial)]
+    assert kernel.mask_tensors.causal(10, 10, q.device) is tril
+    assert kernel.mask_tensors.allowed(partial, q.device) is allowed
+    assert len(kernel.mask_tensors) == entries
+    assert torch.equal(tril, torch.ones(10, 10, dtype=torch.bool).tril())
+    for (out_a, lse_a), (out_b, lse_b) in zip(first, second, strict=True):
+        assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+
+
+def test_mask_tensors_are_keyed_by_mask_object_and_bounded():
+    tensors = MaskTensors(max_entries=4)
+    allowed = torch.ones(5, 7, dtype=torch.bool).tril(-1)  # row 0 sees nothing
+    a, b = BlockMask.partial(allowed), BlockMask.partial(allowed.clone())
+    bias = tensors.additive(a, torch.float32, "cpu", align=16)
+    assert bias.shape == (5, 7) and bias.stride() == (16, 1)  # padded rows, sliced back
+    assert torch.equal(bias, additive_mask(a, torch.float32, torch.device("cpu")))
+    assert tensors.additive(a, torch.float32, "cpu", align=16) is bias
+    assert tensors.additive(b, torch.float32, "cpu", align=16) is not bias  # equal content, another mask
+    assert tensors.additive(BlockMask(MaskKind.FULL), torch.float32, "cpu") is None
+    assert torch.equal(tensors.empty_rows(a, "cpu"), torch.tensor([True, False, False, False, False]))
+    assert tensors.empty_rows(BlockMask.partial(torch.ones(3, 3, dtype=torch.bool)), "cpu") is None
+    assert len(tensors) <= 4  # full: emptied and refilled, never past the bound
+    int8 = tensors.allowed(a, "cpu", torch.int8)
+    assert int8.dtype == torch.int8 and int8.is_contiguous() and torch.equal(int8.bool(), allowed)
+
+
+# -- the CUDA ops, checked on CPU as far as a CPU can --------------------------------------------------------------
+SM90 = (9, 0)
+
+
+def _route(kind=MaskKind.FULL, dtype=torch.bfloat16, q_len=128, k_len=128, head_dim=64, capability=SM90, **flags):
+    facts = {"flash_available": True, "flash_enabled": True, "efficient_enabled": True, **flags}
+    return cuda_route(kind, dtype, q_len, k_len, head_dim, False, capability, **facts)
+
+
+def test_cuda_route_table():
+    for dtype in (torch.bfloat16, torch.float16):
+        assert _route(MaskKind.FULL, dtype) == "flash"
+        assert _route(MaskKind.CAUSAL, dtype) == "flash"
+        assert _route(MaskKind.PARTIAL, dtype) == "efficient"  # flash takes no mask
+        assert _route(MaskKind.FULL, dtype, q_len=96, k_len=130) == "flash"
+        assert _route(MaskKind.CAUSAL, dtype, q_len=96, k_len=130) == "efficient"  # flash aligns bottom-right
+        assert _route(dtype=dtype, head_dim=256) == "flash"
+        assert _route(dtype=dtype, head_dim=256, capability=(8, 6)) == "efficient"  # no flash backward > 192
+        assert _route(dtype=dtype, head_dim=128, capability=(8, 6)) == "flash"
+        assert _route(dtype=dtype, head_dim=512) == "efficient"
+        assert _route(dtype=dtype, head_dim=12) == "math"  # not a whole 16-byte vector
+        assert _route(dtype=dtype, flash_enabled=False) == "efficient"  # sdpa_kernel(EFFICIENT_ATTENTION)
+        assert _route(dtype=dtype, flash_available=False) == "efficient"
+        assert _route(dtype=dtype, flash_enabled=False, efficient_enabled=False) == "math"
+    assert _route(dtype=torch.float16, capability=(7, 5)) == "efficient"
+    assert _route(dtype=torch.bfloat16, capability=(7, 5)) == "math"
+    assert _route(dtype=torch.float32) == "efficient"
+    assert _route(dtype=torch.float32, head_dim=12) == "efficient"
+    assert _route(dtype=torch.float32, head_dim=10) == "math"
+    assert _route(dtype=torch.float64) == "math"
+    assert _route(k_len=0) == "math"
+    assert cuda_route(MaskKind.FULL, torch.bfloat16, 0, 8, 64, True, SM90, flash_available=True,
+                      flash_enabled=True, efficient_enabled=True) == "math"  # fmt: skip
+
+
+def test_cuda_op_arguments_match_the_schemas_on_meta_tensors():
+    """The fused ops' meta kernels check argument order, types and shapes against the schemas of this torch."""
+    batch, heads, length, head_dim = 2, 4, 130, 64
+    storage = torch.empty(batch, heads, 2 * length, head_dim, dtype=torch.bfloat16, device="meta")
+    q, k = storage[:, :, :length], storage[:, :, length:]  # row slices, as the ring passes them
+    v, dout = k, q
+
+    out, lse = torch_sdpa.flash_forward(q, k, v, True, 0.125)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (batch, heads, length) and lse.dtype == torch.float32
+    for grad, source in zip(torch_sdpa.flash_backward(dout, q, k, v, out, lse, True, 0.125), (q, k, v), strict=True):
+        assert grad.shape == source.shape and grad.dtype == source.dtype
+
+    mask = BlockMask.partial(torch.rand(length, length, generator=torch.Generator().manual_seed(0)) > 0.5)
+    bias = TorchSdpaKernel().mask_tensors.additive(mask, q.dtype, q.device, align=torch_sdpa.BIAS_ALIGN)
+    bias = bias.expand(batch, heads, length, length)
+    for attn_bias, causal in ((bias, False), (None, True), (None, False)):
+        out, lse = torch_sdpa.efficient_forward(q, k, v, attn_bias, causal, 0.125)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert lse.shape == (batch, heads, length) and lse.dtype == torch.float32
+        grads = torch_sdpa.efficient_backward(dout, q, k, v, out, lse, attn_bias, causal, 0.125)
+        for grad, source in zip(grads, (q, k, v), strict=True):
+            assert grad.shape == source.shape and grad.dtype == source.dtype
+
+
+def test_layouts_handed_to_the_fused_backwards():
+    t = torch.randn(2, 4, 10, 8)[:, :, 1:9]  # a row slice
+    bmhk = torch_sdpa._bmhk(t)
+    assert torch.equal(bmhk, t) and bmhk.stride() == (8 * 4 * 8, 8, 4 * 8, 1)  # (B, M, H, K) memory
+    assert torch_sdpa._bmhk(bmhk).data_ptr() == bmhk.data_ptr()  # already in that layout: no copy
+
+    lse = torch.tensor([[[0.5, float("-inf"), 2.0]]], dtype=torch.float32)
+    padded = torch_sdpa._lse_for_backward(lse, torch_sdpa.LSE_ROW_ALIGN)
+    assert padded.shape == (1, 1, 32) and padded.is_contiguous() and padded.dtype == torch.float32
+    assert padded[0, 0, :3].tolist() == [0.5, float("inf"), 2.0] and torch.isposinf(padded[0, 0, 3:]).all()
+    assert torch_sdpa._lse_for_backward(lse.double(), 1).shape == (1, 1, 3)
+
+    assert torch_sdpa._kernel_ready(t) is t  # unit last stride, strides in whole 16-byte vectors
+    odd = torch.randn(2, 4, 10, 9)[..., :8]
+    assert torch_sdpa._kernel_ready(odd).is_contiguous()

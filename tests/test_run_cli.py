@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from ringbench.cli.app import app
 from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
-from ringbench.schema import EVENT_COLUMNS
+from ringbench.schema import EVENT_COLUMNS, SCHEMA_VERSION
 
 runner = CliRunner()
 SMALL = ["--seq", "48", "--heads", "2", "--head-dim", "8", "--iters", "2", "--warmup", "1", "--kernel", "emulated:50"]
@@ -42,7 +42,7 @@ def test_run_writes_the_record_and_json(tmp_path):
     sends = events[events["kind"] == "send"]
     assert ((sends["dst"] - sends["src"]) % 3 == 2).all()  # ring 0 -> 2 -> 1 -> 0: each sends to its successor
     meta = json.loads((run_dir / "meta.json").read_text())
-    assert meta["emulated"] is True and meta["schema_version"] == 1 and meta["backend"] == "gloo"
+    assert meta["emulated"] is True and meta["schema_version"] == SCHEMA_VERSION and meta["backend"] == "gloo"
     assert (run_dir / "cases.csv").read_text().count("\n") == 3
 
 

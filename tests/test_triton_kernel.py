@@ -141,6 +141,21 @@ def test_empty_rows_give_merge_identity(small_tiles):
     assert not any(g.any() for g in grads)
 
 
+def test_partial_mask_is_copied_once():
+    """The int8 mask comes from the kernel's cache: built on the first call, the same tensor afterwards."""
+    q, k, v, dout = make_inputs(24, 24, 16, torch.float32)
+    mask = make_mask("random", 24, 24, torch.Generator().manual_seed(5))
+    kernel = TritonKernel()
+    first = kernel.forward(q, k, v, mask, 0.25)
+    pointer, stride, has_mask = kernel._mask_args(mask, q)
+    assert has_mask and stride == 24 and pointer.dtype == torch.int8 and torch.equal(pointer.bool(), mask.allowed)
+    entries = len(kernel.mask_tensors)
+    second = kernel.forward(q, k, v, mask, 0.25)
+    kernel.backward(dout, q, k, v, *second, mask, 0.25)
+    assert kernel._mask_args(mask, q)[0] is pointer and len(kernel.mask_tensors) == entries
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
 def test_strided_inputs_like_the_ring(small_tiles):
     """The ring passes row slices of q and of a stacked (2, B, H, L, D) key/value buffer."""
     q_full, k_full, v_full, dout_full = make_inputs(40, 40, 32, torch.float32, batch=2, heads=2)

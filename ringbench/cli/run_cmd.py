@@ -146,6 +146,14 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="cpu or cuda (default: cuda when there is a GPU per rank).", rich_help_panel=RUN_PANEL),
         ] = None,
+        loopback: Annotated[
+            bool,
+            typer.Option(
+                "--loopback",
+                help="A 1-rank ring still exchanges its blocks with itself (the one-GPU test of the transfer path).",
+                rich_help_panel=RUN_PANEL,
+            ),
+        ] = False,
         out: Annotated[Path, typer.Option(help="Results folder.", rich_help_panel=OUT_PANEL)] = Path("results"),
         resume: Annotated[
             Path | None,
@@ -159,6 +167,15 @@ def register(app: typer.Typer) -> None:
         ] = False,
         report: Annotated[
             bool, typer.Option("--report", help="Also write reports/<run-id>/.", rich_help_panel=OUT_PANEL)
+        ] = False,
+        profile: Annotated[
+            bool,
+            typer.Option(
+                "--profile",
+                help="Capture the last timed iteration of each case with the PyTorch profiler (results/<run>/profile/;"
+                " compare with `ringbench check-timeline`).",
+                rich_help_panel=OUT_PANEL,
+            ),
         ] = False,
         json_out: Annotated[
             bool,
@@ -207,7 +224,7 @@ def register(app: typer.Typer) -> None:
 
                 state = execute(
                     chosen, out=out, resume=resume, trace=not no_trace, on_case=on_case, device=device,
-                    command=shlex.join(["ringbench", *sys.argv[1:]]),
+                    command=shlex.join(["ringbench", *sys.argv[1:]]), profile=profile, loopback=loopback,
                 )  # fmt: skip
             if state is None:  # a non-zero rank under torchrun / SLURM: rank 0 reports
                 return

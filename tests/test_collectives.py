@@ -1,0 +1,127 @@
+"""The run layer's collectives put every tensor on the group's device, and nothing else in the run layer calls
+torch.distributed directly.
+
+An NCCL group refuses CPU tensors, which no CPU run can show. Two checks make that class of bug impossible to
+miss on CPU: ``GroupOps`` is driven with a recording ``dist`` stand-in on another device than the CPU (``meta``)
+and every tensor it hands the backend must be on that device; and a real run goes through a process-group guard
+that refuses any torch.distributed call made from outside the modules allowed to talk to the backend.
+"""
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ringbench.collectives import GroupOps
+from ringbench.launch import launch_local
+from ringbench.run import run_settings
+from ringbench.runner import rank_worker
+from ringbench.scenario import Scenario
+
+
+class _RecordingDist:
+    """Just enough of torch.distributed: records the device of every tensor handed to a collective."""
+
+    ReduceOp = SimpleNamespace(MIN="min", MAX="max", SUM="sum")
+
+    def __init__(self) -> None:
+        self.devices: list[torch.device] = []
+
+    def get_rank(self, group=None):
+        return 0
+
+    def get_world_size(self, group=None):
+        return 2
+
+    def get_backend(self, group=None):
+        return "nccl"
+
+    def new_group(self, **kwargs):
+        return "side"
+
+    def all_reduce(self, tensor, op=None, group=None):
+        self.devices.append(tensor.device)
+
+    def all_gather_object(self, out, obj, group=None):
+        assert group == "side", "objects must travel over the CPU side group"
+        out[:] = [obj] * len(out)
+
+    def gather_object(self, obj, out, dst=0, group=None):
+        assert group == "side"
+        if out is not None:
+            out[:] = [obj] * len(out)
+
+
+def test_group_ops_hand_the_backend_tensors_on_the_group_device_only():
+    fake = _RecordingDist()
+    ops = GroupOps(torch.device("meta"), dist=fake)
+    ops.barrier()
+    ops.all_objects("host")
+    ops.gather_objects({"rows": []})
+    with pytest.raises((NotImplementedError, RuntimeError)):  # meta tensors hold no value to read back
+        ops.min_int(5)
+    assert fake.devices and all(device.type == "meta" for device in fake.devices)
+
+
+_ALLOWED = ("ringbench.comm", "ringbench.ring", "ringbench.collectives", "ringbench.clock")
+# isend / irecv are left alone: batch_isend_irecv checks its ops against those very functions.
+_GUARDED = ("all_reduce", "all_gather", "broadcast", "reduce", "gather", "scatter", "barrier", "batch_isend_irecv",
+            "send", "recv", "all_gather_object", "gather_object", "broadcast_object_list")  # fmt: skip
+
+
+def _caller_module() -> str:
+    for frame in inspect.stack()[2:]:
+        name = frame.frame.f_globals.get("__name__", "")
+        if not name.startswith("torch"):
+            return name
+    return "?"
+
+
+def _install_guard() -> tuple[list[str], dict]:
+    """Wrap torch.distributed's calls so that a caller outside the allowed modules is refused and noted."""
+    violations, originals = [], {}
+    for name in _GUARDED:
+        original = originals[name] = getattr(dist, name)
+
+        def guard(*a, __original=original, __name=name, **kw):
+            caller = _caller_module()
+            if not caller.startswith(_ALLOWED):
+                violations.append(f"{caller} called torch.distributed.{__name}")
+                raise RuntimeError(f"{caller} called torch.distributed.{__name} directly")
+            return __original(*a, **kw)
+
+        setattr(dist, name, guard)
+    return violations, originals
+
+
+def _guarded_worker(worker_ctx, *args):
+    """A rank whose torch.distributed refuses calls from outside the modules allowed to talk to the backend."""
+    violations, _ = _install_guard()
+    result = rank_worker(worker_ctx, *args)
+    assert not violations, violations
+    return result
+
+
+def test_a_real_run_makes_every_collective_through_the_allowed_modules():
+    scenario = Scenario(world=(2,), seq=(64,), heads=(1,), head_dim=(8,), buffer=("double", "allgather"), iters=2,
+                        warmup=1)  # fmt: skip
+    cases = list(enumerate(scenario.cases()))
+    settings = run_settings(scenario, trace=True)
+    items = []
+    launch_local(2, _guarded_worker, (cases, settings, 0), timeout_s=60,
+                 on_item=lambda rank, item: items.append(item) or True)  # fmt: skip
+    assert len(items) == 2 * len(cases)
+    assert all(item["rows"] for item in items)
+
+
+def test_the_guard_refuses_a_direct_call():
+    violations, originals = _install_guard()
+    try:
+        with pytest.raises(RuntimeError, match=r"called torch\.distributed\.all_reduce directly"):
+            dist.all_reduce(torch.zeros(1))
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+    assert violations == [f"{__name__} called torch.distributed.all_reduce"]

@@ -1,0 +1,161 @@
+"""The stream timeline (the GPU timing path) driven on CPU by a fake runtime whose events complete late.
+
+The real ring loop runs on gloo ranks with ``StreamTimeline(FakeRuntime())``: spans are marks (events) resolved
+after the iteration; the tests assert the resolved spans and their order, that the compute stream waits on every
+transfer's end mark before using the block, that nothing synchronises inside the loop, and that a transfer which
+never completes is named (rank, phase, step) by the bounded settle and by the watchdog.
+"""
+
+import itertools
+import math
+import time
+
+import pytest
+import torch
+from fake_streams import FakeRuntime
+
+from ringbench.api import build_context, reference_attention, ring_attention
+from ringbench.comm import RingComm, RingStall
+from ringbench.launch import launch_local
+from ringbench.layout import shard
+from ringbench.record import ListRecorder
+from ringbench.timeline import HostTimeline, StreamTimeline
+
+
+def test_marks_resolve_against_the_iteration_anchor_only_after_they_fire():
+    runtime = FakeRuntime(lag_ms=5.0)
+    timeline = StreamTimeline(runtime)
+    anchor = timeline.begin_iteration()
+    first = timeline.mark()
+    time.sleep(0.002)
+    second = timeline.mark("comm")
+    assert not second.query()  # recorded, not yet fired: a GPU's event would not be either
+    with pytest.raises(RuntimeError):
+        timeline.resolve(second)
+    assert timeline.settle(1.0) == []
+    start, a, b = (timeline.resolve(m) for m in (anchor, first, second))
+    assert start <= a < b and b - a >= 2_000_000
+    assert second.stream is timeline.comm and first.stream is timeline.compute
+
+
+def test_settle_is_bounded_and_returns_what_never_fired():
+    runtime = FakeRuntime(lag_ms=0.0)
+    timeline = StreamTimeline(runtime)
+    timeline.begin_iteration()
+    timeline.mark()
+    runtime.stuck = {runtime.events_made}
+    late = timeline.mark()
+    started = time.monotonic()
+    assert timeline.settle(0.05) == [late]
+    assert time.monotonic() - started < 1.0
+
+
+def test_host_timeline_marks_are_host_nanoseconds():
+    timeline = HostTimeline()
+    a = timeline.mark()
+    b = timeline.mark("comm")
+    assert isinstance(a, int) and a <= b and timeline.resolve(b) == b and timeline.settle(1.0) == []
+
+
+def _ring_on_fake_streams(worker_ctx, buffer: str, layout: str):
+    """One iteration of the real ring loop (forward and backward) on the stream timeline with fake events."""
+    env = worker_ctx.env
+    world, rank = env.world, env.rank
+    generator = torch.Generator().manual_seed(5)
+    full = [torch.randn(1, 2, 8 * world, 4, generator=generator, dtype=torch.float64) for _ in range(4)]
+    q, k, v, dout = (shard(t, layout, world, rank) for t in full)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    runtime = FakeRuntime(lag_ms=1.0)
+    timeline = StreamTimeline(runtime)
+    recorder = ListRecorder(rank, rank, timeline=timeline)
+    recorder.iteration = 0
+    ctx = build_context(q, k, v, mask="causal", layout=layout, buffer=buffer, timeline=timeline, recorder=recorder)
+    start = timeline.begin_iteration()
+    syncs_before = runtime.syncs
+    out = ring_attention(q, k, v, context=ctx)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    end = timeline.mark()
+    syncs_in_loop = runtime.syncs - syncs_before
+    if ctx.comm is not None:
+        ctx.comm.settle(10.0)
+        ctx.comm.close()
+    pending = timeline.settle(10.0)
+    recv_marks = [row["end_ns"] for row in recorder.rows if row["kind"] == "recv"]
+    waited = [event for event in timeline.compute.waited_events]
+    recorder.finish_iteration()
+    reference = [t.detach().clone().requires_grad_() for t in full[:3]]
+    ref_out = reference_attention(*reference, mask="causal")
+    ref_grads = torch.autograd.grad(ref_out, reference, full[3])
+    errors = [(out - shard(ref_out.detach(), layout, world, rank)).abs().max().item()]
+    errors += [(g - shard(r, layout, world, rank)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True)]
+    return {
+        "rows": recorder.rows,
+        "syncs_in_loop": syncs_in_loop,
+        "pending": len(pending),
+        "all_recv_waited": all(any(mark is event for event in waited) for mark in recv_marks),
+        "window": (timeline.resolve(start), timeline.resolve(end)),
+        "errors": errors,
+    }
+
+
+@pytest.mark.parametrize(("buffer", "layout"), [("double", "zigzag"), ("sync", "contiguous"), ("allgather", "striped")])
+def test_the_ring_loop_on_fake_streams_resolves_ordered_spans_without_synchronising(buffer, layout):
+    world = 3
+    results = launch_local(world, _ring_on_fake_streams, (buffer, layout), timeout_s=60)
+    for rank, result in enumerate(results):
+        assert result["syncs_in_loop"] == 0, "something drained the device inside the ring loop"
+        assert result["pending"] == 0
+        assert max(result["errors"]) < 1e-12, result["errors"]
+        rows = result["rows"]
+        assert rows, "nothing recorded"
+        first, last = result["window"]
+        for row in rows:
+            assert isinstance(row["start_ns"], int) and isinstance(row["end_ns"], int)
+            assert first <= row["start_ns"] <= row["end_ns"] <= last, row
+            assert math.isnan(row["nccl_ms"])  # gloo: no NCCL figure, never a made-up one
+        kinds = {row["kind"] for row in rows}
+        if buffer == "allgather":
+            assert "collective" in kinds
+            continue
+        assert {"compute", "send", "recv", "wait"} <= kinds
+        assert result["all_recv_waited"], "the compute stream used a block without waiting for its transfer"
+        computes = [row for row in rows if row["kind"] == "compute"]
+        for phase in ("fwd", "bwd"):
+            spans = [row for row in computes if row["phase"] == phase]
+            steps = [row["step"] for row in spans]
+            assert steps == sorted(steps), f"rank {rank} {phase}: compute out of step order"
+            assert all(a["end_ns"] <= b["start_ns"] for a, b in itertools.pairwise(spans))
+        fwd_end = max(r["end_ns"] for r in computes if r["phase"] == "fwd")
+        assert all(r["start_ns"] >= fwd_end for r in computes if r["phase"] == "bwd")
+        transfers = [row for row in rows if row["kind"] == "recv" and row["phase"] == "fwd"]
+        assert len(transfers) == world - 1 and all(r["bytes"] > 0 for r in transfers)
+
+
+def _stuck_comm(timeout_s: float, on_stall=None):
+    runtime = FakeRuntime(lag_ms=0.0)
+    timeline = StreamTimeline(runtime)
+    comm = RingComm([0], 0, timeline=timeline, loopback=True, timeout_s=timeout_s, on_stall=on_stall)
+    comm._ops = lambda send, recv: []  # no backend: the transfer's end mark is the fake's to withhold
+    timeline.begin_iteration()
+    runtime.stuck = {runtime.events_made + 1}  # the next post: its start mark fires, its end mark never does
+    return comm
+
+
+def test_a_transfer_that_never_ends_is_named_by_the_bounded_settle():
+    comm = _stuck_comm(timeout_s=5.0)
+    transfer = comm.post(torch.zeros(4), into=torch.zeros(4), phase="bwd", step=3)
+    comm.wait(transfer)  # only orders the compute stream: returns at once
+    with pytest.raises(RingStall, match=r"rank 0 stalled at bwd ring step 3: no block from rank 0"):
+        comm.settle(0.1)
+    comm.close()
+
+
+def test_the_watchdog_reports_a_stall_while_the_host_is_elsewhere():
+    reported = []
+    comm = _stuck_comm(timeout_s=0.05, on_stall=reported.append)
+    comm.post(torch.zeros(4), into=torch.zeros(4), phase="fwd", step=1)
+    deadline = time.monotonic() + 10
+    while not reported and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reported and "fwd ring step 1" in reported[0]
+    comm.close()
