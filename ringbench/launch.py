@@ -27,7 +27,8 @@ from ringbench.errors import RunFailure, UsageError
 PHASE_CODES = {"setup": 0, "fwd": 1, "bwd": 2, "done": 3, "check": 4}
 PHASE_NAMES = {code: name for name, code in PHASE_CODES.items()}
 _SLOTS = 4  # case index, phase code, iteration, ring step
-_STARTUP_S = 120.0  # extra allowance before the first progress mark (spawning and importing torch)
+_STARTUP_S = 120.0
+_ABORT_CODES = (-6, 134)  # SIGABRT: how NCCL's watchdog ends a process whose collective timed out  # extra allowance before the first progress mark (spawning and importing torch)
 
 
 class Progress:
@@ -238,7 +239,11 @@ def _failure(procs, results, errors, progress_array, case_names) -> Exception:
         for rank, (_, trace, _) in sorted(errors.items()):
             print(f"--- rank {rank} ---\n{trace}")
     silent = [r for r in range(len(procs)) if r not in results and r not in errors]
-    died = [r for r in silent if procs[r].exitcode not in (None, 0, -15)]
+    # A backend watchdog (NCCL's) aborts ranks *after* a peer went quiet: an abort is an effect, a silent rank
+    # the likelier cause, so aborted ranks are named only when nothing else explains the failure.
+    aborted = [r for r in silent if procs[r].exitcode in _ABORT_CODES]
+    died = [r for r in silent if procs[r].exitcode not in (None, 0, -15, *_ABORT_CODES)]
+    hung = [r for r in silent if procs[r].exitcode in (None, -15)]
     if died:
         rank = died[0]
         code = procs[rank].exitcode
@@ -246,9 +251,12 @@ def _failure(procs, results, errors, progress_array, case_names) -> Exception:
     elif own := [r for r in sorted(errors) if not _is_stall(errors[r][0])]:
         rank = own[0]  # a rank that failed by itself (not by waiting on another) is the cause
         culprit = f"rank {rank} failed at {_where(progress_array, rank, case_names)}: {errors[rank][0]}"
-    elif silent:
-        rank = min(silent, key=lambda r: _progress_key(progress_array, r))  # the one that got least far
+    elif hung:
+        rank = min(hung, key=lambda r: _progress_key(progress_array, r))  # the one that got least far
         culprit = f"rank {rank} stopped responding at {_where(progress_array, rank, case_names)}"
+    elif aborted:
+        rank = min(aborted, key=lambda r: _progress_key(progress_array, r))
+        culprit = f"rank {rank} was aborted by the backend at {_where(progress_array, rank, case_names)}"
     else:
         rank = min(errors)
         culprit = f"rank {rank} failed at {_where(progress_array, rank, case_names)}: {errors[rank][0]}"
