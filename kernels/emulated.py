@@ -4,6 +4,9 @@
 checkable, and then pads the block to the modelled duration. On 2-core machines real compute and gloo copies
 compete for the same cores, so this is how overlap, stragglers and topology effects are exercised honestly there.
 
+``emulated:auto`` picks, per case and before timing, the highest rate at which this machine's real arithmetic stays
+under half the modelled time (ringbench.autorate).
+
 ``modelled:GFLOPS`` skips the arithmetic altogether (outputs are zeros: nothing to check) and only takes the
 modelled time, so scale and memory experiments (long S, many ranks) run on small machines.
 
@@ -114,7 +117,9 @@ class EmulatedKernel(BlockKernel):
         self.pacer = Pacer()
 
     @classmethod
-    def from_argument(cls, argument: str) -> EmulatedKernel:
+    def from_argument(cls, argument: str) -> BlockKernel:
+        if argument == "auto":
+            return AutoRate()
         return cls(_rate("emulated", argument))
 
     @property
@@ -143,6 +148,20 @@ class EmulatedKernel(BlockKernel):
 
     def settle(self) -> None:
         self.pacer.settle()
+
+
+class AutoRate(BlockKernel):
+    """``emulated:auto`` before calibration: the runner measures this machine and replaces it with
+    ``EmulatedKernel(rate)`` (ringbench.autorate); it computes nothing itself."""
+
+    name = "emulated:auto"
+    emulated = True
+    auto = True
+
+    def forward(self, q, k, v, mask, scale):
+        raise RuntimeError("emulated:auto must be calibrated (ringbench.autorate) before it computes")
+
+    backward = forward
 
 
 class ModelledKernel(EmulatedKernel):

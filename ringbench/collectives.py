@@ -54,6 +54,11 @@ class GroupOps:
         self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MIN, group=self.group)
         return int(tensor.item())
 
+    def min_float(self, value: float) -> float:
+        tensor = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MIN, group=self.group)
+        return float(tensor.item())
+
     def max_float(self, value: float) -> float:
         tensor = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
         self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MAX, group=self.group)

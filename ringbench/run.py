@@ -194,7 +194,7 @@ def execute(
     results/<run-id>/profile/ (an independent witness of the recorder: ``ringbench check-timeline``).
     ``loopback``: a 1-rank ring exchanges its blocks with itself (the one-device test of the transfer path).
     """
-    from ringbench.dist import launched_env
+    from ringbench.dist import gpu_shortage, launched_env, local_gpu_count
 
     launched = launched_env()
     if launched is not None:
@@ -211,6 +211,8 @@ def execute(
     cases = scenario.cases()
     if loopback and any(case.world != 1 for case in cases):
         raise UsageError(f"loopback=True is not allowed with world={list(scenario.world)}; expected world 1")
+    if device == "cuda" and local_gpu_count() < max(scenario.world):
+        raise gpu_shortage(max(scenario.world), local_gpu_count())  # before spawning anything
     if resume is not None:
         run_dir = Path(resume)
         previous = store.load_run(run_dir)  # UsageError when it is not a run directory

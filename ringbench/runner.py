@@ -16,11 +16,13 @@ import torch
 
 from ringbench import spin
 from ringbench.api import build_context, ring_attention
+from ringbench.autorate import rank_rate, round_down
 from ringbench.clock import ClockAlignment, align_clocks
 from ringbench.collectives import GroupOps
 from ringbench.comm import RingStall
 from ringbench.faults import RankFaults, parse_fault
 from ringbench.kernels import get_kernel
+from ringbench.kernels.emulated import EmulatedKernel
 from ringbench.layout import shard
 from ringbench.memory import peak_mb, reset_peak
 from ringbench.metadata import describe_device
@@ -175,6 +177,10 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
         timeout_s=settings["timeout"], recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
         loopback=settings.get("loopback", False), on_stall=session.on_stall,
     )  # fmt: skip
+    emulated_gflops = getattr(kernel, "gflops", None)
+    if getattr(get_kernel(case.kernel), "auto", False):
+        emulated_gflops = _calibrate_rate(ctx, session, q, k, v, case.backward)
+        kernel = ctx.kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
     profiled = settings["iters"] - 1 if profile_path is not None else None
     origin = None
     out = grads = None
@@ -236,6 +242,7 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
         "clock_offset_ns": offset_ns,
         "clock_residual_ns": session.clock.bound_ns,
         "clock_method": session.clock.method,
+        "emulated_gflops": emulated_gflops,
         "saturated_blocks": pacer.saturated_blocks if pacer is not None else 0,
         "paced_blocks": pacer.blocks if pacer is not None else 0,
         "peak_mem_mb": peak,
@@ -245,6 +252,14 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
         "device_info": session.device_info,
         "timeline": timeline.kind,
     }
+
+
+def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float:
+    """``emulated:auto``: every rank measures its blocks at once (contention included); all take the lowest rate."""
+    session.ops.barrier()
+    with torch.no_grad():
+        rate = rank_rate(ctx, q.detach(), k.detach(), v.detach(), backward)
+    return round_down(session.ops.min_float(rate))
 
 
 def _settle(ctx, timeline, timeout_s: float, rank: int) -> None:

@@ -19,7 +19,8 @@ from ringbench.comm import RingComm, RingStall
 from ringbench.launch import launch_local
 from ringbench.layout import shard
 from ringbench.record import ListRecorder
-from ringbench.timeline import HostTimeline, StreamTimeline
+from ringbench.spin import spin
+from ringbench.timeline import CudaRuntime, HostTimeline, StreamTimeline, timeline_for
 
 
 def test_marks_resolve_against_the_iteration_anchor_only_after_they_fire():
@@ -57,24 +58,30 @@ def test_host_timeline_marks_are_host_nanoseconds():
     assert isinstance(a, int) and a <= b and timeline.resolve(b) == b and timeline.settle(1.0) == []
 
 
-def _ring_on_fake_streams(worker_ctx, buffer: str, layout: str):
-    """One iteration of the real ring loop (forward and backward) on the stream timeline with fake events."""
+def _ring_on_streams(worker_ctx, buffer: str, layout: str, device_timeline: bool = False):
+    """One iteration of the real ring loop (forward and backward) on the stream timeline: fake events on CPU, or
+    the rank's real device (a 1-rank NCCL ring exchanging with itself)."""
     env = worker_ctx.env
     world, rank = env.world, env.rank
     generator = torch.Generator().manual_seed(5)
     full = [torch.randn(1, 2, 8 * world, 4, generator=generator, dtype=torch.float64) for _ in range(4)]
-    q, k, v, dout = (shard(t, layout, world, rank) for t in full)
+    q, k, v, dout = (shard(t, layout, world, rank).to(env.device) for t in full)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     runtime = FakeRuntime(lag_ms=1.0)
-    timeline = StreamTimeline(runtime)
+    timeline = timeline_for(env.device) if device_timeline else StreamTimeline(runtime)
     recorder = ListRecorder(rank, rank, timeline=timeline)
     recorder.iteration = 0
-    ctx = build_context(q, k, v, mask="causal", layout=layout, buffer=buffer, timeline=timeline, recorder=recorder)
+    ctx = build_context(q, k, v, mask="causal", layout=layout, buffer=buffer, timeline=timeline, recorder=recorder,
+                        loopback=world == 1)  # fmt: skip
     start = timeline.begin_iteration()
     syncs_before = runtime.syncs
+    if env.device.type == "cuda":
+        torch.cuda.set_sync_debug_mode("error")  # any implicit host-device synchronisation in the loop raises
     out = ring_attention(q, k, v, context=ctx)
-    grads = torch.autograd.grad(out, (q, k, v), dout)
+    grads = torch.autograd.grad(out, (q, k, v), dout.to(env.device))
     end = timeline.mark()
+    if env.device.type == "cuda":
+        torch.cuda.set_sync_debug_mode("default")
     syncs_in_loop = runtime.syncs - syncs_before
     if ctx.comm is not None:
         ctx.comm.settle(10.0)
@@ -86,14 +93,17 @@ def _ring_on_fake_streams(worker_ctx, buffer: str, layout: str):
     reference = [t.detach().clone().requires_grad_() for t in full[:3]]
     ref_out = reference_attention(*reference, mask="causal")
     ref_grads = torch.autograd.grad(ref_out, reference, full[3])
-    errors = [(out - shard(ref_out.detach(), layout, world, rank)).abs().max().item()]
-    errors += [(g - shard(r, layout, world, rank)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True)]
+    errors = [(out.cpu() - shard(ref_out.detach(), layout, world, rank)).abs().max().item()]
+    errors += [
+        (g.cpu() - shard(r, layout, world, rank)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True)
+    ]
     return {
         "rows": recorder.rows,
         "syncs_in_loop": syncs_in_loop,
         "pending": len(pending),
         "all_recv_waited": all(any(mark is event for event in waited) for mark in recv_marks),
         "window": (timeline.resolve(start), timeline.resolve(end)),
+        "nccl": env.backend == "nccl",
         "errors": errors,
     }
 
@@ -101,7 +111,12 @@ def _ring_on_fake_streams(worker_ctx, buffer: str, layout: str):
 @pytest.mark.parametrize(("buffer", "layout"), [("double", "zigzag"), ("sync", "contiguous"), ("allgather", "striped")])
 def test_the_ring_loop_on_fake_streams_resolves_ordered_spans_without_synchronising(buffer, layout):
     world = 3
-    results = launch_local(world, _ring_on_fake_streams, (buffer, layout), timeout_s=60)
+    results = launch_local(world, _ring_on_streams, (buffer, layout), timeout_s=60)
+    _assert_ordered_spans(results, buffer, world)
+
+
+def _assert_ordered_spans(results, buffer: str, world: int) -> None:
+    hops = max(world - 1, 1)  # a 1-rank ring exchanges with itself once per rotation
     for rank, result in enumerate(results):
         assert result["syncs_in_loop"] == 0, "something drained the device inside the ring loop"
         assert result["pending"] == 0
@@ -112,7 +127,8 @@ def test_the_ring_loop_on_fake_streams_resolves_ordered_spans_without_synchronis
         for row in rows:
             assert isinstance(row["start_ns"], int) and isinstance(row["end_ns"], int)
             assert first <= row["start_ns"] <= row["end_ns"] <= last, row
-            assert math.isnan(row["nccl_ms"])  # gloo: no NCCL figure, never a made-up one
+            if row["kind"] not in ("send", "recv") or not result["nccl"]:
+                assert math.isnan(row["nccl_ms"])  # no NCCL figure: never a made-up one
         kinds = {row["kind"] for row in rows}
         if buffer == "allgather":
             assert "collective" in kinds
@@ -128,7 +144,7 @@ def test_the_ring_loop_on_fake_streams_resolves_ordered_spans_without_synchronis
         fwd_end = max(r["end_ns"] for r in computes if r["phase"] == "fwd")
         assert all(r["start_ns"] >= fwd_end for r in computes if r["phase"] == "bwd")
         transfers = [row for row in rows if row["kind"] == "recv" and row["phase"] == "fwd"]
-        assert len(transfers) == world - 1 and all(r["bytes"] > 0 for r in transfers)
+        assert len(transfers) == hops and all(r["bytes"] > 0 for r in transfers)
 
 
 def _stuck_comm(timeout_s: float, on_stall=None):
@@ -159,3 +175,24 @@ def test_the_watchdog_reports_a_stall_while_the_host_is_elsewhere():
         time.sleep(0.05)
     assert reported and "fwd ring step 1" in reported[0]
     comm.close()
+
+
+@pytest.mark.gpu
+def test_cuda_marks_time_the_device_not_the_launch():
+    device = torch.device("cuda", 0)
+    timeline = StreamTimeline(CudaRuntime(device))
+    timeline.begin_iteration()
+    before = timeline.mark()
+    spin(0.005, device)  # 5 ms of device time, enqueued in microseconds
+    after = timeline.mark()
+    launched = time.perf_counter_ns()
+    assert timeline.settle(10.0) == []
+    assert 4.0e6 < timeline.resolve(after) - timeline.resolve(before) < 8.0e6
+    assert timeline.resolve(after) > launched  # the device finished after the host had moved on
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("buffer", ["sync", "double", "allgather"])
+def test_one_rank_nccl_loopback_ring_on_the_device_timeline(buffer):
+    results = launch_local(1, _ring_on_streams, (buffer, "contiguous", True), timeout_s=120, device="cuda")
+    _assert_ordered_spans(results, buffer, 1)
