@@ -135,6 +135,10 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
     return events, row
 
 
+# Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
+CHECK_BUDGET_S = 60.0
+
+
 def run_settings(scenario: Scenario, trace: bool, *, profile_dir: Path | None = None, loopback: bool = False) -> dict:
     """What every rank needs besides its cases (plain data: it crosses process boundaries)."""
     return {
@@ -148,6 +152,7 @@ def run_settings(scenario: Scenario, trace: bool, *, profile_dir: Path | None = 
         "link_model": scenario.link_model(),
         "profile_dir": str(profile_dir) if profile_dir is not None else None,
         "loopback": loopback,
+        "check_budget_s": CHECK_BUDGET_S,
     }
 
 

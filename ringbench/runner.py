@@ -21,14 +21,14 @@ from ringbench.clock import ClockAlignment, align_clocks
 from ringbench.collectives import GroupOps
 from ringbench.comm import RingStall
 from ringbench.faults import RankFaults, parse_fault
+from ringbench.inputs import rank_shards
 from ringbench.kernels import get_kernel
 from ringbench.kernels.emulated import EmulatedKernel
-from ringbench.layout import shard
 from ringbench.memory import peak_mb, reset_peak
 from ringbench.metadata import describe_device
 from ringbench.record import ListRecorder, NullRecorder
+from ringbench.reference import check_errors
 from ringbench.scenario import Case
-from ringbench.selfcheck import DTYPES
 from ringbench.timeline import timeline_for
 
 
@@ -82,65 +82,6 @@ def open_session(env, on_stall=None) -> RankSession:
                        on_stall=on_stall)  # fmt: skip
 
 
-def _worst(current: float, value: float) -> float:
-    """max() that lets NaN win: a NaN error must fail the check, not vanish (max(0.0, nan) is 0.0)."""
-    return math.nan if math.isnan(current) or math.isnan(value) else max(current, value)
-
-
-def reference_rows(q, k, v, dout, q_index, k_index, causal: bool, rows_per_chunk: int = 512, tick=None):
-    """Float64 attention outputs and gradients restricted to this rank's tokens, in bounded memory.
-
-    q, k, v, dout: (B, H, S, D) full sequence. Returns out and dq for the query rows ``q_index`` and dk, dv for
-    the key rows ``k_index``, all (B, H, len, D). Queries are processed in chunks of ``rows_per_chunk`` so at
-    most (chunk x S) scores exist at once; the backward uses dS = P * (dP - rowsum(dO * O)) on each chunk.
-    """
-    q, k, v, dout = (t.double() for t in (q, k, v, dout))
-    seq, scale = q.shape[-2], q.shape[-1] ** -0.5
-    positions = torch.arange(seq)
-    out_rows = torch.empty(*q.shape[:2], len(q_index), q.shape[-1], dtype=torch.float64)
-    dq_rows = torch.empty_like(out_rows)
-    dk = torch.zeros(*k.shape[:2], len(k_index), k.shape[-1], dtype=torch.float64)
-    dv = torch.zeros_like(dk)
-    wanted = torch.full((seq,), -1, dtype=torch.long)
-    wanted[q_index] = torch.arange(len(q_index))
-    for chunk, lo in enumerate(range(0, seq, rows_per_chunk)):
-        if tick is not None:
-            tick(chunk)  # progress for the parent's watchdog: a long check is not a hang
-        rows = slice(lo, min(lo + rows_per_chunk, seq))
-        scores = torch.matmul(q[:, :, rows], k.transpose(-1, -2)) * scale  # (B, H, R, S)
-        if causal:
-            scores = scores.masked_fill(positions[None, :] > positions[rows, None], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.matmul(probs, v)  # (B, H, R, D)
-        dprobs = torch.matmul(dout[:, :, rows], v.transpose(-1, -2))
-        delta = (dout[:, :, rows] * out).sum(-1, keepdim=True)
-        dscores = probs * (dprobs - delta) * scale  # (B, H, R, S)
-        local_rows = wanted[rows]
-        keep = local_rows >= 0
-        if bool(keep.any()):
-            out_rows[:, :, local_rows[keep]] = out[:, :, keep]
-            dq_rows[:, :, local_rows[keep]] = torch.matmul(dscores[:, :, keep], k)
-        dk += torch.matmul(dscores[..., k_index].transpose(-1, -2), q[:, :, rows])
-        dv += torch.matmul(probs[..., k_index].transpose(-1, -2), dout[:, :, rows])
-    return out_rows, dq_rows, dk, dv
-
-
-def _reference_errors(case: Case, tensors, out, grads, rank: int, tick=None) -> tuple[float, float]:
-    """Max abs errors of this rank's output and gradients against float64 attention over the whole sequence."""
-    from ringbench.layout import token_positions
-
-    q, k, v, dout = tensors  # full sequence, (B, H, S, D), values exactly representable in the case dtype
-    index = token_positions(case.layout, case.seq, case.world, rank)
-    ref_out, ref_dq, ref_dk, ref_dv = reference_rows(q, k, v, dout, index, index, case.mask != "none", tick=tick)
-    fwd_err = (out.double() - ref_out).abs().max().item()
-    if grads is None:
-        return _worst(0.0, fwd_err), math.nan
-    bwd_err = 0.0
-    for got, want in zip(grads, (ref_dq, ref_dk, ref_dv), strict=True):
-        bwd_err = _worst(bwd_err, (got.double() - want).abs().max().item())
-    return _worst(0.0, fwd_err), bwd_err
-
-
 def run_case(case: Case, *, session: RankSession, progress, settings: dict, case_index: int, repeat: int,
              profile_path: Path | None = None) -> dict:  # fmt: skip
     """Run one case on this rank; returns its rows and figures for the parent.
@@ -152,7 +93,6 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
     env, timeline = session.env, session.timeline
     rank, world = env.rank, env.world
     device = env.device
-    dtype = DTYPES[case.dtype]
     faults = RankFaults(
         rank=rank,
         faults=tuple(parse_fault(f) for f in settings["faults"]),
@@ -163,10 +103,11 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
     if progress is not None:
         progress.set_case(case_index)
     memory_method = reset_peak(device)
-    generator = torch.Generator().manual_seed(settings["seed"] + 7919 * case_index)
-    shape = (case.batch, case.heads, case.seq, case.head_dim)
-    full = [torch.randn(shape, generator=generator).to(dtype) for _ in range(4)]  # q, k, v, dout (B, H, S, D)
-    q, k, v, dout = (shard(t, case.layout, world, rank).to(device) for t in full)
+    # This rank's shards only, made on its device from (seed, token chunk): O(S/N) memory, the same global
+    # tensors whatever the world size or layout.
+    inputs = {"seed": settings["seed"], "batch": case.batch, "heads": case.heads, "head_dim": case.head_dim,
+              "seq": case.seq, "dtype": case.dtype, "layout": case.layout, "world": world, "rank": rank}  # fmt: skip
+    q, k, v, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
     q, k, v = (t.requires_grad_(case.backward) for t in (q, k, v))
 
     ring = case.ring
@@ -217,11 +158,11 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
         if ctx.comm is not None:
             ctx.comm.close()
     peak = peak_mb(device)
-    errors = (math.nan, math.nan)
+    check = None
     if settings["check"]:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
-        cpu_grads = [g.cpu() for g in grads] if grads else None
-        errors = _reference_errors(case, full, out.detach().cpu(), cpu_grads, rank, tick=tick)
+        check = check_errors(out=out.detach(), grads=grads, mask=case.mask, **inputs, device=device,
+                             budget_s=settings.get("check_budget_s"), tick=tick)  # fmt: skip
     rows = recorder.rows
     # One origin for all ranks, on rank 0's clock: the earliest first-iteration start of any rank. (Each rank
     # subtracting its own start would misalign the ranks by their barrier-exit skew.)
@@ -237,8 +178,9 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
         "case_id": case.case_id,
         "rank": rank,
         "rows": rows,
-        "fwd_err": errors[0],
-        "bwd_err": errors[1],
+        "fwd_err": check.fwd_err if check is not None else math.nan,
+        "bwd_err": check.bwd_err if check is not None else math.nan,
+        "check_note": check.note if check is not None else "",
         "clock_offset_ns": offset_ns,
         "clock_residual_ns": session.clock.bound_ns,
         "clock_method": session.clock.method,
