@@ -86,24 +86,19 @@ def _percentile(values, q) -> float:
 
 
 def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> tuple[pd.DataFrame, dict]:
-    """This case's events table and its summary row (median and p10/p90 over timed iterations)."""
+    """This case's events table and its summary row: the figures of ringbench/metrics.py (medians over timed
+    iterations, with p10/p90), the numerical check, peak memory and the emulation's saturated kernel calls."""
+    from ringbench.analysis.stragglers import clock_tolerance_ns
+    from ringbench.metrics import CASE_FIGURES, case_figures
+
     rows = [row for result in per_rank for row in result["rows"]]
     events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
-    iters = events[events["kind"] == "iteration"]
-    per_iter = iters.groupby("iteration").agg(start=("start_ns", "min"), end=("end_ns", "max"))
-    step_ms = ((per_iter["end"] - per_iter["start"]) / 1e6).to_numpy()
-    fwd = iters[iters["phase"] == "fwd"].groupby("iteration").agg(start=("start_ns", "min"), end=("end_ns", "max"))
-    fwd_ms = ((fwd["end"] - fwd["start"]) / 1e6).to_numpy()
-    bwd = iters[iters["phase"] == "bwd"].groupby("iteration").agg(start=("start_ns", "min"), end=("end_ns", "max"))
-    bwd_ms = ((bwd["end"] - bwd["start"]) / 1e6).to_numpy()
-    exposed = events[events["kind"].isin(["wait", "collective"])]
-    if len(exposed):
-        per_rank_wait = (exposed["end_ns"] - exposed["start_ns"]).groupby([exposed["iteration"], exposed["rank"]]).sum()
-        exposed_ms = float(per_rank_wait.groupby(level=0).max().median() / 1e6)
-    else:
-        exposed_ms = math.nan  # not traced (--no-trace)
-    flops = events.loc[events["kind"] == "compute", "flops"].sum() / max(len(step_ms), 1)
-    median_step = float(np.median(step_ms)) if len(step_ms) else math.nan
+    residual = max(int(r.get("clock_residual_ns") or 0) for r in per_rank)
+    tol_ns = clock_tolerance_ns({"ranks": {str(case.world): {"clock_residual_ns": residual}}})
+    sizes = pd.DataFrame([{"case_id": case.case_id, "batch": case.batch, "seq": case.seq}])
+    figures = case_figures(events, sizes, tol_ns=tol_ns)  # the definitions every consumer shares
+    figures = figures.iloc[0] if len(figures) else pd.Series(dtype=float)
+    peaks = [float(r["peak_mem_mb"]) for r in per_rank if r.get("peak_mem_mb") is not None]
     fwd_err = float(np.max([r["fwd_err"] for r in per_rank]))  # np.max: a NaN on any rank stays NaN
     bwd_err = float(np.max([r["bwd_err"] for r in per_rank]))
     fwd_tol, bwd_tol = TOLERANCE[case.dtype]
@@ -118,19 +113,13 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         "faults": ";".join(scenario.faults),
         "iters": scenario.iters,
         "warmup": scenario.warmup,
-        "step_ms": median_step,
-        "step_ms_p10": _percentile(step_ms, 10),
-        "step_ms_p90": _percentile(step_ms, 90),
-        "fwd_ms": float(np.median(fwd_ms)) if len(fwd_ms) else math.nan,
-        "bwd_ms": float(np.median(bwd_ms)) if len(bwd_ms) else math.nan,
-        "tokens_per_s": case.batch * case.seq / (median_step / 1e3) if median_step > 0 else math.nan,
-        "tflops": flops / (median_step / 1e3) / 1e12 if median_step > 0 and flops else math.nan,
-        "exposed_comm_ms": exposed_ms,
-        "exposed_comm_frac": exposed_ms / median_step if median_step > 0 else math.nan,
+        **{name: float(figures.get(name, math.nan)) for name in CASE_FIGURES},
         "fwd_max_abs_err": fwd_err,
         "bwd_max_abs_err": bwd_err,
         "passed": passed,
         "status": "ok",
+        "peak_mem_mb": float(np.nanmax(peaks)) if peaks and not np.isnan(peaks).all() else math.nan,
+        "saturated_blocks": int(sum(int(r.get("saturated_blocks") or 0) for r in per_rank)),
     }
     return events, row
 
@@ -236,7 +225,9 @@ def execute(
     todo = [(i, c, r) for r in range(scenario.repeat) for i, c in enumerate(cases) if (c.case_id, r) not in done]
     total = len(cases) * scenario.repeat
     finished = total - len(todo)
-    settings = run_settings(scenario, trace, profile_dir=_profile_dir(state, profile), loopback=loopback)
+    settings = run_settings(
+        scenario, trace, profile_dir=_profile_dir(state, profile, scenario.iters), loopback=loopback
+    )
     by_group: dict[tuple[int, int], list[tuple[int, Case]]] = defaultdict(list)
     for index, case, repeat in todo:
         by_group[(repeat, case.world)].append((index, case))
@@ -286,10 +277,10 @@ def _note_ranks(meta: dict, world: int, per_rank: list[dict]) -> None:
     meta.update(device_meta(per_rank))
 
 
-def _profile_dir(state: RunState, profile: bool) -> Path | None:
+def _profile_dir(state: RunState, profile: bool, iters: int) -> Path | None:
     if not profile:
         return None
-    state.meta["profile"] = {"dir": "profile", "iteration": "last timed"}
+    state.meta["profile"] = {"dir": "profile", "iteration": iters - 1}  # the last timed iteration
     return state.run_dir / "profile"
 
 
@@ -313,7 +304,7 @@ def _execute_launched(scenario, cases, *, out, trace, command, on_case, device, 
     run_dir_name = session.ops.all_objects(str(state.run_dir) if state is not None else None)[0]
     profile_dir = Path(run_dir_name) / "profile" if profile else None
     if state is not None and profile:
-        _profile_dir(state, profile)
+        _profile_dir(state, profile, scenario.iters)
     settings = run_settings(scenario, trace, profile_dir=profile_dir, loopback=loopback)
     total = len(mine) * scenario.repeat
     finished = 0

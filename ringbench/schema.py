@@ -88,19 +88,21 @@ CASE_COLUMNS = (
     "faults",  # injected faults, ";"-joined specs ("" when none)
     "iters",
     "warmup",
-    "step_ms",  # median time per iteration (slowest rank), ms
+    "step_ms",  # median time per iteration (first start to last end over ranks), ms
     "step_ms_p10",
     "step_ms_p90",
     "fwd_ms",  # median forward time per iteration, ms
     "bwd_ms",  # median backward time per iteration, ms (NaN without backward)
     "tokens_per_s",
     "tflops",  # useful (non-masked) arithmetic per second, TFLOP/s
-    "exposed_comm_ms",  # median per iteration of the slowest rank's exposed wait, ms
+    "exposed_comm_ms",  # median per iteration of the wait / collective time on the critical path, ms
     "exposed_comm_frac",  # exposed_comm_ms / step_ms
     "fwd_max_abs_err",  # against the float64 single-device reference (NaN when --no-check)
     "bwd_max_abs_err",
     "passed",  # bool: errors within the dtype's tolerance (True when unchecked)
     "status",  # ok | failed
+    "peak_mem_mb",  # largest peak memory of any rank during the case, MB (NaN: not reported)
+    "saturated_blocks",  # emulated kernel calls whose real arithmetic outlasted the modelled time, all ranks
 )
 
 

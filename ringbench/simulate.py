@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.errors import UsageError, bad_value
+from ringbench.metrics import CASE_FIGURES, case_figures
 from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
 from ringbench.store import RunData, write_cases, write_events, write_json
 
@@ -229,12 +230,10 @@ def _simulate_repeat(cfg: SimConfig, repeat: int) -> pd.DataFrame:
     # Iterations run back to back, separated by a barrier: offset each by the slowest rank's previous end.
     iteration_ms = phase_start.max(axis=1) + cfg.gap_ms
     offset = np.concatenate([[0.0], np.cumsum(iteration_ms)[:-1]])[:, None]  # (G, 1)
-    return _to_events(cfg, repeat, frames, offset, phase_start)
+    return _to_events(cfg, repeat, frames, offset)
 
 
-def _to_events(
-    cfg: SimConfig, repeat: int, frames: list, offset: np.ndarray, iteration_end: np.ndarray
-) -> pd.DataFrame:
+def _to_events(cfg: SimConfig, repeat: int, frames: list, offset: np.ndarray) -> pd.DataFrame:
     """Flatten the per-step arrays into event rows (vectorised per step and kind)."""
     n, g_count = cfg.world, cfg.iterations
     ring = np.asarray(cfg.ring)
@@ -262,9 +261,11 @@ def _to_events(
         }
         parts.append(rows)
 
-    add(True, "fwd", -1, "iteration", 0.0, iteration_end, rank, rank)
+    phase_start = np.zeros((g_count, n))
     for row in frames:
-        if "step" not in row:
+        if "step" not in row:  # the end of a phase: its iteration row (the backward's starts where the forward ended)
+            add(True, row["phase"], -1, "iteration", phase_start, row["end"], rank, rank)
+            phase_start = row["end"]
             continue
         phase, step = row["phase"], row["step"]
         computed = (row["pair"] != "skip")[None, :]
@@ -278,7 +279,7 @@ def _to_events(
     events = pd.DataFrame({key: np.concatenate([p[key] for p in parts]) for key in parts[0]})
     events.insert(0, "case_id", cfg.name)
     events.insert(1, "repeat", repeat)
-    return events[list(EVENT_COLUMNS)].astype(
+    return events.reindex(columns=list(EVENT_COLUMNS)).astype(
         {
             "repeat": "int32",
             "iteration": "int32",
@@ -297,34 +298,19 @@ def _to_events(
 
 
 def _summarize(cfg: SimConfig, events: pd.DataFrame, repeat: int, rng: np.random.Generator) -> dict:
-    """The cases-table row of one simulated repeat (definitions as in ringbench/schema.py)."""
-    it = events[events["kind"] == "iteration"]
-    per_iter = it.groupby("iteration")["end_ns"].max() - it.groupby("iteration")["start_ns"].min()
-    step_ms = per_iter / 1e6
-    spans = events[~events["kind"].isin(["send", "iteration"])]
-    phase_end = spans.groupby(["phase", "iteration"])["end_ns"].max()
-    starts = it.groupby("iteration")["start_ns"].min()
-    fwd_ms = ((phase_end.loc["fwd"] - starts) / 1e6).median()
-    bwd_ms = ((phase_end.loc["bwd"] - phase_end.loc["fwd"]) / 1e6).median() if cfg.backward else np.nan
-    slowest = it.loc[it.groupby("iteration")["end_ns"].idxmax(), ["iteration", "rank"]]
-    waits = events[events["kind"] == "wait"].assign(ms=lambda d: (d["end_ns"] - d["start_ns"]) / 1e6)
-    wait_by = waits.groupby(["iteration", "rank"], as_index=False)["ms"].sum()
-    exposed = slowest.merge(wait_by, on=["iteration", "rank"], how="left")["ms"].fillna(0.0).median()
-    flops = events.loc[events["kind"] == "compute", "flops"].sum() / cfg.iterations
-    median_ms = float(step_ms.median())
-    err = _TYPICAL_ERROR[cfg.dtype] * np.sqrt(cfg.world) if cfg.synthetic_errors else np.nan
-    return {
+    """The cases-table row of one simulated repeat: the figures of ringbench/metrics.py, as for a real run."""
+    axes = {
         "case_id": cfg.name, "repeat": repeat, "world": cfg.world, "seq": cfg.seq, "heads": cfg.heads,
         "head_dim": cfg.head_dim, "batch": cfg.batch, "dtype": cfg.dtype, "mask": cfg.mask, "layout": cfg.layout,
         "buffer": cfg.buffer, "order": "-".join(map(str, cfg.ring)), "kernel": "simulated", "backward": cfg.backward,
         "ring": "-".join(map(str, cfg.ring)), "emulated": True, "faults": ";".join(cfg.faults()),
-        "iters": cfg.iterations, "warmup": 0, "step_ms": median_ms,
-        "step_ms_p10": float(step_ms.quantile(0.1)), "step_ms_p90": float(step_ms.quantile(0.9)),
-        "fwd_ms": float(fwd_ms), "bwd_ms": float(bwd_ms),
-        "tokens_per_s": cfg.batch * cfg.seq / (median_ms / 1e3), "tflops": flops / (median_ms / 1e3) / 1e12,
-        "exposed_comm_ms": float(exposed), "exposed_comm_frac": float(exposed) / median_ms,
+        "iters": cfg.iterations, "warmup": 0,
+    }  # fmt: skip
+    figures = case_figures(events, pd.DataFrame([axes]), by=("case_id", "repeat")).iloc[0]
+    err = _TYPICAL_ERROR[cfg.dtype] * np.sqrt(cfg.world) if cfg.synthetic_errors else np.nan
+    return axes | {name: float(figures[name]) for name in CASE_FIGURES} | {
         "fwd_max_abs_err": err * rng.uniform(0.5, 1.5), "bwd_max_abs_err": 2 * err * rng.uniform(0.5, 1.5),
-        "passed": True, "status": "ok",
+        "passed": True, "status": "ok", "peak_mem_mb": np.nan, "saturated_blocks": 0,
     }  # fmt: skip
 
 

@@ -172,3 +172,17 @@ def test_a_side_mixing_fault_sets_pairs_cases_by_their_faults(tmp_path):
     assert {c["axes"]["faults"] for c in document["cases"]} == {"", "slow-rank:1:2"}
     assert all(c["ratio"] == pytest.approx(1.0) for c in document["cases"])
     assert "same on both sides" in document["differences"][0]
+
+
+def test_untrustworthy_timings_are_noted_in_the_markdown_and_json(tmp_path, base):
+    # 500 emulated kernel calls outlasted their modelled time against 80 compute spans: the emulation saturated.
+    saturated = {"ranks": {"4": {"emulation_saturated_blocks": 500}}}
+    current = _run(tmp_path / "current", seed=2, meta=saturated)
+    markdown = tmp_path / "gate.md"
+    result = runner.invoke(app, ["compare", str(base), str(current), "--json", "--markdown", str(markdown)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["baseline"]["caveats"] == []
+    (caveat,) = document["current"]["caveats"]
+    assert caveat.startswith("c0: emulation saturated")
+    assert "INCONCLUSIVE timings in the current run, case c0: emulation saturated" in markdown.read_text()

@@ -54,7 +54,7 @@ def _qkv(shape=(1, 2, 8, 8), dtype=torch.float32):
         ({"buffer": "triple"}, "buffer='triple' is not allowed; expected one of: sync, double, allgather"),
         ({"order": "1-0-2"}, "order='1-0-2' is not a permutation of ranks 0..0"),
         ({"kernel": "cudnn"}, "kernel='cudnn' is not allowed"),
-        ({"kernel": "emulated:-3"}, "expected emulated:GFLOPS with a number GFLOPS > 0"),
+        ({"kernel": "emulated:-3"}, "expected emulated:GFLOPS with a finite number GFLOPS > 0"),
     ],
 )
 def test_bad_arguments_name_the_argument(kwargs, message):

@@ -7,6 +7,8 @@ predicted work is the sum of the ``flops`` column per iteration; the measured wo
     imbalance           = max over ranks / mean over ranks of measured compute ms per iteration
     predicted_imbalance = the same ratio of FLOPs per iteration (what the plan alone implies)
 
+(both defined in ringbench/metrics.py, with the per-rank work they are taken from).
+
 1.0 is perfect balance; causal + contiguous on N ranks predicts about 2N/(N+1) (rank N-1 does almost all the
 work), zigzag about 1.0. Medians over iterations, so one slow iteration does not skew a rank.
 """
@@ -14,6 +16,8 @@ work), zigzag about 1.0. Medians over iterations, so one slow iteration does not
 from __future__ import annotations
 
 import pandas as pd
+
+from ringbench.metrics import imbalance, rank_work
 
 BALANCE_RANK_COLUMNS = [
     "case_id",
@@ -43,11 +47,10 @@ def balance_ranks(events: pd.DataFrame, cases: pd.DataFrame | None = None) -> pd
     """Per case and rank: pair counts per phase (full / causal / partial / skip), GFLOP and compute ms per
     iteration, and each rank's share of the case's work and time."""
     comp = events.loc[events["kind"] == "compute", ["case_id", "repeat", "iteration", "phase", "rank", "pair"]]
-    comp = comp.assign(ms=(events["end_ns"] - events["start_ns"]) / 1e6, gflop=events["flops"] / 1e9)
     if comp.empty:
         return pd.DataFrame(columns=BALANCE_RANK_COLUMNS)
     keys = ["case_id", "repeat", "iteration", "phase", "rank"]
-    counts = comp.pivot_table(index=keys, columns="pair", values="ms", aggfunc="size", observed=True)
+    counts = comp.pivot_table(index=keys, columns="pair", aggfunc="size", observed=True)
     counts = counts.reindex(columns=list(PAIR_COUNTED)).fillna(0)
     # The plan is the same every iteration; the median makes a truncated iteration harmless. Phase: the first one.
     first_phase = comp.groupby("case_id", observed=True)["phase"].min()
@@ -56,9 +59,8 @@ def balance_ranks(events: pd.DataFrame, cases: pd.DataFrame | None = None) -> pd
     plan = counts.groupby(["case_id", "rank"], observed=True)[list(PAIR_COUNTED)].median()
     world = _world(events, cases).reindex(plan.index.get_level_values("case_id")).to_numpy()
     plan["skip"] = (world - plan[list(PAIR_COUNTED)].sum(axis=1)).clip(lower=0)
-    per_iter = comp.groupby(["case_id", "repeat", "iteration", "rank"], observed=True)[["gflop", "ms"]].sum()
-    work = per_iter.groupby(level=["case_id", "rank"], observed=True).median()
-    out = plan.join(work, how="outer").rename(columns={"ms": "compute_ms"}).reset_index()
+    work = rank_work(events).set_index(["case_id", "rank"])
+    out = plan.join(work, how="outer").reset_index()
     totals = out.groupby("case_id")[["gflop", "compute_ms"]].transform("sum")
     out["work_share"] = out["gflop"] / totals["gflop"].where(totals["gflop"] > 0)
     out["time_share"] = out["compute_ms"] / totals["compute_ms"].where(totals["compute_ms"] > 0)
@@ -67,21 +69,12 @@ def balance_ranks(events: pd.DataFrame, cases: pd.DataFrame | None = None) -> pd
 
 
 def balance_cases(per_rank: pd.DataFrame, events: pd.DataFrame, cases: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per case: measured and predicted imbalance (max / mean over ranks), the slowest and the busiest rank."""
+    """Per case: measured and predicted imbalance (metrics.imbalance: max / mean over ranks), the slowest and the
+    busiest rank."""
     if per_rank.empty:
         return pd.DataFrame(columns=BALANCE_CASE_COLUMNS)
-    rows = []
+    out = imbalance(per_rank[["case_id", "rank", "gflop", "compute_ms"]].dropna(subset=["compute_ms"]))
     world = _world(events, cases)
-    for case_id, group in per_rank.groupby("case_id", sort=False):
-        ms, gflop = group["compute_ms"], group["gflop"]
-        rows.append(
-            {
-                "case_id": case_id,
-                "world": int(world.get(case_id, len(group))),
-                "imbalance": ms.max() / ms.mean() if ms.mean() > 0 else float("nan"),
-                "predicted_imbalance": gflop.max() / gflop.mean() if gflop.mean() > 0 else float("nan"),
-                "slowest_rank": int(group.loc[ms.idxmax(), "rank"]),
-                "busiest_rank": int(group.loc[gflop.idxmax(), "rank"]),
-            }
-        )
-    return pd.DataFrame(rows, columns=BALANCE_CASE_COLUMNS)
+    counted = per_rank.groupby("case_id", sort=False).size()
+    out["world"] = [int(world.get(case_id, counted.get(case_id, 0))) for case_id in out["case_id"]]
+    return out[BALANCE_CASE_COLUMNS]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.analysis.hops import transfers
-from ringbench.analysis.stragglers import critical_path, culprits, straggler_table
+from ringbench.analysis.stragglers import culprits, straggler_table
 from ringbench.simulate import SimConfig, simulate
 
 TRIAL_COLUMNS = ["trial", "fault", "injected", "named_kind", "named", "hit", "false_alarm", "ratio", "cost_ms"]
@@ -22,8 +22,7 @@ TRIAL_COLUMNS = ["trial", "fault", "injected", "named_kind", "named", "hit", "fa
 
 def _verdict(cfg: SimConfig) -> pd.Series:
     events, _ = simulate(cfg)
-    xfers = transfers(events)
-    table = straggler_table(events, xfers, critical_path(events, xfers))
+    table = straggler_table(events, transfers(events))
     return culprits(table).iloc[0]
 
 

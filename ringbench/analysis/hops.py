@@ -8,6 +8,7 @@ the block cannot leave ``src`` before ``src`` posted its send (the sender's ``se
     upstream_wait_ms = max(0, send_start on src - recv_start on dst)   (dst waited for a late sender)
     bandwidth       = bytes / transfer_ms
 
+(ringbench/metrics.py defines transfer_ms and bandwidth; this module matches the spans they are computed from.)
 Blaming the link for the whole recv span (``recv_ms``) is the classic mistake: behind a slow rank, every
 downstream link looks slow. Sends and recvs of one exchange share (case, repeat, iteration, phase, step, src, dst);
 when a step carries several exchanges (the backward's K/V and dK/dV), the k-th send matches the k-th recv in
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from ringbench.metrics import bandwidth_gbps, transfer_window
 
 STEP_KEYS = ["case_id", "repeat", "iteration", "phase", "step"]
 LINK_KEYS = [*STEP_KEYS, "src", "dst", "ordinal"]
@@ -82,13 +85,11 @@ def transfers(events: pd.DataFrame) -> pd.DataFrame:
     waits = _spans(events, "wait", "wait").drop(columns="wait_bytes")
     out = recvs.merge(sends, on=LINK_KEYS, how="left").merge(waits, on=LINK_KEYS, how="left")
     out = out.rename(columns={"recv_bytes": "bytes"})
-    recv_start = out["recv_start_ns"].to_numpy(dtype=float)
-    send_start = out["send_start_ns"].to_numpy(dtype=float)
-    start = np.fmax(recv_start, send_start)  # fmax: a missing send start means "posted in time"
+    start, transfer_ms, upstream_ms = transfer_window(out["recv_start_ns"], out["recv_end_ns"], out["send_start_ns"])
     out["transfer_start_ns"] = start
     out["recv_ms"] = (out["recv_end_ns"] - out["recv_start_ns"]) / 1e6
-    out["transfer_ms"] = np.clip((out["recv_end_ns"].to_numpy(dtype=float) - start) / 1e6, 0.0, None)
-    out["upstream_wait_ms"] = np.clip(np.nan_to_num(send_start - recv_start) / 1e6, 0.0, None)
+    out["transfer_ms"] = transfer_ms
+    out["upstream_wait_ms"] = upstream_ms
     out["wait_ms"] = ((out["wait_end_ns"] - out["wait_start_ns"]) / 1e6).fillna(0.0)
     out["exchange"] = exchange_kind(out)
     return out[TRANSFER_COLUMNS].reset_index(drop=True)
@@ -120,8 +121,7 @@ def hop_table(xfers: pd.DataFrame) -> pd.DataFrame:
     quantiles = grouped["transfer_ms"].quantile([0.1, 0.9]).unstack()
     out["transfer_ms_p10"] = quantiles[0.1]
     out["transfer_ms_p90"] = quantiles[0.9]
-    seconds = out["transfer_ms"].where(out["transfer_ms"] > 0) / 1e3
-    out["bandwidth_gbps"] = out["bytes"] / seconds / 1e9
+    out["bandwidth_gbps"] = bandwidth_gbps(out["bytes"], out["transfer_ms"])
     return out.reset_index()[HOP_COLUMNS]
 
 

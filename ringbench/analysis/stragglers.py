@@ -5,16 +5,26 @@ the rank that finished the iteration last, at cursor (rank r, time t) take the l
 
   compute [cs, ce]   -> rank r is on the path for ce - cs; continue at (r, cs)
   wait    [ws, we]   -> the exchange that ended it is the later of r's recv (from the predecessor) and r's own
-                        send (to the successor) that completed by we. Its link is on the path for
-                        transfer_ms = end - max(post on r, post on the peer). If the peer posted later than r, r was
-                        waiting for the peer (upstream, not the link): continue on the peer at its post time;
-                        otherwise continue at (r, post on r).
+                        send (to the successor) that completed by we. If that was done by ws (within the clock
+                        tolerance), r never waited for it: r was busy until ws (``double``: computing on the
+                        block in hand while the exchange ran), so the wait is ``other`` and the walk continues at
+                        (r, ws). Otherwise its link is on the path for transfer_ms = end - max(post on r, post on
+                        the peer). If the peer posted later than r, r was waiting for the peer (upstream, not the
+                        link): continue on the peer at its post time; otherwise continue at (r, post on r).
+
+The first case is what makes the path right with double buffering: a rank that computes slower than the link
+moves its block always waits a few microseconds for an exchange that finished long before; jumping from there
+back to the exchange's post (the start of the step) would skip the very compute that held the ring back.
 
 Gaps between spans and wait tails after the completion stamp are ``other``. Each move goes back at least one span,
 so the walk loops over ring steps (vectorised over iterations), never over events.
 
 A ``collective`` span (the all-gather baseline) ends when the last rank joined it: the walk continues on the rank
 that posted it last (its time before that is ``other``); a collective is not a hop, so no link is named there.
+
+Exposed communication (ringbench/metrics.py) is the wait / collective time on the path: of a wait that the walk
+follows to its exchange, the part while the transfer was in flight; of a collective, the part after its last rank
+joined. It is what perfect overlap would win: the path would run through the compute beside the exchange instead.
 
 Verdict. Per rank, compute time per unit of work (ms per GFLOP from the ``flops`` column, so that the mask plan's
 uneven work is not mistaken for slowness); per link, transfer time per MB, kept apart per phase and exchange (the
@@ -36,12 +46,14 @@ links into and out of it (a slow rank's late posts and late stamps make its link
 The thresholds were tuned on real 8-rank gloo runs on 2 CPU cores, where a healthy hop's low-quantile transfer
 time varies by up to ~12% of a step's compute from hop to hop (benchmarks/detection_real.py). The cost of a flagged resource to the ring,
 per iteration, is the time it spends on the critical path times (1 - 1/ratio): what the path would shrink by at
-its peers' speed. The culprit of a case is the flagged resource with the largest cost (a slow link hidden behind
-compute costs ~0 but is still named: its excess is real, only hidden).
+its peers' speed; for a link at most the time its rank sat blocked on it, since past that point the compute beside
+the exchange is critical again. The culprit of a case is the flagged resource with the largest cost (a slow link
+hidden behind compute costs ~0 but is still named: its excess is real, only hidden).
 
 Clock check. A block cannot be in hand before its sender posted it; when more than ``CLOCK_VIOLATION_SHARE`` of
 a case's transfers complete earlier than that (by more than the clock tolerance), the ranks' clocks disagree and
-link figures are meaningless: no link is flagged in that case and ``clock_violations`` says why.
+link figures are meaningless: no link is flagged in that case and ``clock_violations`` says why. (The verdict goes
+further: analysis/confidence.py calls such a case inconclusive and nothing in it is named; see ``no_blame``.)
 """
 
 from __future__ import annotations
@@ -51,10 +63,13 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ringbench.analysis.confidence import CLOCK_VIOLATION_SHARE, oversubscribed_cases  # noqa: F401 (re-exported)
 from ringbench.analysis.hops import STEP_KEYS, transfers
+from ringbench.metrics import step_times
 
 GROUP_KEYS = ["case_id", "repeat", "iteration"]
-CRITICAL_PATH_COLUMNS = [*GROUP_KEYS, "resource", "rank", "src", "dst", "ms", "path_ms"]
+CRITICAL_PATH_COLUMNS = [*GROUP_KEYS, "resource", "rank", "src", "dst", "ms", "path_ms", "exposed_ms"]
+SEGMENT_COLUMNS = [*GROUP_KEYS, "resource", "rank", "src", "dst", "ms", "exposed_ms"]
 STRAGGLER_COLUMNS = [
     "case_id",
     "resource",
@@ -99,7 +114,6 @@ CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at le
 MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
 LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
 LINK_MIN_PEERS = 2  # a hop is judged against the median of at least two other hops (rings of >= 3 ranks)
-CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they were sent: clocks disagree
 DEFAULT_TOL_NS = 20_000
 _TIME_BITS = 40  # sort key = (group-rank << 40) | time in ns since the iteration began (~18 min of headroom)
 
@@ -127,6 +141,7 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
             "link_end": comp["end_ns"].to_numpy(np.int64),
             "next_rank": rank,
             "next_t": comp["start_ns"].to_numpy(np.int64),
+            "exposed_ms": np.zeros(len(comp)),
         }
     ]
     waits = xfers[xfers["wait_ms"] > 0].rename(columns={"dst": "rank", "src": "pred"})
@@ -154,20 +169,30 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
         upstream_in = np.nan_to_num(ps, nan=-np.inf) > rs  # the predecessor posted after us: we waited on it
         upstream_out = np.nan_to_num(succ_post, nan=-np.inf) > ss
         link_end = np.where(by_send, se, re)
+        moved_from = np.where(by_send, to, tr)  # when the binding transfer began
+        ws = waits["wait_start_ns"].to_numpy(float)
+        # The exchange was still in flight when the rank began to wait: the wait is the exchange's. Otherwise the
+        # rank was busy until ws (double: computing beside the exchange) and the walk stays on it.
+        binding = link_end > ws + tol_ns
         next_t = np.where(by_send, np.where(upstream_out, succ_post, ss), np.where(upstream_in, ps, rs))
+        next_rank = np.where(by_send, np.where(upstream_out, succ, own), np.where(upstream_in, pred, own))
+        # Exposed: the wait while the transfer was in flight (its wake-up tail would remain with perfect overlap).
+        in_flight = np.fmin(link_end, we) - np.fmax(ws, np.nan_to_num(moved_from, nan=-np.inf))
+        exposed = np.clip(in_flight, 0.0, we - ws) / 1e6
         parts.append(
             {
                 "g": group_of(waits),
                 "rank": own,
-                "start": waits["wait_start_ns"].to_numpy(np.int64),
+                "start": ws.astype(np.int64),
                 "end": we.astype(np.int64),
                 "kind": np.ones(len(waits), np.int8),
-                "link_src": np.where(by_send, own, pred),
-                "link_dst": np.where(by_send, succ, own),
-                "link_ms": np.clip(np.where(by_send, se - to, re - tr) / 1e6, 0.0, None),
+                "link_src": np.where(binding, np.where(by_send, own, pred), -1),
+                "link_dst": np.where(binding, np.where(by_send, succ, own), -1),
+                "link_ms": np.where(binding, np.clip((link_end - moved_from) / 1e6, 0.0, None), 0.0),
                 "link_end": link_end.astype(np.int64),
-                "next_rank": np.where(by_send, np.where(upstream_out, succ, own), np.where(upstream_in, pred, own)),
-                "next_t": np.minimum(next_t, link_end).astype(np.int64),
+                "next_rank": np.where(binding, next_rank, own),
+                "next_t": np.where(binding, np.minimum(next_t, link_end), ws).astype(np.int64),
+                "exposed_ms": np.where(binding, exposed, 0.0),
             }
         )
     coll = events.loc[events["kind"] == "collective", [*STEP_KEYS, "rank", "start_ns", "end_ns"]]
@@ -191,6 +216,7 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
                 "link_end": coll["end_ns"].to_numpy(np.int64),
                 "next_rank": np.where(late, joiner.reindex(coll.index).to_numpy(np.int64), own),
                 "next_t": np.where(late, last, cs),
+                "exposed_ms": (coll["end_ns"].to_numpy(np.int64) - np.where(late, last, cs)).clip(min=0) / 1e6,
             }
         )
     el = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
@@ -207,16 +233,29 @@ def critical_path(
     events: pd.DataFrame, xfers: pd.DataFrame | None = None, tol_ns: int = DEFAULT_TOL_NS
 ) -> pd.DataFrame:
     """Per iteration, the ms of the critical path spent on each rank's compute, on each link, and elsewhere.
+    (critical_path_segments gives the same table and the spans the walk went through.)
 
     ``tol_ns`` absorbs clock-alignment residue between ranks (``clock_tolerance_ns(meta)`` reads the run's).
     Dense: every rank and link of the case appears in every iteration (0 ms when off the path); ``path_ms`` is the
-    iteration's length from its first span.
+    iteration's length from its first span (repeated on its rows). ``exposed_ms``: of a link's time on the path,
+    the part its receiving rank sat blocked (what overlap did not hide); on the ``other`` row, the collectives'
+    time on the path; summed over an iteration's rows, its exposed communication (metrics.exposed_comm).
+    An iteration without spans has NaN ``ms`` and ``exposed_ms``.
     """
+    return critical_path_segments(events, xfers, tol_ns)[0]
+
+
+def critical_path_segments(
+    events: pd.DataFrame, xfers: pd.DataFrame | None = None, tol_ns: int = DEFAULT_TOL_NS
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(critical_path's table, the path's segments): one segment per span the walk went through, with the
+    resource it charged (``rank`` compute, ``link`` transfer; ``other``: a wait that did not bind, a collective),
+    its ms on the path and its exposed ms (SEGMENT_COLUMNS)."""
     if xfers is None:
         xfers = transfers(events)
     steps = events[events["kind"].isin(["compute", "wait", "collective"])]
     if steps.empty:
-        return pd.DataFrame(columns=CRITICAL_PATH_COLUMNS)
+        return pd.DataFrame(columns=CRITICAL_PATH_COLUMNS), pd.DataFrame(columns=SEGMENT_COLUMNS)
     origin = events.groupby(GROUP_KEYS, observed=True, sort=True)["start_ns"].min()
     width = int(events["rank"].max()) + 1
     el = _elements(events, xfers, origin, width, tol_ns)
@@ -245,41 +284,58 @@ def critical_path(
         sel, e = np.nonzero(active)[0], idx_c[active]
         is_compute = el["kind"][e] == 0
         dur_ms = np.where(is_compute, (el["end"][e] - el["start"][e]) / 1e6, el["link_ms"][e])
-        contributions.append((walk_g[sel], is_compute, el["rank"][e], el["link_src"][e], el["link_dst"][e], dur_ms))
+        contributions.append(
+            (walk_g[sel], is_compute, el["rank"][e], el["link_src"][e], el["link_dst"][e], dur_ms, el["exposed_ms"][e])
+        )
         next_gr = walk_g[sel] * width + el["next_rank"][e]
         next_t = el["next_t"][e]
         stuck = (next_gr == cur_gr[sel]) & (next_t >= t[sel])
         cur_gr[sel], t[sel] = next_gr, next_t
         active[sel[stuck]] = False
-    return _dense_path(events, xfers, origin, walk_g, path_ns, contributions)
-
-
-def _dense_path(events, xfers, origin, walk_g, path_ns, contributions) -> pd.DataFrame:
     groups = origin.index.to_frame(index=False)
     groups["g"] = np.arange(len(groups))
-    path = pd.DataFrame({"g": walk_g, "path_ms": path_ns / 1e6})
+    names = ["g", "is_compute", "rank", "src", "dst", "ms", "exposed_ms"]
     if contributions:
         cols = [np.concatenate(c) for c in zip(*contributions, strict=True)]
-        c = pd.DataFrame(dict(zip(["g", "is_compute", "rank", "src", "dst", "ms"], cols, strict=True)))
+        c = pd.DataFrame(dict(zip(names, cols, strict=True)))
     else:
-        c = pd.DataFrame({"g": [], "is_compute": [], "rank": [], "src": [], "dst": [], "ms": []})
+        c = pd.DataFrame({name: [] for name in names})
+    c = c.astype({"g": "int64", "is_compute": bool, "rank": "int64", "src": "int64", "dst": "int64"})
+    segments = c.merge(groups, on="g", how="left")
+    segments["resource"] = np.where(segments["is_compute"], "rank", np.where(segments["src"] >= 0, "link", "other"))
+    segments["rank"] = np.where(segments["is_compute"], segments["rank"], -1)
+    return _dense_path(events, xfers, groups, walk_g, path_ns, c), segments[SEGMENT_COLUMNS]
+
+
+def _dense_path(events, xfers, groups, walk_g, path_ns, c) -> pd.DataFrame:
+    total_exposed = c.groupby("g")["exposed_ms"].sum().reindex(walk_g).fillna(0.0).to_numpy(float)
+    path = pd.DataFrame({"g": walk_g, "path_ms": path_ns / 1e6, "total_exposed": total_exposed})
     ranks = c[c["is_compute"].astype(bool)].groupby(["g", "rank"], as_index=False)["ms"].sum()
-    links = c[~c["is_compute"].astype(bool)].groupby(["g", "src", "dst"], as_index=False)["ms"].sum()
+    links = c[~c["is_compute"].astype(bool)].groupby(["g", "src", "dst"], as_index=False)[["ms", "exposed_ms"]].sum()
     # Dense: every (iteration, rank of its case) and (iteration, link of its case), 0 ms when off the path.
     case_ranks = events[["case_id", "rank"]].drop_duplicates()
     case_links = xfers[["case_id", "src", "dst"]].drop_duplicates()
     dense_r = groups.merge(case_ranks, on="case_id").merge(ranks, on=["g", "rank"], how="left")
-    dense_r = dense_r.assign(resource="rank", src=-1, dst=-1)
+    dense_r = dense_r.assign(resource="rank", src=-1, dst=-1, exposed_ms=0.0)
     dense_l = groups.merge(case_links, on="case_id").merge(links, on=["g", "src", "dst"], how="left")
     dense_l = dense_l.assign(resource="link", rank=-1)
     out = pd.concat([dense_r, dense_l], ignore_index=True)
-    out["ms"] = out["ms"].fillna(0.0)
+    out[["ms", "exposed_ms"]] = out[["ms", "exposed_ms"]].fillna(0.0)
     out = out.merge(path, on="g", how="left")
-    other = out.groupby("g", as_index=False).agg(ms=("ms", "sum"), path_ms=("path_ms", "first"))
+    other = out.groupby("g", as_index=False).agg(
+        ms=("ms", "sum"),
+        exposed_ms=("exposed_ms", "sum"),
+        path_ms=("path_ms", "first"),
+        total=("total_exposed", "first"),
+    )
     other["ms"] = (other["path_ms"] - other["ms"]).clip(lower=0.0)
+    other["exposed_ms"] = (other.pop("total") - other["exposed_ms"]).clip(lower=0.0)  # collectives: not a link
     other = groups.merge(other, on="g").assign(resource="other", rank=-1, src=-1, dst=-1)
     out = pd.concat([out, other], ignore_index=True).sort_values(["g", "resource", "rank", "src", "dst"])
-    return out.astype({"rank": "int64", "src": "int64", "dst": "int64"})[CRITICAL_PATH_COLUMNS].reset_index(drop=True)
+    unwalked = out["path_ms"].isna()  # an iteration without spans: not traced, nothing on its path is known
+    out.loc[unwalked, ["ms", "exposed_ms"]] = np.nan
+    out = out.astype({"rank": "int64", "src": "int64", "dst": "int64"})
+    return out[CRITICAL_PATH_COLUMNS].reset_index(drop=True)
 
 
 def _leave_one_out_median(values: np.ndarray) -> np.ndarray:
@@ -408,18 +464,20 @@ def straggler_table(
     link_margin: float = LINK_MARGIN,
     tol_ns: int = DEFAULT_TOL_NS,
     no_blame: frozenset[str] = frozenset(),
+    segments: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per case, every rank and link: unit time against its peers, critical-path time and share, cost, flag.
 
-    ``no_blame``: cases whose timings cannot single out a rank or a link (see oversubscribed_cases).
+    ``no_blame``: cases whose timings cannot single out a rank or a link (the inconclusive cases of
+    confidence.case_confidence): nothing is flagged there.
 
     A resource measured in several phases / exchanges is judged in each; the row shown is the one where it
     looked worst (flagged first, then highest ratio).
     """
     if xfers is None:
         xfers = transfers(events)
-    if path is None:
-        path = critical_path(events, xfers, tol_ns)
+    if path is None or segments is None:
+        path, segments = critical_path_segments(events, xfers, tol_ns)
     units = _unit_times(events, xfers)
     if path.empty or units.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
@@ -427,7 +485,7 @@ def straggler_table(
     keys = ["case_id", "resource", "rank", "src", "dst"]
     comp = events[events["kind"] == "compute"]
     step_ms = ((comp["end_ns"] - comp["start_ns"]) / 1e6).groupby([comp["case_id"], comp["phase"]]).median()
-    iter_ms = path.drop_duplicates(GROUP_KEYS).groupby("case_id")["path_ms"].median()
+    iter_ms = step_times(events).groupby("case_id", observed=True)["step_ms"].median()
     # Per group (phase / exchange): a link's excess per transfer, and what each resource adds per iteration.
     is_link = units["resource"] == "link"
     excess = (units["unit_time"] - units["peer_unit_time"]) * units["mb"].fillna(1.0)
@@ -449,7 +507,19 @@ def straggler_table(
     # Cost per iteration: critical-path time of the resource x (1 - 1/ratio), with the ratio of the row shown.
     per_iter = path[path["resource"] != "other"].merge(shown[[*keys, "ratio"]], on=keys, how="left")
     excess = (1.0 - 1.0 / pd.to_numeric(per_iter["ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
-    per_iter = per_iter.assign(cost=(per_iter["ms"] * excess).astype(float), share=per_iter["ms"] / per_iter["path_ms"])
+    cost = per_iter["ms"] * excess
+    # A link at its peers' speed shrinks each of its spans on the path only until the compute beside that exchange
+    # is critical again: by at most the time its rank sat blocked on it (all of it with ``sync``, the wait's tail
+    # with ``double``). So a link's cost is summed span by span.
+    is_link_row = (per_iter["resource"] == "link").to_numpy()
+    if is_link_row.any():
+        hops = segments[segments["resource"] == "link"].merge(shown[[*keys, "ratio"]], on=keys, how="left")
+        hop_excess = (1.0 - 1.0 / pd.to_numeric(hops["ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
+        hops = hops.assign(cost=np.fmin(hops["ms"] * hop_excess, hops["exposed_ms"]))
+        link_cost = hops.groupby([*GROUP_KEYS, "src", "dst"], observed=True)["cost"].sum()
+        index = pd.MultiIndex.from_frame(per_iter[[*GROUP_KEYS, "src", "dst"]])
+        cost = np.where(is_link_row, link_cost.reindex(index).fillna(0.0).to_numpy(), cost)
+    per_iter = per_iter.assign(cost=np.asarray(cost, float), share=per_iter["ms"] / per_iter["path_ms"])
     grouped = per_iter.groupby(keys, observed=True)
     cp = grouped.agg(cp_ms=("ms", "median"), cp_share=("share", "median"), cost_ms=("cost", "median"))
     cost_q = grouped["cost"].quantile([0.1, 0.9]).unstack()
@@ -466,21 +536,6 @@ def straggler_table(
     blamable = ~out["case_id"].isin(no_blame).to_numpy()
     out["flagged"] = (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
     return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
-
-
-def oversubscribed_cases(cases: pd.DataFrame, meta: dict) -> frozenset[str]:
-    """Cases with real (not emulated) compute and more local ranks than CPU cores, on CPU.
-
-    There the ranks take turns on the cores: a transfer waits until both of its ranks are scheduled and a
-    compute span stretches while its rank is descheduled, so the timings measure the scheduler as much as the
-    ranks and links, and neither can be blamed honestly.
-    """
-    cores = meta.get("cpu_count")
-    if not cores or meta.get("device_kind") != "cpu" or cases.empty:
-        return frozenset()
-    hosts = max(1, len(meta.get("ranks", {}).get(str(int(cases["world"].max())), {}).get("hosts", [1])))
-    crowded = (~cases["emulated"].astype(bool)) & (cases["world"] / hosts > cores)
-    return frozenset(cases.loc[crowded, "case_id"].astype(str))
 
 
 def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.DataFrame:

@@ -3,7 +3,12 @@
 ``analyze(run)`` runs the analyses (each a pure DataFrame -> DataFrame function) and keeps their tables for the
 report; ``verdict_lines`` / ``verdict_line`` put the answer in words; ``verdict_document`` is the `--json` form.
 Run-level figures: the headline straggler is the flagged culprit that costs its case the most time per
-iteration; the exposed-communication share is the median over cases; the imbalance is the worst case's.
+iteration; the exposed-communication share is the median over cases; the imbalance is the worst case's. Per-case
+figures are those of ringbench/metrics.py, the same the cases table holds.
+
+Confidence (analysis/confidence.py): a case whose timings cannot support attribution is *inconclusive*; nothing
+is flagged there. The run is conclusive when it names a culprit, or when every traced case could be judged;
+otherwise it is inconclusive, names nobody, and says why and how to fix it.
 """
 
 from __future__ import annotations
@@ -15,18 +20,24 @@ import numpy as np
 import pandas as pd
 
 from ringbench.analysis.balance import balance_cases, balance_ranks
+from ringbench.analysis.confidence import (
+    CONCLUSIVE,
+    INCONCLUSIVE,
+    case_confidence,
+    inconclusive_cases,
+    run_reasons,
+)
 from ringbench.analysis.hops import hop_table, transfers
 from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
 from ringbench.analysis.stragglers import (
-    CLOCK_VIOLATION_SHARE,
     clock_tolerance_ns,
     clock_violations,
-    critical_path,
+    critical_path_segments,
     culprits,
-    oversubscribed_cases,
     straggler_table,
 )
+from ringbench.metrics import case_figures
 from ringbench.store import RunData
 
 SUMMARY_COLUMNS = [
@@ -36,6 +47,14 @@ SUMMARY_COLUMNS = [
     "mask",
     "layout",
     "step_ms",
+    "step_ms_p10",
+    "step_ms_p90",
+    "fwd_ms",
+    "bwd_ms",
+    "tokens_per_s",
+    "tflops",
+    "confidence",
+    "inconclusive_reasons",
     "straggler_kind",
     "straggler_rank",
     "slow_hop_src",
@@ -44,10 +63,12 @@ SUMMARY_COLUMNS = [
     "cost_ms",
     "cost_ms_p10",
     "cost_ms_p90",
+    "exposed_comm_ms",
     "exposed_comm_frac",
     "overlap_efficiency",
     "imbalance",
     "predicted_imbalance",
+    "peak_mem_mb",
     "fwd_max_abs_err",
     "bwd_max_abs_err",
     "faults",
@@ -71,6 +92,7 @@ class RunAnalysis:
     overlap_buffers: pd.DataFrame
     balance_ranks: pd.DataFrame
     balance_cases: pd.DataFrame
+    confidence: pd.DataFrame
     numerics: pd.DataFrame
     worst_error: pd.DataFrame
     summary: pd.DataFrame
@@ -97,6 +119,13 @@ class RunAnalysis:
         order = named.assign(_c=named["cost_ms"].fillna(0.0), _r=named["ratio"].fillna(0.0))
         return order.sort_values(["_c", "_r"], ascending=False).iloc[0]
 
+    def confidence_reasons(self) -> tuple[str, list[str]]:
+        """The run's confidence and, when inconclusive, the distinct reasons of its inconclusive cases."""
+        if self.headline() is not None:
+            return CONCLUSIVE, []
+        reasons = run_reasons(self.confidence)
+        return (INCONCLUSIVE, reasons) if reasons else (CONCLUSIVE, [])
+
     def focus_case(self) -> str | None:
         """The case the report's per-case figures show: the headline's, else the first case with events."""
         top = self.headline()
@@ -121,15 +150,18 @@ def analyze(run: RunData) -> RunAnalysis:
     events, cases = run.events, run.cases
     xfers = transfers(events)
     tol_ns = clock_tolerance_ns(run.meta)
-    path = critical_path(events, xfers, tol_ns)
-    crowded = oversubscribed_cases(cases, run.meta)
-    table = straggler_table(events, xfers, path, tol_ns=tol_ns, no_blame=crowded)
-    blame = culprits(table, clock_violations(xfers, tol_ns))
+    path, segments = critical_path_segments(events, xfers, tol_ns)
+    violations = clock_violations(xfers, tol_ns)
+    confidence = case_confidence(events, cases, run.meta, violations=violations)
+    blind = inconclusive_cases(confidence)
+    table = straggler_table(events, xfers, path, tol_ns=tol_ns, no_blame=blind, segments=segments)
+    blame = culprits(table, violations)
+    figures = case_figures(events, cases, path=path, tol_ns=tol_ns)
     steps = overlap_steps(events, xfers)
-    per_case = overlap_cases(events, steps, cases)
+    per_case = overlap_cases(events, steps, cases, figures=figures)
     ranks = balance_ranks(events, cases)
     balance = balance_cases(ranks, events, cases)
-    summary = _summary(events, cases, blame, per_case, balance)
+    summary = _summary(events, cases, figures, confidence, blame, per_case, balance)
     return RunAnalysis(
         run=run,
         transfers=xfers,
@@ -139,28 +171,38 @@ def analyze(run: RunData) -> RunAnalysis:
         culprits=blame,
         overlap_steps=steps,
         overlap_cases=per_case,
-        overlap_buffers=overlap_by_buffer(per_case),
+        overlap_buffers=overlap_by_buffer(per_case, steps),
         balance_ranks=ranks,
         balance_cases=balance,
+        confidence=confidence,
         numerics=numerics_table(cases),
         worst_error=worst_error(cases),
         summary=summary,
     )
 
 
-def _summary(events, cases, blame, per_case, balance) -> pd.DataFrame:
+def _summary(events, cases, figures, confidence, blame, per_case, balance) -> pd.DataFrame:
     ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
     out = pd.DataFrame({"case_id": pd.Series(ids, dtype=object)})
     if not cases.empty:
         first = cases.drop_duplicates("case_id").copy()
         first["case_id"] = first["case_id"].astype(str)
-        errs = cases.groupby("case_id")[["fwd_max_abs_err", "bwd_max_abs_err"]].max()
-        keep = [c for c in ("case_id", "buffer", "world", "mask", "layout", "step_ms", "faults") if c in first]
+        worst = [c for c in ("fwd_max_abs_err", "bwd_max_abs_err", "peak_mem_mb") if c in cases]
+        errs = cases.assign(case_id=cases["case_id"].astype(str)).groupby("case_id")[worst].max()
+        keep = [c for c in ("case_id", "buffer", "world", "mask", "layout", "faults") if c in first]
         out = out.merge(first[keep], on="case_id", how="left").merge(errs, on="case_id", how="left")
-    for table in (blame, per_case.drop(columns="buffer"), balance.drop(columns="world")):
+    # The figures come from the events (metrics.case_figures); a case without events keeps its cases-table ones.
+    measured = figures.astype({"case_id": object}).drop(columns=["iterations"], errors="ignore")
+    out = out.merge(measured, on="case_id", how="left")
+    if not cases.empty:
+        stored = cases.assign(case_id=cases["case_id"].astype(str)).drop_duplicates("case_id").set_index("case_id")
+        for column in measured.columns.drop("case_id"):
+            if column in stored:
+                out[column] = out[column].fillna(out["case_id"].map(stored[column]))
+    per_case = per_case.drop(columns=["buffer", "iteration_ms", "exposed_ms", "exposed_comm_frac"])
+    per_case = per_case.drop(columns=[c for c in per_case.columns if c.startswith("exposed_comm_frac")])
+    for table in (confidence, blame, per_case, balance.drop(columns="world")):
         out = out.merge(table.astype({"case_id": object}), on="case_id", how="left")
-    if "step_ms" not in out or out["step_ms"].isna().all():
-        out["step_ms"] = out.get("iteration_ms")
     spans = events.loc[events["kind"] != "iteration", "case_id"].astype(str).unique()
     out["traced"] = out["case_id"].isin(spans)
     return out.reindex(columns=SUMMARY_COLUMNS)
@@ -186,10 +228,15 @@ def label_line(analysis: RunAnalysis) -> str | None:
         parts.append("SIMULATED run: compute and links are modelled, nothing was measured")
     elif analysis.run.emulated:
         parts.append("EMULATED compute: kernel durations are modelled, communication is real")
-        saturated = sum(
-            int(info.get("emulation_saturated_blocks") or 0)
-            for info in (analysis.run.meta.get("ranks") or {}).values()
-            if isinstance(info, dict)
+        per_case = pd.to_numeric(analysis.run.cases.get("saturated_blocks", pd.Series(dtype=float)), errors="coerce")
+        saturated = (
+            int(per_case.sum())
+            if per_case.notna().any()
+            else sum(  # older records: per world size
+                int(info.get("emulation_saturated_blocks") or 0)
+                for info in (analysis.run.meta.get("ranks") or {}).values()
+                if isinstance(info, dict)
+            )
         )
         if saturated:
             parts.append(
@@ -201,18 +248,41 @@ def label_line(analysis: RunAnalysis) -> str | None:
     return "; ".join(parts) if parts else None
 
 
-def straggler_sentence(row: pd.Series | None, analysis: RunAnalysis) -> str:
-    """The culprit in words, with its cost to the ring per iteration."""
+def _judged(analysis: RunAnalysis) -> tuple[pd.Series, pd.Series]:
+    """(traced cases that could be judged, traced cases that could not), as case-id Series."""
+    summary = analysis.summary
+    traced = summary["traced"].fillna(False).astype(bool)
+    inconclusive = summary["confidence"] == INCONCLUSIVE
+    return summary.loc[traced & ~inconclusive, "case_id"], summary.loc[traced & inconclusive, "case_id"]
+
+
+def inconclusive_sentence(analysis: RunAnalysis) -> str | None:
+    """Why traced cases could not be judged and how to fix it (None when every traced case could be)."""
+    _, unjudged = _judged(analysis)
+    if unjudged.empty:
+        return None
+    reasons = run_reasons(analysis.confidence, unjudged)
+    where = "" if len(analysis.summary) == 1 else f" in {len(unjudged)} of {len(analysis.summary)} case(s)"
+    there = " there" if where else ""
+    return f"Inconclusive{where}, so no rank or hop is named{there}: " + ". ".join(
+        r[0].upper() + r[1:] for r in reasons
+    )
+
+
+def straggler_sentence(row: pd.Series | None, analysis: RunAnalysis) -> str | None:
+    """The culprit in words, with its cost to the ring per iteration; None when no case could be judged."""
     multi = len(analysis.summary) > 1
     if row is None:
-        crowded = oversubscribed_cases(analysis.run.cases, analysis.run.meta)
-        worst = analysis.culprits[~analysis.culprits["case_id"].isin(crowded)]
+        judged, unjudged = _judged(analysis)
+        if judged.empty:
+            return None  # the inconclusive sentence says why; never "No straggler" on what could not show one
+        worst = analysis.culprits[analysis.culprits["case_id"].isin(set(judged))]
         closest = ""
         if len(worst) and (worst["worst_rank_ratio"].notna().any() or worst["worst_hop_ratio"].notna().any()):
             rank_r, link_r = worst["worst_rank_ratio"].max(), worst["worst_hop_ratio"].max()
             closest = f" (closest: rank at {_num(rank_r)}x, hop at {_num(link_r)}x its peers' median)"
-        judged = " in the cases that could be judged" if crowded else ""
-        return f"No straggler: no rank or hop crosses the alarm thresholds against its peers{judged}" + closest
+        where = f" in the {len(judged)} case(s) that could be judged" if len(unjudged) else ""
+        return f"No straggler: no rank or hop crosses the alarm thresholds against its peers{where}" + closest
     where = f" in case {row['case_id']}" if multi else ""
     cost = (
         f"costs the ring {_num(row['cost_ms'])} ms per iteration "
@@ -233,7 +303,7 @@ def straggler_sentence(row: pd.Series | None, analysis: RunAnalysis) -> str:
 
 
 def verdict_lines(analysis: RunAnalysis) -> list[str]:
-    """The verdict in a few sentences: label, straggler, exposed communication, imbalance, numerics."""
+    """The verdict in a few sentences: label, confidence, straggler, exposed communication, imbalance, numerics."""
     lines = []
     label = label_line(analysis)
     if label:
@@ -248,21 +318,10 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
     else:
         if not traced.all():
             lines.append(f"Not traced: {int((~traced).sum())} case(s) have iteration times only")
-        skewed = analysis.summary[analysis.summary["clock_violations"].fillna(0.0) > CLOCK_VIOLATION_SHARE]
-        if len(skewed):
-            worst = skewed["clock_violations"].max()
-            lines.append(
-                f"Clocks disagree: in {len(skewed)} case(s) up to {_num(100 * worst, '.0f')}% of blocks arrive before "
-                "their sender posted them; hop figures are unreliable there and no link is blamed"
-            )
-        crowded = oversubscribed_cases(analysis.run.cases, analysis.run.meta)
-        if crowded:
-            lines.append(
-                f"CPU oversubscribed: in {len(crowded)} case(s) with real compute the ranks outnumber the "
-                f"{analysis.run.meta.get('cpu_count')} CPU cores, so compute and transfer times include "
-                "scheduling delays; no rank or link is blamed there (the emulated kernel leaves the cores free)"
-            )
-        lines.append(straggler_sentence(analysis.headline(), analysis))
+        headline = analysis.headline()
+        for sentence in (straggler_sentence(headline, analysis), inconclusive_sentence(analysis)):
+            if sentence:
+                lines.append(sentence)
         doc = verdict_document(analysis)
         fracs = analysis.summary["exposed_comm_frac"].dropna()
         spread = (
@@ -274,8 +333,9 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
             for b, e in zip(buffers["buffer"], buffers["overlap_efficiency"], strict=True)
         )
         lines.append(
-            f"Exposed communication: {_num(100 * _nan(doc['exposed_comm_frac']), '.1f')}% of iteration time "
-            f"(median over {len(fracs)} case(s){spread}); communication hidden by overlap: {hidden or 'n/a'}"
+            f"Exposed communication (on the critical path): {_num(100 * _nan(doc['exposed_comm_frac']), '.1f')}% "
+            f"of iteration time (median over {len(fracs)} case(s){spread}); communication hidden by overlap: "
+            f"{hidden or 'n/a'}"
         )
         imb = analysis.summary["predicted_imbalance"]
         lines.append(
@@ -332,13 +392,19 @@ def verdict_document(analysis: RunAnalysis) -> dict:
         item["straggler_rank"] = None if pd.isna(row["straggler_rank"]) else int(row["straggler_rank"])
         item["slow_hop"] = _hop(row) if pd.notna(row["straggler_kind"]) else None
         item["straggler_kind"] = row["straggler_kind"] if pd.notna(row["straggler_kind"]) else None
+        item["inconclusive_reasons"] = (
+            list(row["inconclusive_reasons"]) if isinstance(row["inconclusive_reasons"], list) else []
+        )
         cases.append(item)
     worst = analysis.worst_error
+    confidence, reasons = analysis.confidence_reasons()
     document = {
         "run_id": analysis.run.run_id,
         "simulated": analysis.simulated,
         "emulated": analysis.run.emulated,
         "faults": analysis.faults,
+        "confidence": confidence,
+        "inconclusive_reasons": reasons,
         "straggler_rank": None if top is None or top["straggler_kind"] != "compute" else int(top["straggler_rank"]),
         "straggler_kind": None if top is None else top["straggler_kind"],
         "slow_hop": _hop(top),

@@ -69,10 +69,14 @@ def summary_line(comparison: Comparison) -> str:
 
 
 def notes(comparison: Comparison) -> list[str]:
-    """Warnings a reader must see: emulated timings, injected faults, allowed mismatches, one-sided cases."""
+    """Warnings a reader must see: emulated timings, timings the confidence check does not trust (saturated
+    emulation, disagreeing clocks), injected faults, allowed mismatches, one-sided cases."""
     lines = []
     if comparison.baseline.emulated or comparison.current.emulated:
         lines.append("EMULATED compute: step times are modelled, not measured arithmetic")
+    for name, side in (("baseline", comparison.baseline), ("current", comparison.current)):
+        for caveat in side.caveats:
+            lines.append(f"INCONCLUSIVE timings in the {name} run, case {caveat}")
     lines += comparison.differences
     for mismatch in comparison.mismatches:
         lines.append(f"must-match metadata differs (allowed): {mismatch}")
@@ -226,11 +230,13 @@ def comparison_document(comparison: Comparison) -> dict:
             "source": comparison.baseline.source,
             "kind": comparison.baseline.kind,
             "run_id": comparison.baseline.run_id,
+            "caveats": list(comparison.baseline.caveats),
         },
         "current": {
             "source": comparison.current.source,
             "kind": comparison.current.kind,
             "run_id": comparison.current.run_id,
+            "caveats": list(comparison.current.caveats),
         },
         "emulated": comparison.baseline.emulated or comparison.current.emulated,
         "mismatches": list(comparison.mismatches),

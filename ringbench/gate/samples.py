@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ringbench.metrics import step_times
 from ringbench.schema import CASE_AXES
 from ringbench.store import RunData
 
@@ -28,19 +29,16 @@ SAMPLE_COLUMNS = ("case_id", "repeat", "iteration", "step_ms")
 
 
 def iteration_samples(run: RunData) -> pd.DataFrame:
-    """Per-(case, repeat, iteration) step time in ms: max(end_ns) - min(start_ns) over ranks' iteration events.
+    """Per-(case, repeat, iteration) step time in ms: max(end_ns) - min(start_ns) over ranks' iteration events
+    (metrics.step_times).
 
     Returns a DataFrame with columns ``case_id, repeat, iteration, step_ms`` sorted by those keys.
     """
     events = run.events
     if events.empty or "kind" not in events:
         return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
-    spans = events.loc[events["kind"] == "iteration", ["case_id", "repeat", "iteration", "start_ns", "end_ns"]]
-    grouped = spans.groupby(["case_id", "repeat", "iteration"], sort=True).agg(
-        start_ns=("start_ns", "min"), end_ns=("end_ns", "max")
-    )
-    grouped["step_ms"] = (grouped["end_ns"] - grouped["start_ns"]).astype("float64") / 1e6
-    return grouped.reset_index()[list(SAMPLE_COLUMNS)]
+    times = step_times(events)  # the one definition of step time (ringbench/metrics.py)
+    return times.sort_values(["case_id", "repeat", "iteration"]).reset_index(drop=True)[list(SAMPLE_COLUMNS)]
 
 
 def native(value: object) -> object:
@@ -101,6 +99,9 @@ class SampleSet:
     meta: Mapping[str, object]
     """The run's metadata record (a baseline file keeps only the keys the gate needs)."""
     cases: tuple[CaseSamples, ...]
+    caveats: tuple[str, ...] = ()
+    """Why some of this side's timings are not trustworthy (analysis/confidence.py: saturated emulation,
+    disagreeing clocks); empty when nothing is known against them (always, for a baseline file)."""
 
     @property
     def emulated(self) -> bool:
@@ -158,7 +159,31 @@ def sample_set_from_run(run: RunData, source: str | None = None) -> SampleSet:
         run_id=run.run_id,
         meta=dict(run.meta),
         cases=cases,
+        caveats=timing_caveats(run),
     )
+
+
+# Reasons (analysis/confidence.py) that undermine step times themselves, not only the attribution of a straggler.
+_TIMING_REASONS = ("saturated", "clocks", "clock_bound")
+
+
+def timing_caveats(run: RunData) -> tuple[str, ...]:
+    """Per case whose timings the confidence check does not trust: ``<case_id>: <reason>`` (distinct lines)."""
+    from ringbench.analysis.confidence import case_confidence
+    from ringbench.analysis.hops import transfers
+    from ringbench.analysis.stragglers import clock_tolerance_ns, clock_violations
+
+    if run.events.empty or not run.events["kind"].isin(["compute", "wait"]).any():
+        return ()
+    violations = clock_violations(transfers(run.events), clock_tolerance_ns(run.meta))
+    table = case_confidence(run.events, run.cases, run.meta, violations=violations)
+    lines = [
+        f"{row.case_id}: {reason}"
+        for row in table.itertuples()
+        for code, reason in zip(row.reason_codes, row.inconclusive_reasons, strict=True)
+        if code in _TIMING_REASONS
+    ]
+    return tuple(dict.fromkeys(lines))
 
 
 def case_label(axes: Mapping[str, object], fields: tuple[str, ...]) -> str:

@@ -70,6 +70,8 @@ def _culprit(row) -> str:
         return f"rank {int(row['straggler_rank'])} (compute)"
     if row["straggler_kind"] == "link":
         return f"hop {int(row['slow_hop_src'])} -> {int(row['slow_hop_dst'])} (link)"
+    if row.get("confidence") == "inconclusive":
+        return "inconclusive"  # the measurement could not have shown one: never "none"
     return "none"
 
 
@@ -121,6 +123,11 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
     summary["culprit"] = summary.apply(_culprit, axis=1) if len(summary) else []
     summary["exposed_pct"] = summary["exposed_comm_frac"] * 100
     summary["overlap_pct"] = summary["overlap_efficiency"] * 100
+    why = [
+        f"{row['case_id']}: {'; '.join(row['inconclusive_reasons'])}"
+        for _, row in summary.iterrows()
+        if row["confidence"] == "inconclusive" and isinstance(row["inconclusive_reasons"], list)
+    ]
     tables = [
         _table(
             "Cases",
@@ -132,10 +139,11 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
                 "mask": ("mask", ""),
                 "layout": ("layout", ""),
                 "step_ms": ("iteration ms", ".2f"),
+                "confidence": ("confidence", ""),
                 "culprit": ("culprit", ""),
                 "ratio": ("x peers", ".2f"),
                 "cost_ms": ("cost ms/iter", ".2f"),
-                "exposed_pct": ("exposed comm %", ".1f"),
+                "exposed_pct": ("exposed comm % (critical path)", ".1f"),
                 "overlap_pct": ("hidden comm %", ".0f"),
                 "imbalance": ("imbalance", ".2f"),
                 "predicted_imbalance": ("plan imbalance", ".2f"),
@@ -143,6 +151,9 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
                 "bwd_max_abs_err": ("bwd err", ".1e"),
                 "faults": ("faults", ""),
             },
+            "Figures as defined in ringbench/metrics.py (docs/results.md); exposed comm: wait time on the critical "
+            "path. Inconclusive: the timings cannot support naming a rank or a hop"
+            + (" (" + " | ".join(why) + ")" if why else "."),
         )
     ]
     if focus is not None:

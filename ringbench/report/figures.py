@@ -154,21 +154,21 @@ def ring_diagram(
 
 
 def compute_wait_bars(steps: pd.DataFrame, ring: list[int], case_id: str) -> bytes | None:
-    """Per rank: median per iteration of compute ms and exposed wait ms."""
+    """Per rank: median per iteration of compute ms and of the time the rank sat waiting (on or off the path)."""
     rows = steps[steps["case_id"] == case_id]
     if rows.empty:
         return None
-    per_iter = rows.groupby(["repeat", "iteration", "rank"])[["compute_ms", "exposed_ms"]].sum()
+    per_iter = rows.groupby(["repeat", "iteration", "rank"])[["compute_ms", "waited_ms"]].sum()
     per_rank = per_iter.groupby(level="rank").median().reindex(ring)
     x = np.arange(len(ring))
     fig = Figure(figsize=(max(5.0, 0.6 * len(ring) + 2), 3.4))
     ax = fig.subplots()
     ax.bar(x - 0.2, per_rank["compute_ms"], 0.4, label="compute", color=COLORS["compute"])
-    ax.bar(x + 0.2, per_rank["exposed_ms"], 0.4, label="exposed wait", color=COLORS["wait"])
+    ax.bar(x + 0.2, per_rank["waited_ms"], 0.4, label="wait", color=COLORS["wait"])
     ax.set_xticks(x, [str(r) for r in ring])
     ax.set_xlabel("rank (ring order)")
     ax.set_ylabel("ms per iteration (median)")
-    ax.set_title("Compute vs exposed wait per rank")
+    ax.set_title("Compute vs wait per rank")
     ax.legend(fontsize=8)
     return _png(fig)
 

@@ -1,0 +1,203 @@
+"""Confidence: can a case's timings support naming a straggler or a slow hop? If not, why, and how to fix it.
+
+A verdict names a rank or a link only when the measurement could have seen one. A case is *inconclusive* when
+
+  saturated       the emulated kernel outlasted its modelled time in more than SATURATION_SHARE of the case's
+                  compute spans: real arithmetic on contended cores, not the model, set those spans. (The count is
+                  of kernel calls, and a span holds one or more calls, so the share errs on the side of caution.)
+  oversubscribed  real compute on more ranks per host than CPU cores: the ranks take turns on the cores, so a span
+                  stretches while its rank is descheduled and the timings measure the scheduler
+  clocks          more than CLOCK_VIOLATION_SHARE of its blocks arrive before their sender posted them
+  clock bound     the ranks' clocks are aligned to no better than twice the stored residual, and that bound is not
+                  small (CLOCK_BOUND_SHARE) against a step's compute: cross-rank order and transfer times are noise
+  iterations      fewer than MIN_ITERATIONS timed iterations: a straggler must stand out in most of them
+  untraced        no spans were recorded (``run --no-trace``)
+  one rank        a ring of one rank has no peers to compare with
+
+Each reason is one sentence: why, then how to fix it. ``case_confidence`` is a pure function of the events,
+cases and metadata (and the clock check's shares, from stragglers.clock_violations).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+CONFIDENCE_COLUMNS = ["case_id", "confidence", "inconclusive_reasons", "reason_codes", "reason_details"]
+CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"
+SATURATION_SHARE = 0.05  # more saturated kernel calls than this share of compute spans: the model did not hold
+MIN_ITERATIONS = 3  # consistency across iterations needs at least this many
+CLOCK_BOUND_SHARE = 0.10  # the clock alignment bound must be under this share of a median compute span
+CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they were sent: clocks disagree
+
+
+def oversubscribed_cases(cases: pd.DataFrame, meta: dict) -> frozenset[str]:
+    """Cases with real (not emulated) compute and more local ranks than CPU cores, on CPU.
+
+    There the ranks take turns on the cores: a transfer waits until both of its ranks are scheduled and a
+    compute span stretches while its rank is descheduled, so the timings measure the scheduler as much as the
+    ranks and links, and neither can be blamed honestly.
+    """
+    cores = meta.get("cpu_count")
+    if not cores or meta.get("device_kind") != "cpu" or cases.empty:
+        return frozenset()
+    hosts = max(1, len(meta.get("ranks", {}).get(str(int(cases["world"].max())), {}).get("hosts", [1])))
+    crowded = (~cases["emulated"].astype(bool)) & (cases["world"] / hosts > cores)
+    return frozenset(cases.loc[crowded, "case_id"].astype(str))
+
+
+def _rank_info(meta: dict) -> dict[str, dict]:
+    ranks = (meta or {}).get("ranks") or {}
+    return {str(k): v for k, v in ranks.items() if isinstance(v, dict)}
+
+
+def _saturated(cases: pd.DataFrame, meta: dict, ids: list[str], world: pd.Series) -> pd.Series:
+    """Saturated kernel calls per case: the cases table's column, or (older records) the metadata's per world."""
+    out = pd.Series(np.nan, index=pd.Index(ids, dtype=object), dtype=float)
+    if not cases.empty and "saturated_blocks" in cases:
+        counts = pd.to_numeric(cases["saturated_blocks"], errors="coerce")
+        out = counts.groupby(cases["case_id"].astype(str)).sum(min_count=1).reindex(out.index).astype(float)
+    info = _rank_info(meta)
+    for case_id in out.index[out.isna()]:
+        value = info.get(str(world.get(case_id, "")), {}).get("emulation_saturated_blocks")
+        out[case_id] = float(value) if value is not None else 0.0
+    return out
+
+
+def _fmt_ms(ms: float) -> str:
+    return f"{ms:.3g} ms"
+
+
+# code -> (what, why it defeats attribution, how to fix it). A reason reads "<what>: <why> (<figures>); <fix>".
+REASONS = {
+    "untraced": ("not traced", "only iteration times were recorded", "run again without --no-trace"),
+    "saturated": (
+        "emulation saturated",
+        "real arithmetic on contended cores, not the model, set the compute times",
+        "lower the emulated rate (emulated:GFLOPS), use emulated:auto, or run fewer ranks per core",
+    ),
+    "oversubscribed": (
+        "CPU oversubscribed",
+        "the ranks' real compute takes turns on the cores, so compute and transfer times include scheduling delays",
+        "use an emulated kernel (emulated:auto) or fewer ranks per core",
+    ),
+    "clocks": (
+        "clocks disagree",
+        "blocks arrive before their sender posted them",
+        "run the ranks on one host or align the hosts' clocks",
+    ),
+    "clock_bound": (
+        "clocks aligned too loosely",
+        "the ranks' order in time is not known at the scale of a step",
+        "use larger shapes (longer steps) or ranks on one host",
+    ),
+    "iterations": (
+        "too few timed iterations",
+        "a straggler must stand out in most of them to be told from noise",
+        f"run at least {MIN_ITERATIONS} (--iters)",
+    ),
+    "one_rank": ("one rank", "a ring of one has no peers to compare with", "run 2 or more ranks"),
+}
+
+
+def reason_sentence(code: str, detail: str, cases: int = 1) -> str:
+    """One sentence: what, why it defeats attribution (with the figures that show it), then how to fix it."""
+    what, why, fix = REASONS[code]
+    where = f" in {cases} cases" if cases > 1 else ""
+    figures = f" ({'e.g. ' if cases > 1 else ''}{detail})" if detail else ""
+    return f"{what}{where}: {why}{figures}; {fix}"
+
+
+def case_confidence(
+    events: pd.DataFrame,
+    cases: pd.DataFrame,
+    meta: dict,
+    *,
+    violations: pd.Series | None = None,
+) -> pd.DataFrame:
+    """Per case: ``confidence`` (conclusive | inconclusive), ``inconclusive_reasons`` (sentences), and the same as
+    ``reason_codes`` (keys of REASONS) with ``reason_details`` (the case's figures)."""
+    cases = cases if cases is not None else pd.DataFrame(columns=["case_id"])
+    ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
+    if not ids:
+        return pd.DataFrame(columns=CONFIDENCE_COLUMNS)
+    case_of = events["case_id"].astype(str)
+    comp = events[events["kind"] == "compute"]
+    spans = comp.groupby(case_of[comp.index]).size().reindex(ids).fillna(0).astype(int)
+    compute_ms = ((comp["end_ns"] - comp["start_ns"]) / 1e6).groupby(case_of[comp.index]).median().reindex(ids)
+    traced = events[events["kind"].isin(["compute", "wait", "collective"])]
+    traced_ids = set(case_of[traced.index])
+    timed = events[["repeat", "iteration"]].assign(case_id=case_of).drop_duplicates()
+    iterations = timed.groupby("case_id").size().reindex(ids).fillna(0).astype(int)
+    world = events.groupby(case_of)["rank"].nunique().reindex(ids)
+    if not cases.empty and "world" in cases:
+        declared = pd.to_numeric(cases.drop_duplicates("case_id").set_index("case_id")["world"], errors="coerce")
+        declared.index = declared.index.astype(str)
+        world = declared.reindex(ids).fillna(world)
+    world = world.fillna(0).astype(int)
+    saturated = _saturated(cases, meta, ids, world)
+    crowded = oversubscribed_cases(cases, meta or {}) if not cases.empty and "world" in cases else frozenset()
+    residual = max([int(v.get("clock_residual_ns") or 0) for v in _rank_info(meta).values()] or [0])
+    bound_ms = 2 * residual / 1e6
+    violations = violations if violations is not None else pd.Series(dtype=float)
+    cores = (meta or {}).get("cpu_count")
+
+    rows = []
+    for case_id in ids:
+        found: list[tuple[str, str]] = []
+        if case_id not in traced_ids:
+            found.append(("untraced", ""))
+        else:
+            share = saturated[case_id] / max(spans[case_id], 1)
+            if share > SATURATION_SHARE:
+                found.append(
+                    (
+                        "saturated",
+                        f"{saturated[case_id]:.0f} kernel calls outlasted their modelled time against "
+                        f"{spans[case_id]} compute spans, more than {SATURATION_SHARE:.0%}",
+                    )
+                )
+            if case_id in crowded:
+                found.append(("oversubscribed", f"{world[case_id]} ranks with real compute on {cores} CPU cores"))
+            early = float(violations.get(case_id, 0.0) or 0.0)
+            if early > CLOCK_VIOLATION_SHARE:
+                found.append(("clocks", f"{early:.0%} of blocks, more than {CLOCK_VIOLATION_SHARE:.0%}"))
+            median_compute = compute_ms.get(case_id)
+            if bound_ms > 0 and pd.notna(median_compute) and bound_ms > CLOCK_BOUND_SHARE * median_compute:
+                found.append(
+                    ("clock_bound", f"+/-{_fmt_ms(bound_ms)} against {_fmt_ms(median_compute)} of compute per step")
+                )
+            if iterations[case_id] < MIN_ITERATIONS:
+                found.append(("iterations", f"{iterations[case_id]} timed iteration(s)"))
+            if world[case_id] < 2:
+                found.append(("one_rank", ""))
+        rows.append(
+            {
+                "case_id": case_id,
+                "confidence": INCONCLUSIVE if found else CONCLUSIVE,
+                "inconclusive_reasons": [reason_sentence(code, detail) for code, detail in found],
+                "reason_codes": [code for code, _ in found],
+                "reason_details": [detail for _, detail in found],
+            }
+        )
+    return pd.DataFrame(rows, columns=CONFIDENCE_COLUMNS)
+
+
+def run_reasons(confidence: pd.DataFrame, case_ids=None) -> list[str]:
+    """The reasons of the inconclusive cases (of ``case_ids``, default all), one sentence per reason: how many
+    cases it concerns, the figures of the first, and the fix."""
+    rows = confidence[confidence["confidence"] == INCONCLUSIVE]
+    if case_ids is not None:
+        rows = rows[rows["case_id"].isin(set(case_ids))]
+    by_code: dict[str, list[str]] = {}
+    for codes, details in zip(rows["reason_codes"], rows["reason_details"], strict=True):
+        for code, detail in zip(codes, details, strict=True):
+            by_code.setdefault(code, []).append(detail)
+    return [reason_sentence(code, details[0], len(details)) for code, details in by_code.items()]
+
+
+def inconclusive_cases(confidence: pd.DataFrame) -> frozenset[str]:
+    """The case ids of case_confidence rows that are inconclusive."""
+    if confidence.empty:
+        return frozenset()
+    return frozenset(confidence.loc[confidence["confidence"] == INCONCLUSIVE, "case_id"].astype(str))

@@ -1,0 +1,245 @@
+"""Every figure ringbench reports, defined once as a function of the record (ringbench/schema.py).
+
+The run summary (run.summarize_case), the analyses, the simulator's own summary, the report and the CI gate call
+these functions; none computes a figure of its own. docs/results.md ("Figures: one definition each") says why each
+definition is the one chosen.
+
+  step time        per iteration: last end - first start over every rank's ``iteration`` rows (both phases); a
+                   case reports the median over its iterations, with p10 / p90
+  fwd / bwd time   the same over the iteration rows of one phase
+  exposed comm     per iteration: the wait / collective time that lies on the iteration's critical path
+                   (analysis/stragglers.critical_path); ``exposed_comm_frac`` = median exposed ms / median step ms
+  overlap          overlap efficiency = hidden / comm, with comm the exchanges' time from post to block in hand
+                   (summed over ranks and steps) and hidden the part of it during which the rank was not blocked
+  imbalance        max / mean over ranks of compute ms per iteration (median over iterations); predicted: the same
+                   ratio of FLOPs, what the mask plan alone implies
+  tokens/s         batch x seq / median step time
+  TFLOP/s          useful (non-masked) FLOPs per iteration / median step time
+  transfer time    per received block: recv end - max(recv post, the sender's post); bandwidth = bytes / that
+
+A record without ``iteration`` rows (an imported trace) times its iterations by the extent of its spans, sends
+excepted (a send completes on the receiver's clock and may run past the end). Every function returns the columns
+it names, in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+ITER_KEYS = ["case_id", "repeat", "iteration"]
+ITERATION_COLUMNS = [*ITER_KEYS, "step_ms", "fwd_ms", "bwd_ms", "exposed_comm_ms", "gflop"]
+FIGURE_COLUMNS = [
+    "iterations",
+    "step_ms",
+    "step_ms_p10",
+    "step_ms_p90",
+    "fwd_ms",
+    "bwd_ms",
+    "tokens_per_s",
+    "tflops",
+    "exposed_comm_ms",
+    "exposed_comm_frac",
+    "exposed_comm_frac_p10",
+    "exposed_comm_frac_p90",
+]
+# The figures of the cases table (schema.CASE_COLUMNS) that case_figures defines.
+CASE_FIGURES = (
+    "step_ms",
+    "step_ms_p10",
+    "step_ms_p90",
+    "fwd_ms",
+    "bwd_ms",
+    "tokens_per_s",
+    "tflops",
+    "exposed_comm_ms",
+    "exposed_comm_frac",
+)
+COMM_STEP_KEYS = [*ITER_KEYS, "phase", "step", "rank"]
+COMM_STEP_COLUMNS = [*COMM_STEP_KEYS, "compute_ms", "comm_ms", "waited_ms", "hidden_ms"]
+RANK_WORK_COLUMNS = ["case_id", "rank", "gflop", "compute_ms"]
+IMBALANCE_COLUMNS = ["case_id", "imbalance", "predicted_imbalance", "slowest_rank", "busiest_rank"]
+
+
+def _ms(frame: pd.DataFrame) -> pd.Series:
+    return (frame["end_ns"] - frame["start_ns"]) / 1e6
+
+
+# -- time per iteration -------------------------------------------------------------------------------------------
+def _timed_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """The rows that time an iteration: ``iteration`` rows, or a case's spans (sends excepted) when it has none."""
+    columns = [*ITER_KEYS, "phase", "start_ns", "end_ns"]
+    is_iteration = events["kind"] == "iteration"
+    rows = events.loc[is_iteration, columns]
+    untimed = ~events["case_id"].isin(rows["case_id"].unique()) & ~events["kind"].isin(["send", "iteration"])
+    return pd.concat([rows, events.loc[untimed, columns]]) if untimed.any() else rows
+
+
+def _extent_ms(rows: pd.DataFrame) -> pd.Series:
+    grouped = rows.groupby(ITER_KEYS, observed=True, sort=True)
+    return (grouped["end_ns"].max() - grouped["start_ns"].min()).astype("float64") / 1e6
+
+
+def step_times(events: pd.DataFrame) -> pd.DataFrame:
+    """Per (case, repeat, iteration): ``step_ms``, ``fwd_ms``, ``bwd_ms`` (NaN without that phase)."""
+    if events.empty:
+        return pd.DataFrame(columns=[*ITER_KEYS, "step_ms", "fwd_ms", "bwd_ms"])
+    rows = _timed_rows(events)
+    out = pd.DataFrame({"step_ms": _extent_ms(rows)})
+    for phase in ("fwd", "bwd"):
+        out[f"{phase}_ms"] = _extent_ms(rows[rows["phase"] == phase]).reindex(out.index)
+    return out.reset_index()[[*ITER_KEYS, "step_ms", "fwd_ms", "bwd_ms"]]
+
+
+def exposed_comm(events: pd.DataFrame, path: pd.DataFrame | None = None, tol_ns: int | None = None) -> pd.DataFrame:
+    """Per (case, repeat, iteration): ``exposed_comm_ms``, the wait / collective time on the critical path.
+
+    NaN for an iteration recorded without spans (``run --no-trace``): not traced, never a made-up zero.
+    ``path``: an already computed critical_path(events) table (it carries the figure per iteration).
+    """
+    from ringbench.analysis.stragglers import DEFAULT_TOL_NS, critical_path  # the walk lives with its analysis
+
+    if path is None:
+        path = critical_path(events, tol_ns=DEFAULT_TOL_NS if tol_ns is None else tol_ns)
+    if path.empty:
+        return pd.DataFrame(columns=[*ITER_KEYS, "exposed_comm_ms"])
+    exposed = path.groupby(ITER_KEYS, observed=True, sort=True)["exposed_ms"].sum(min_count=1)
+    return exposed.rename("exposed_comm_ms").reset_index()
+
+
+def iteration_figures(events: pd.DataFrame, path: pd.DataFrame | None = None, tol_ns: int | None = None):
+    """Per (case, repeat, iteration): step, fwd and bwd ms, exposed communication ms and useful GFLOP."""
+    times = step_times(events)
+    if times.empty:
+        return pd.DataFrame(columns=ITERATION_COLUMNS)
+    spans = events["kind"].isin(["compute", "wait", "collective"])
+    exposed = exposed_comm(events, path, tol_ns) if spans.any() else pd.DataFrame(columns=[*ITER_KEYS])
+    times = times.merge(exposed, on=ITER_KEYS, how="left") if len(exposed) else times.assign(exposed_comm_ms=np.nan)
+    comp = events.loc[events["kind"] == "compute", [*ITER_KEYS, "flops"]]
+    gflop = (comp.groupby(ITER_KEYS, observed=True)["flops"].sum() / 1e9).rename("gflop")
+    times = times.merge(gflop.reset_index(), on=ITER_KEYS, how="left") if len(gflop) else times.assign(gflop=np.nan)
+    return times.astype({"exposed_comm_ms": float, "gflop": float})[ITERATION_COLUMNS]
+
+
+# -- the figures of a case ----------------------------------------------------------------------------------------
+def case_figures(
+    events: pd.DataFrame,
+    cases: pd.DataFrame | None = None,
+    *,
+    by: Sequence[str] = ("case_id",),
+    path: pd.DataFrame | None = None,
+    tol_ns: int | None = None,
+) -> pd.DataFrame:
+    """Per case (``by``: ``("case_id",)`` over all repeats, or ``("case_id", "repeat")``): FIGURE_COLUMNS.
+
+    Medians over timed iterations. ``cases`` supplies batch and seq for tokens/s (NaN without them).
+    """
+    by = list(by)
+    per_iter = iteration_figures(events, path, tol_ns)
+    if per_iter.empty:
+        return pd.DataFrame(columns=[*by, *FIGURE_COLUMNS])
+    per_iter["frac"] = per_iter["exposed_comm_ms"] / per_iter["step_ms"].where(per_iter["step_ms"] > 0)
+    grouped = per_iter.groupby(by, observed=True, sort=False)
+    out = grouped[["step_ms", "fwd_ms", "bwd_ms", "exposed_comm_ms"]].median()
+    out["iterations"] = grouped.size()
+    steps = grouped["step_ms"].quantile([0.1, 0.9]).unstack()
+    out["step_ms_p10"], out["step_ms_p90"] = steps[0.1], steps[0.9]
+    fracs = grouped["frac"].quantile([0.1, 0.9]).unstack()
+    out["exposed_comm_frac_p10"], out["exposed_comm_frac_p90"] = fracs[0.1], fracs[0.9]
+    step_s = out["step_ms"].where(out["step_ms"] > 0) / 1e3
+    out["exposed_comm_frac"] = out["exposed_comm_ms"] / out["step_ms"].where(out["step_ms"] > 0)
+    gflop = grouped["gflop"].sum(min_count=1) / out["iterations"]  # useful work per timed iteration
+    out["tflops"] = gflop.where(gflop > 0) / step_s / 1e3
+    out["tokens_per_s"] = _tokens(out.index, by, cases) / step_s
+    return out.reset_index()[[*by, *FIGURE_COLUMNS]]
+
+
+def _tokens(index: pd.Index, by: list[str], cases: pd.DataFrame | None) -> np.ndarray:
+    """batch x seq per row of ``index`` (NaN where the cases table does not say)."""
+    ids = index.get_level_values("case_id") if isinstance(index, pd.MultiIndex) else index
+    if cases is None or cases.empty or not {"case_id", "batch", "seq"} <= set(cases.columns):
+        return np.full(len(ids), np.nan)
+    first = cases.drop_duplicates("case_id").set_index("case_id")
+    tokens = pd.to_numeric(first["batch"], errors="coerce") * pd.to_numeric(first["seq"], errors="coerce")
+    return tokens.reindex(ids).to_numpy(float)
+
+
+# -- overlap: how much of the exchanges' time the ranks did not spend blocked --------------------------------------
+def comm_by_step(events: pd.DataFrame) -> pd.DataFrame:
+    """Per (case, repeat, iteration, phase, step, rank): compute ms, comm ms (recv spans: post .. block in hand,
+    plus collectives), waited ms (wait spans plus collectives: blocked) and hidden ms = max(comm - waited, 0)."""
+    kinds = ["compute", "recv", "wait", "collective"]
+    spans = events.loc[events["kind"].isin(kinds), [*COMM_STEP_KEYS, "kind"]]
+    if spans.empty:
+        return pd.DataFrame(columns=COMM_STEP_COLUMNS)
+    spans = spans.assign(ms=_ms(events.loc[spans.index]))
+    table = spans.groupby([*COMM_STEP_KEYS, "kind"], observed=True, sort=False)["ms"].sum().unstack("kind")
+    table = table.reindex(columns=kinds).fillna(0.0).sort_index()
+    out = pd.DataFrame(index=table.index)
+    out["compute_ms"] = table["compute"]
+    out["comm_ms"] = table["recv"] + table["collective"]  # a collective blocks the rank: comm and waited
+    out["waited_ms"] = table["wait"] + table["collective"]
+    out["hidden_ms"] = (out["comm_ms"] - out["waited_ms"]).clip(lower=0.0)
+    return out.reset_index()[COMM_STEP_COLUMNS]
+
+
+def overlap_efficiency(steps: pd.DataFrame, by: Sequence[str] = ("case_id",)) -> pd.Series:
+    """sum hidden / sum comm of comm_by_step rows per ``by`` (1: fully hidden; 0: ``sync``; NaN: no exchange)."""
+    if steps.empty:
+        return pd.Series(dtype=float, name="overlap_efficiency")
+    totals = steps.groupby(list(by), observed=True, sort=False)[["comm_ms", "hidden_ms"]].sum()
+    return (totals["hidden_ms"] / totals["comm_ms"].where(totals["comm_ms"] > 0)).rename("overlap_efficiency")
+
+
+# -- balance -------------------------------------------------------------------------------------------------------
+def rank_work(events: pd.DataFrame) -> pd.DataFrame:
+    """Per (case, rank): GFLOP and compute ms per iteration (sums over the iteration, median over iterations)."""
+    comp = events.loc[events["kind"] == "compute", [*ITER_KEYS, "rank", "flops"]]
+    if comp.empty:
+        return pd.DataFrame(columns=RANK_WORK_COLUMNS)
+    comp = comp.assign(gflop=comp["flops"] / 1e9, compute_ms=_ms(events.loc[comp.index]))
+    per_iter = comp.groupby([*ITER_KEYS, "rank"], observed=True)[["gflop", "compute_ms"]].sum()
+    work = per_iter.groupby(level=["case_id", "rank"], observed=True).median()
+    return work.reset_index()[RANK_WORK_COLUMNS]
+
+
+def imbalance(work: pd.DataFrame) -> pd.DataFrame:
+    """Per case, from rank_work rows: measured and predicted imbalance (max / mean over ranks), the slowest rank
+    (most compute ms) and the busiest one (most FLOPs). 1.0 is perfect balance."""
+    if work.empty:
+        return pd.DataFrame(columns=IMBALANCE_COLUMNS)
+    grouped = work.groupby("case_id", observed=True, sort=False)
+    ms, gflop = grouped["compute_ms"], grouped["gflop"]
+    out = pd.DataFrame(
+        {
+            "imbalance": ms.max() / ms.mean().where(ms.mean() > 0),
+            "predicted_imbalance": gflop.max() / gflop.mean().where(gflop.mean() > 0),
+            "slowest_rank": work.loc[ms.idxmax(), "rank"].to_numpy(np.int64),
+            "busiest_rank": work.loc[gflop.idxmax(), "rank"].to_numpy(np.int64),
+        }
+    )
+    return out.reset_index()[IMBALANCE_COLUMNS]
+
+
+# -- hops ----------------------------------------------------------------------------------------------------------
+def transfer_window(recv_start, recv_end, send_start) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per received block: (transfer start ns, transfer ms, upstream wait ms).
+
+    The block cannot leave before its sender posted it, so the link's part starts at max(recv post, send post)
+    (a missing send post counts as in time); what came before it was a wait for a late sender, not the link.
+    """
+    recv_start, recv_end = np.asarray(recv_start, float), np.asarray(recv_end, float)
+    send_start = np.asarray(send_start, float)
+    start = np.fmax(recv_start, send_start)
+    transfer_ms = np.clip((recv_end - start) / 1e6, 0.0, None)
+    upstream_ms = np.clip(np.nan_to_num(send_start - recv_start) / 1e6, 0.0, None)
+    return start, transfer_ms, upstream_ms
+
+
+def bandwidth_gbps(nbytes, transfer_ms) -> np.ndarray:
+    """Achieved bandwidth, GB/s: bytes / transfer time (NaN for a zero time)."""
+    seconds = np.asarray(transfer_ms, float) / 1e3
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(seconds > 0, np.asarray(nbytes, float) / seconds / 1e9, np.nan)
