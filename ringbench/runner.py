@@ -132,8 +132,9 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
                 kernel.pacer.reset_counts()  # count only timed iterations (warm-up pays one-off allocations)
             if progress is not None:
                 progress.set_iteration(iteration)
-            session.ops.barrier()  # every iteration starts together (bounded by the group's timeout)
             with _maybe_profile(profile_path if iteration == profiled else None, device) as capture:
+                # The profiler starts before the barrier, so its own start-up cost does not skew the ranks.
+                session.ops.barrier()  # every iteration starts together (bounded by the group's timeout)
                 recorder.capture = capture
                 start = timeline.begin_iteration()
                 with capture.iteration(iteration) if capture is not None else contextlib.nullcontext():

@@ -18,6 +18,7 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "run_cmd",
     "analyze_cmd",
+    "check_timeline_cmd",
     "report_cmd",
     "compare_cmd",
     "baseline_cmd",

@@ -17,7 +17,7 @@ def main() -> int:
     import torch.distributed as dist
 
     from ringbench.dist import init_launched
-    from ringbench.runner import run_case
+    from ringbench.runner import open_session, run_case
     from ringbench.scenario import Case
     from ringbench.topology.netns import RESULT_PREFIX
 
@@ -25,9 +25,10 @@ def main() -> int:
         spec = json.load(handle)
     settings = spec["settings"]
     env = init_launched(float(settings["timeout"]), "cpu")
+    session = open_session(env)
     for index, fields in enumerate(spec["cases"]):
         case = Case(**fields)
-        result = run_case(case, env=env, progress=None, settings=settings, case_index=index, repeat=0)
+        result = run_case(case, session=session, progress=None, settings=settings, case_index=index, repeat=0)
         sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
         sys.stdout.flush()
     dist.barrier()
