@@ -27,8 +27,8 @@ from ringbench.errors import RunFailure, UsageError
 PHASE_CODES = {"setup": 0, "fwd": 1, "bwd": 2, "done": 3, "check": 4}
 PHASE_NAMES = {code: name for name, code in PHASE_CODES.items()}
 _SLOTS = 4  # case index, phase code, iteration, ring step
-_STARTUP_S = 120.0
-_ABORT_CODES = (-6, 134)  # SIGABRT: how NCCL's watchdog ends a process whose collective timed out  # extra allowance before the first progress mark (spawning and importing torch)
+_STARTUP_S = 120.0  # extra allowance before the first progress mark (spawning and importing torch)
+_ABORT_CODES = (-6, 134)  # SIGABRT: how NCCL's watchdog ends a process whose collective timed out
 
 
 class Progress:
