@@ -22,6 +22,7 @@ import pandas as pd
 
 from ringbench import store
 from ringbench.errors import RunFailure, UsageError
+from ringbench.kernels import get_kernel
 from ringbench.launch import launch_local
 from ringbench.metadata import collect_metadata
 from ringbench.runner import rank_worker
@@ -119,6 +120,8 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         "passed": passed,
         "status": "ok",
         "peak_mem_mb": float(np.nanmax(peaks)) if peaks and not np.isnan(peaks).all() else math.nan,
+        "emulated_gflops": _emulated_rate(per_rank),
+        "check_note": "; ".join(sorted({r["check_note"] for r in per_rank if r.get("check_note")})),
         "saturated_blocks": int(sum(int(r.get("saturated_blocks") or 0) for r in per_rank)),
     }
     return events, row
@@ -126,6 +129,12 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
 
 # Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
 CHECK_BUDGET_S = 60.0
+
+
+def _emulated_rate(per_rank: list[dict]) -> float:
+    """The emulated kernel's rate (every rank runs the same; emulated:auto's choice), NaN when not emulated."""
+    rates = [r.get("emulated_gflops") for r in per_rank if r.get("emulated_gflops") is not None]
+    return float(rates[0]) if rates else math.nan
 
 
 def run_settings(scenario: Scenario, trace: bool, *, profile_dir: Path | None = None, loopback: bool = False) -> dict:
@@ -245,6 +254,7 @@ def execute(
             events, row = summarize_case(case, per_rank, scenario, repeat)
             state.add(events, row)
             _note_ranks(state.meta, world, per_rank)
+            _note_case(state.meta, case, row)
             store.write_json(run_dir / store.META_FILE, state.meta)
             finished += 1
             if on_case is not None:
@@ -275,6 +285,14 @@ def _note_ranks(meta: dict, world: int, per_rank: list[dict]) -> None:
         summary["peak_mem_mb"] = max(summary["peak_mem_mb"], previous.get("peak_mem_mb", math.nan))
     meta["ranks"][str(world)] = summary
     meta.update(device_meta(per_rank))
+
+
+def _note_case(meta: dict, case: Case, row: dict) -> None:
+    """Per-case facts the metadata lists: the rate emulated:auto chose, what the check left out."""
+    if getattr(get_kernel(case.kernel), "auto", False):
+        meta.setdefault("emulated_auto", {})[case.case_id] = row["emulated_gflops"]
+    if row.get("check_note"):
+        meta.setdefault("check_notes", {})[case.case_id] = row["check_note"]
 
 
 def _profile_dir(state: RunState, profile: bool, iters: int) -> Path | None:
@@ -317,6 +335,7 @@ def _execute_launched(scenario, cases, *, out, trace, command, on_case, device, 
                 events, row = summarize_case(case, gathered, scenario, repeat)
                 state.add(events, row)
                 _note_ranks(state.meta, env.world, gathered)
+                _note_case(state.meta, case, row)
                 store.write_json(state.run_dir / store.META_FILE, state.meta)
                 finished += 1
                 if on_case is not None:

@@ -257,7 +257,7 @@ DEFAULT_SCENARIO = Scenario(
     mask=("causal",),
     layout=("contiguous", "zigzag"),
     buffer=("sync", "double"),
-    kernel=("torch", "emulated:5"),
+    kernel=("torch", "emulated:auto"),
     iters=6,
     warmup=2,
 )

@@ -78,3 +78,24 @@ def test_bad_files_raise_one_line(tmp_path, text, message):
 def test_missing_input_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         load_sample_set(tmp_path / "nope")
+
+
+def test_emulated_rates_that_differ_are_a_mismatch_and_survive_a_baseline(tmp_path):
+    import numpy as np
+
+    from ringbench.gate.baseline import read_baseline, write_baseline
+    from ringbench.gate.match import match_cases
+    from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, SampleSet
+
+    axes = {name: None for name in MATCH_FIELDS} | {"world": 4, "dtype": "float32", "kernel": "emulated:auto"}
+
+    def side(rate, name):
+        case = CaseSamples(axes=axes, emulated=True, case_ids=("c",), repeats=(np.ones(5),), emulated_gflops=rate)
+        meta = {"device_kind": "cpu", "backend": "gloo", "torch_version": "2.13.0", "emulated": True}
+        return SampleSet(source=name, kind="run", run_id=name, meta=meta, cases=(case,))
+
+    with pytest.raises(UsageError, match=r"emulated rate: 12 GFLOP/s \(baseline\) vs 20 \(current\)"):
+        match_cases(side(12.0, "a"), side(20.0, "b"))
+    assert match_cases(side(12.0, "a"), side(12.0, "b")).pairs
+    saved = read_baseline(write_baseline(side(12.0, "a"), tmp_path / "base.json"))
+    assert saved.cases[0].emulated_gflops == 12.0

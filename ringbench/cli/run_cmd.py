@@ -36,9 +36,15 @@ def _fmt(value: float, digits: int = 2) -> str:
 def _case_line(row: dict, done: int, total: int) -> str:
     label = " [emulated]" if row["emulated"] else ""
     check = "" if math.isnan(row["fwd_max_abs_err"]) else ("  check ok" if row["passed"] else "  [red]CHECK FAILED[/]")
+    kernel = row["kernel"]
+    rate = row.get("emulated_gflops")
+    if kernel == "emulated:auto" and rate is not None and not math.isnan(rate):
+        kernel += f" (chose {rate:g} GFLOP/s)"
+    if row.get("check_note"):
+        check += f" [{row['check_note']}]"
     return (
         f"[{done}/{total}] {row['mask']}/{row['layout']}/{row['buffer']}/{row['order']} w={row['world']} "
-        f"S={row['seq']} {row['kernel']}{label}: step {_fmt(row['step_ms'])} ms "
+        f"S={row['seq']} {kernel}{label}: step {_fmt(row['step_ms'])} ms "
         f"(p10 {_fmt(row['step_ms_p10'])}, p90 {_fmt(row['step_ms_p90'])}), "
         f"exposed comm {_fmt(100 * row['exposed_comm_frac'], 1)}%{check}"
     )

@@ -16,6 +16,8 @@ Layout of version 1::
      "unit": "ms",
      "cases": [{"case_id": ..., "axes": {<CASE_AXES and faults>}, "emulated": false,
                 "repeats": [[<step_ms of each iteration of repeat 0>], ...]}, ...]}
+A case may also carry "emulated_gflops" (the rate an emulated kernel ran at, e.g. the one emulated:auto chose);
+readers that predate it ignore it, and a case without it compares with any rate.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def baseline_document(samples: SampleSet) -> dict:
                 "case_id": case.case_ids[0],
                 "axes": {name: native(case.axes.get(name)) for name in MATCH_FIELDS},
                 "emulated": case.emulated,
+                **({"emulated_gflops": case.emulated_gflops} if case.emulated_gflops is not None else {}),
                 "repeats": [[round(float(value), 6) for value in repeat] for repeat in case.repeats],
             }
             for case in samples.cases
@@ -96,6 +99,7 @@ def _read_v1(document: dict, source: str) -> SampleSet:
                     emulated=bool(case.get("emulated", False)),
                     case_ids=(str(case.get("case_id", f"case{index}")),),
                     repeats=repeats,
+                    emulated_gflops=case.get("emulated_gflops"),
                 )
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

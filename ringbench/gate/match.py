@@ -7,7 +7,8 @@ naming every difference, unless the caller allows it.
 
 World and dtype are case axes, so matched cases always agree on them; at run level they differ when the two
 sides share no world size (or no dtype) at all, which is what a wrong ``--world``/``--dtype`` on one side looks
-like. A scenario that merely gained or lost a case still compares; the extra cases are listed as one-sided.
+like. A scenario that merely gained or lost a case still compares; the extra cases are listed as one-sided. Two emulated
+cases that ran at different rates (``emulated:auto`` chose differently on two machines) are a mismatch too.
 With mismatches allowed, a field that has one value per side (e.g. bf16 vs fp16) is dropped from the matching key
 so that the otherwise-equal cases pair up.
 
@@ -129,6 +130,12 @@ def match_cases(baseline: SampleSet, current: SampleSet, *, allow_mismatch: bool
         if partner.emulated != case.emulated:
             mismatches.append(
                 f"emulated: {partner.emulated!r} (baseline) vs {case.emulated!r} (current) for case {case.case_ids[0]}"
+            )
+        rates = (partner.emulated_gflops, case.emulated_gflops)
+        if None not in rates and rates[0] != rates[1]:  # e.g. emulated:auto chose differently on each side
+            mismatches.append(
+                f"emulated rate: {rates[0]:g} GFLOP/s (baseline) vs {rates[1]:g} (current) for case "
+                f"{case.case_ids[0]}; pin the rate (emulated:GFLOPS) to gate on it"
             )
         pairs.append((partner, case))
 

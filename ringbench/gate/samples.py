@@ -65,6 +65,8 @@ class CaseSamples:
     """The case_id(s) the samples came from (one, unless a run repeated a case under several ids)."""
     repeats: tuple[np.ndarray, ...] = field(repr=False)
     """One 1-D float array of per-iteration step times (ms) per repeat; never empty arrays."""
+    emulated_gflops: float | None = None
+    """The emulated kernel's rate (GFLOP/s), notably the one ``emulated:auto`` chose; None when not emulated."""
 
     @property
     def key(self) -> tuple:
@@ -119,6 +121,14 @@ def _case_rows(cases: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def _rate(value) -> float | None:
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        return None
+    return rate if rate == rate else None  # NaN: not emulated
+
+
 def sample_set_from_run(run: RunData, source: str | None = None) -> SampleSet:
     """Group a run's iteration samples by case axes; (case, repeat) rows whose status is ``failed`` are left out."""
     samples = iteration_samples(run)
@@ -134,11 +144,13 @@ def sample_set_from_run(run: RunData, source: str | None = None) -> SampleSet:
             row = described.loc[case_id]
             axes = {name: native(row[name]) for name in MATCH_FIELDS}
             emulated = bool(native(row["emulated"]) or False)
+            rate = native(row["emulated_gflops"]) if "emulated_gflops" in row.index else None
         else:  # events without a cases row: still comparable by id, never silently dropped
             axes = {name: None for name in MATCH_FIELDS} | {"faults": f"case_id={case_id}"}
-            emulated = False
+            emulated, rate = False, None
         key = tuple(axes[name] for name in MATCH_FIELDS)
-        entry = grouped.setdefault(key, {"axes": axes, "emulated": emulated, "case_ids": [], "repeats": []})
+        entry = grouped.setdefault(key, {"axes": axes, "emulated": emulated, "case_ids": [], "repeats": [],
+                                         "rate": _rate(rate)})  # fmt: skip
         if case_id not in entry["case_ids"]:
             entry["case_ids"].append(str(case_id))
         entry["emulated"] = entry["emulated"] or emulated
@@ -150,6 +162,7 @@ def sample_set_from_run(run: RunData, source: str | None = None) -> SampleSet:
             emulated=entry["emulated"],
             case_ids=tuple(entry["case_ids"]),
             repeats=tuple(entry["repeats"]),
+            emulated_gflops=entry["rate"],
         )
         for entry in grouped.values()
     )
