@@ -5,7 +5,7 @@
 
 8 ranks, double buffering, forward and backward: 59 events per rank per iteration, so ~2,120 iterations. The
 report's trace is capped (whole iterations up to 100k spans); the timeline figure draws one iteration.
-``--detection N`` also measures the straggler detection rate over N randomised trials (ringbench.analysis.detection).
+``--detection N`` also measures the straggler detection rate over N randomised trials (ringbench.experiments.detection).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
         t1 = time.perf_counter()
         run = load_run(run_dir)
         t2 = time.perf_counter()
-        from ringbench.analysis.verdict import analyze, verdict_lines  # imported here: timed with the work
+        from ringbench.analysis.findings import analyze, verdict_lines  # imported here: timed with the work
         from ringbench.report import write_report
 
         analysis = analyze(run)
@@ -48,7 +48,7 @@ def main() -> None:
         print(f"analyze + report: {t4 - t2:.2f} s   (load + analyze + report: {t4 - t1:.2f} s; target <= 10 s)")
         print("verdict:", " | ".join(verdict_lines(analysis)))
     if args.detection:
-        from ringbench.analysis.detection import detection_rate
+        from ringbench.experiments.detection import detection_rate
 
         t5 = time.perf_counter()
         print("detection:", detection_rate(args.detection), f"({time.perf_counter() - t5:.1f} s)")

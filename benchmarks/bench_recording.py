@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from ringbench.run import execute
 from ringbench.scenario import Scenario
+from ringbench.sweep import execute
 
 
 def main() -> None:

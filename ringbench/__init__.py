@@ -7,8 +7,8 @@ Library use (inside any torch.distributed program)::
 
 from ringbench.api import build_context, reference_attention, ring_attention
 from ringbench.layout import shard, token_positions, unshard
-from ringbench.options import Buffer, Layout, Mask
 from ringbench.orders import parse_order
+from ringbench.vocab import Buffer, Layout, Mask
 
 __version__ = "0.1.0"
 

@@ -21,12 +21,12 @@ from ringbench.comm import RingComm
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import get_kernel
 from ringbench.layout import check_divisible
-from ringbench.options import Buffer, Layout, Mask
 from ringbench.orders import parse_order, validate_ring
 from ringbench.record import NullRecorder
 from ringbench.reference import attention
 from ringbench.ring import RingContext, ring_backward, ring_forward
 from ringbench.timeline import timeline_for
+from ringbench.vocab import Buffer, Layout, Mask
 
 
 def _group_world_rank(group) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ringbench.errors import UsageError
-from ringbench.options import Layout
+from ringbench.vocab import Layout
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,20 @@ def collect_git_metadata() -> dict:
     return {"git_commit": commit.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
 
 
-def collect_metadata(scenario, *, run_id: str, command: str, trace: bool) -> dict:
+def collect_environment(command: str = "") -> dict:
+    """What every results folder records about where and by what it was made (run, probe, import)."""
+    return {
+        "created": datetime.now(timezone.utc).isoformat(),
+        "command": command or " ".join(sys.argv),
+        "torch_version": torch.__version__,
+        "versions": collect_versions(),
+        **collect_host_metadata(),
+        **collect_git_metadata(),
+    }
+
+
+def collect_metadata(scenario, *, command: str, trace: bool) -> dict:
+    """A run's metadata before its first case (ringbench.results adds run_id and the schema version)."""
     from ringbench.faults import parse_fault
 
     worlds = list(scenario.world)
@@ -118,20 +131,14 @@ def collect_metadata(scenario, *, run_id: str, command: str, trace: bool) -> dic
     cases = scenario.cases()
     topology = scenario.load_topology() if scenario.topology else None
     return {
-        "run_id": run_id,
+        **collect_environment(command),
         "world": worlds[0] if len(worlds) == 1 else worlds,
         "topology": topology.to_dict() if topology is not None else None,
         "emulated_links": bool(scenario.emulate_links),
-        "created": datetime.now(timezone.utc).isoformat(),
-        "command": command or " ".join(sys.argv),
         "scenario": scenario.to_dict(),
         "scenario_source": scenario.source,
         "emulated": any(case.emulated for case in cases) or bool(scenario.emulate_links),
         "faults": [parse_fault(f).spec for f in scenario.faults],
         "trace": trace,
-        "torch_version": torch.__version__,
         **device,
-        "versions": collect_versions(),
-        **collect_host_metadata(),
-        **collect_git_metadata(),
     }

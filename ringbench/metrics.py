@@ -1,6 +1,6 @@
 """Every figure ringbench reports, defined once as a function of the record (ringbench/schema.py).
 
-The run summary (run.summarize_case), the analyses, the simulator's own summary, the report and the CI gate call
+The run summary (results.summarize_case), the analyses, the simulator's own summary, the report and the CI gate call
 these functions; none computes a figure of its own. docs/results.md ("Figures: one definition each") says why each
 definition is the one chosen.
 
@@ -8,7 +8,7 @@ definition is the one chosen.
                    case reports the median over its iterations, with p10 / p90
   fwd / bwd time   the same over the iteration rows of one phase
   exposed comm     per iteration: the wait / collective time that lies on the iteration's critical path
-                   (analysis/stragglers.critical_path); ``exposed_comm_frac`` = median exposed ms / median step ms
+                   (ringbench/critical_path.py); ``exposed_comm_frac`` = median exposed ms / median step ms
   overlap          overlap efficiency = hidden / comm, with comm the exchanges' time from post to block in hand
                    (summed over ranks and steps) and hidden the part of it during which the rank was not blocked
   imbalance        max / mean over ranks of compute ms per iteration (median over iterations); predicted: the same
@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+
+from ringbench.critical_path import DEFAULT_TOL_NS, critical_path, transfer_window  # noqa: F401 (transfer_window: a figure)
 
 ITER_KEYS = ["case_id", "repeat", "iteration"]
 ITERATION_COLUMNS = [*ITER_KEYS, "step_ms", "fwd_ms", "bwd_ms", "exposed_comm_ms", "gflop"]
@@ -99,7 +101,6 @@ def exposed_comm(events: pd.DataFrame, path: pd.DataFrame | None = None, tol_ns:
     NaN for an iteration recorded without spans (``run --no-trace``): not traced, never a made-up zero.
     ``path``: an already computed critical_path(events) table (it carries the figure per iteration).
     """
-    from ringbench.analysis.stragglers import DEFAULT_TOL_NS, critical_path  # the walk lives with its analysis
 
     if path is None:
         path = critical_path(events, tol_ns=DEFAULT_TOL_NS if tol_ns is None else tol_ns)
@@ -224,20 +225,6 @@ def imbalance(work: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- hops ----------------------------------------------------------------------------------------------------------
-def transfer_window(recv_start, recv_end, send_start) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per received block: (transfer start ns, transfer ms, upstream wait ms).
-
-    The block cannot leave before its sender posted it, so the link's part starts at max(recv post, send post)
-    (a missing send post counts as in time); what came before it was a wait for a late sender, not the link.
-    """
-    recv_start, recv_end = np.asarray(recv_start, float), np.asarray(recv_end, float)
-    send_start = np.asarray(send_start, float)
-    start = np.fmax(recv_start, send_start)
-    transfer_ms = np.clip((recv_end - start) / 1e6, 0.0, None)
-    upstream_ms = np.clip(np.nan_to_num(send_start - recv_start) / 1e6, 0.0, None)
-    return start, transfer_ms, upstream_ms
-
-
 def bandwidth_gbps(nbytes, transfer_ms) -> np.ndarray:
     """Achieved bandwidth, GB/s: bytes / transfer time (NaN for a zero time)."""
     seconds = np.asarray(transfer_ms, float) / 1e3

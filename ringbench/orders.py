@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from ringbench.errors import UsageError, bad_value
+from ringbench.fmt import ring_text
 
 ORDER_HELP = "identity, reverse, random:SEED, stride:K, or an explicit ring such as 0-3-1-2"
 
@@ -60,4 +61,4 @@ def validate_ring(ring: list[int] | tuple[int, ...], world: int, field: str = "o
 
 
 def format_ring(ring: list[int]) -> str:
-    return "-".join(str(rank) for rank in ring)
+    return ring_text(ring)

@@ -21,7 +21,7 @@ import torch
 
 from ringbench.kernels.base import BlockMask, MaskKind
 from ringbench.layout import Segment, segments
-from ringbench.options import Layout, Mask
+from ringbench.vocab import Layout, Mask
 
 
 @dataclass(frozen=True, slots=True)

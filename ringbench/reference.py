@@ -29,7 +29,7 @@ import torch
 from ringbench.errors import bad_value
 from ringbench.inputs import CHUNK_TOKENS, token_block, token_rows
 from ringbench.layout import token_positions
-from ringbench.options import Mask
+from ringbench.vocab import Mask
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,10 @@ import torch.distributed as dist
 from ringbench.comm import RingComm, Transfer
 from ringbench.kernels.base import BlockKernel, block_flops, stats_dtype
 from ringbench.merge import merge_into
-from ringbench.options import Buffer, Layout, Mask
 from ringbench.plan import PairPlan, pair_plan
 from ringbench.record import NullRecorder
 from ringbench.timeline import HostTimeline
+from ringbench.vocab import Buffer, Layout, Mask
 
 
 @dataclass(kw_only=True, slots=True)

@@ -21,9 +21,8 @@ from ringbench.errors import UsageError, bad_value
 from ringbench.faults import check_faults, parse_fault
 from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.layout import check_divisible
-from ringbench.options import Buffer, Layout, Mask
 from ringbench.orders import ORDER_HELP, format_ring, parse_order
-from ringbench.selfcheck import DTYPES
+from ringbench.vocab import DTYPES, Buffer, Layout, Mask
 
 AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel")
 INT_AXES = ("world", "seq", "heads", "head_dim", "batch")

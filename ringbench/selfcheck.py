@@ -1,8 +1,9 @@
-"""Exactness self-check: every ring variant against float64 single-device attention, forward and backward.
+"""Exactness harness: every ring variant against float64 single-device attention, forward and backward.
 
-Each rank builds the same full Q, K, V (same seed), computes the float64 reference and its gradients, runs the
-ring on its own shard and reports the largest absolute errors of its rows. Used by the test suite and by
-``ringbench selfcheck``.
+Each rank builds the same full Q, K, V (same seed, small shapes), computes the float64 reference and its gradients,
+runs the ring on its own shard and reports the largest absolute errors of its rows. The test suite drives it
+(tests/test_ring_exact.py); from Python: ``run_selfcheck(world, all_cases(world))``. Tolerances per dtype are
+ringbench.vocab.TOLERANCE, the same the runs are checked against.
 """
 
 from __future__ import annotations
@@ -13,17 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from ringbench.api import build_context, reference_attention, ring_attention
+from ringbench.fmt import ring_text
 from ringbench.layout import shard
-
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-# Largest absolute error allowed against the float64 reference, forward and backward, per input dtype.
-TOLERANCE = {
-    "float64": (1e-10, 1e-9),
-    "float32": (1e-5, 5e-5),
-    "bfloat16": (2e-2, 5e-2),
-    "float16": (4e-3, 1e-2),
-}
+from ringbench.vocab import DTYPES, TOLERANCE
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,7 +40,7 @@ class CheckCase:
 def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **shape) -> list[CheckCase]:
     orders = ["identity", "reverse", "random:7", "stride:2"]
     if world >= 3:
-        orders.append("-".join(str(r) for r in [0, *range(2, world), 1]))  # an explicit ring
+        orders.append(ring_text([0, *range(2, world), 1]))  # an explicit ring
     combos = itertools.product(
         ("none", "causal", "causal-naive"),
         ("contiguous", "zigzag", "striped"),

@@ -18,12 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ringbench.errors import UsageError
-from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA, READABLE_VERSIONS
+from ringbench.meta import RunMeta, read_meta
+from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
 
 EVENTS_FILE = "events.parquet"
 CASES_FILE = "cases.parquet"
 CASES_CSV = "cases.csv"
-META_FILE = "meta.json"
 
 
 @dataclass(slots=True)
@@ -33,15 +33,19 @@ class RunData:
     path: Path
     events: pd.DataFrame
     cases: pd.DataFrame
-    meta: dict = field(default_factory=dict)
+    meta: RunMeta = field(default_factory=RunMeta)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, RunMeta):
+            self.meta = RunMeta(self.meta)
 
     @property
     def run_id(self) -> str:
-        return str(self.meta.get("run_id", self.path.name))
+        return str(self.meta.run_id or self.path.name)
 
     @property
     def emulated(self) -> bool:
-        return bool(self.meta.get("emulated", False)) or bool(self.cases.get("emulated", pd.Series([False])).any())
+        return self.meta.emulated or bool(self.cases.get("emulated", pd.Series([False])).any())
 
 
 def atomic_write(path: Path, write) -> None:
@@ -88,25 +92,6 @@ def write_cases(run_dir: Path, cases: pd.DataFrame) -> None:
     cases = cases.reset_index(drop=True)
     atomic_write(Path(run_dir) / CASES_FILE, lambda handle: cases.to_parquet(handle, index=False))
     atomic_write(Path(run_dir) / CASES_CSV, lambda handle: handle.write(cases.to_csv(index=False).encode()))
-
-
-def read_meta(run_dir: Path) -> dict:
-    path = Path(run_dir) / META_FILE
-    if not Path(run_dir).is_dir():
-        raise UsageError(f"run_dir={str(run_dir)!r} is not a directory (expected a results/<run-id>/ folder)")
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"run_dir={str(run_dir)!r} is not a ringbench run: {META_FILE} is missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict):
-        raise UsageError(f"{path}: expected a JSON object, got {type(meta).__name__}")
-    version = meta.get("schema_version")
-    if version not in READABLE_VERSIONS:
-        allowed = ", ".join(str(v) for v in READABLE_VERSIONS)
-        raise UsageError(f"{path}: schema_version={version!r} is not supported; expected one of {allowed}")
-    return meta
 
 
 def load_run(run_dir: str | Path) -> RunData:

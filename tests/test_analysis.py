@@ -12,12 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from ringbench.analysis.balance import balance_cases, balance_ranks
-from ringbench.analysis.hops import hop_table, transfers
+from ringbench.analysis.findings import analyze, verdict_document, verdict_line, verdict_lines
+from ringbench.analysis.hops import hop_table
 from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
-from ringbench.analysis.stragglers import clock_tolerance_ns, critical_path, culprits, straggler_table
-from ringbench.analysis.verdict import analyze, verdict_document, verdict_line, verdict_lines
+from ringbench.analysis.stragglers import culprits, straggler_table
 from ringbench.cli.app import app
+from ringbench.critical_path import clock_tolerance_ns, critical_path, transfers
 from ringbench.simulate import SimConfig, simulate, simulate_run
 from ringbench.store import RunData, load_run
 
@@ -136,7 +137,7 @@ def test_no_fault_raises_no_alarm(seed):
 
 
 def test_detection_rate_over_random_trials():
-    from ringbench.analysis.detection import detection_rate
+    from ringbench.experiments.detection import detection_rate
 
     result = detection_rate(6, iterations=5, seed=5)
     assert result["faults"] == 12 and result["controls"] == 6

@@ -16,8 +16,7 @@ import torch.distributed as dist
 
 from ringbench.collectives import GroupOps
 from ringbench.launch import launch_local
-from ringbench.run import run_settings
-from ringbench.runner import rank_worker
+from ringbench.rank import RunSettings, rank_worker
 from ringbench.scenario import Scenario
 
 
@@ -108,7 +107,7 @@ def test_a_real_run_makes_every_collective_through_the_allowed_modules():
     scenario = Scenario(world=(2,), seq=(64,), heads=(1,), head_dim=(8,), buffer=("double", "allgather"), iters=2,
                         warmup=1)  # fmt: skip
     cases = list(enumerate(scenario.cases()))
-    settings = run_settings(scenario, trace=True)
+    settings = RunSettings.of(scenario)
     items = []
     launch_local(2, _guarded_worker, (cases, settings, 0), timeout_s=60,
                  on_item=lambda rank, item: items.append(item) or True)  # fmt: skip

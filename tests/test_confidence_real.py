@@ -13,10 +13,10 @@ import dataclasses
 
 import pytest
 
-from ringbench.analysis.verdict import analyze, verdict_document, verdict_lines
-from ringbench.run import execute
+from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
 from ringbench.scenario import Scenario, load_scenario
 from ringbench.store import load_run
+from ringbench.sweep import execute
 
 pytestmark = pytest.mark.slow
 

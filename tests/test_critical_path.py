@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from ringbench import metrics
-from ringbench.analysis.stragglers import critical_path, culprits, straggler_table
+from ringbench.analysis.stragglers import culprits, straggler_table
+from ringbench.critical_path import critical_path
 from ringbench.schema import EVENT_COLUMNS
 
 WAKE_MS = 0.05  # a wait lasts at least this long (a thread wakes up)

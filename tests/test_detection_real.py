@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
 from ringbench.analysis.stragglers import CLOCK_VIOLATION_SHARE
-from ringbench.analysis.verdict import analyze, verdict_document, verdict_lines
-from ringbench.run import execute
 from ringbench.scenario import Scenario
 from ringbench.store import load_run
+from ringbench.sweep import execute
 
 pytestmark = pytest.mark.slow
 

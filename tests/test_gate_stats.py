@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ringbench.gate.power import NoiseScenario, simulate_gate
 from ringbench.gate.samples import iteration_samples, sample_set_from_run
-from ringbench.gate.simulate import Scenario, simulate_gate
 from ringbench.gate.stats import (
     UNIT_CLUSTERED,
     UNIT_ITERATION,
@@ -96,17 +96,17 @@ SIMS = 2000
 
 @pytest.mark.parametrize("cv", [0.02, 0.09])
 def test_false_alarm_rate_of_a_a_comparisons(cv):
-    result = simulate_gate(Scenario(cv=cv), sims=SIMS, seed=10)
+    result = simulate_gate(NoiseScenario(cv=cv), sims=SIMS, seed=10)
     assert result.regression_rate <= 0.05
     assert result.regression_rate <= 0.01  # measured: 0.000 at 2% CV, about 0.004 at 9% CV
 
 
 def test_power_against_a_true_ten_percent_slowdown():
-    result = simulate_gate(Scenario(cv=0.02, slowdown=0.10), sims=SIMS, seed=11)
+    result = simulate_gate(NoiseScenario(cv=0.02, slowdown=0.10), sims=SIMS, seed=11)
     assert result.regression_rate >= 0.95  # measured: 1.000
     # At 9% CV, 20 iterations cannot reach that power (measured about 0.69): the reason to gate on big workloads
     # or to add repeats (next test).
-    noisy = simulate_gate(Scenario(cv=0.09, slowdown=0.10), sims=SIMS, seed=12)
+    noisy = simulate_gate(NoiseScenario(cv=0.09, slowdown=0.10), sims=SIMS, seed=12)
     assert 0.5 < noisy.regression_rate < 0.95
 
 
@@ -114,7 +114,7 @@ def test_three_repeats_keep_false_alarms_low_and_power_high():
     # Clustered unit: the bootstrap enters the p-value, so fewer (slower) simulations.
     config = GateConfig(resamples=1000)
     for cv, run_cv in ((0.02, 0.0), (0.01, 0.02)):
-        null = simulate_gate(Scenario(cv=cv, repeats=3, run_cv=run_cv), config=config, sims=200, seed=20)
-        slow = simulate_gate(Scenario(cv=cv, repeats=3, run_cv=run_cv, slowdown=0.1), config=config, sims=200, seed=21)
+        null = simulate_gate(NoiseScenario(cv=cv, repeats=3, run_cv=run_cv), config=config, sims=200, seed=20)
+        slow = simulate_gate(NoiseScenario(cv=cv, repeats=3, run_cv=run_cv, slowdown=0.1), config=config, sims=200, seed=21)
         assert null.regression_rate <= 0.05
         assert slow.regression_rate >= 0.95

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ringbench import metrics
-from ringbench.analysis.verdict import analyze, verdict_document
+from ringbench.analysis.findings import analyze, verdict_document
 from ringbench.cli.app import app
 from ringbench.simulate import SimConfig, simulate_run
 from ringbench.store import load_run

@@ -6,7 +6,8 @@ Tolerances per dtype live in ringbench.selfcheck.TOLERANCE (fp32: 1e-5 forward, 
 
 import pytest
 
-from ringbench.selfcheck import TOLERANCE, CheckCase, all_cases, run_selfcheck, within_tolerance
+from ringbench.selfcheck import CheckCase, all_cases, run_selfcheck, within_tolerance
+from ringbench.vocab import TOLERANCE
 
 
 def _assert_exact(cases, results):

@@ -176,7 +176,7 @@ def test_a_hang_with_no_live_peer_still_ends(tmp_path):
 def test_nan_errors_fail_the_check():
     import math
 
-    from ringbench.run import summarize_case
+    from ringbench.results import summarize_case
     from ringbench.scenario import Scenario
 
     scenario = Scenario(world=(1,), seq=(64,))

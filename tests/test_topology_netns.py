@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 
 from ringbench.errors import UsageError
-from ringbench.orders import format_ring
-from ringbench.topology import load_topology, netns, recommend
-from ringbench.topology.netns import (
+from ringbench.experiments import netns
+from ringbench.experiments.netns import (
     compare_orders_in_namespaces,
     namespaces_left,
     netns_unavailable,
     two_host_cluster,
 )
+from ringbench.orders import format_ring
+from ringbench.topology import load_topology, recommend
 
 TOPOLOGY = Path(__file__).parent / "data" / "topology" / "two_host_slow_net.yaml"  # the same 2 x 2 layout
 

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ringbench.analysis.placement import placement, shared_hop_costs
 from ringbench.cli.app import app
+from ringbench.report.html import render_section as section_html
+from ringbench.report.markdown import render_section as section_markdown
+from ringbench.report.placement import TITLE, placement_section
 from ringbench.simulate import SimConfig, simulate_run, write_simulated_run
 from ringbench.topology import load_topology
-from ringbench.topology.placement import TITLE, placement, placement_section, report_sections, shared_hop_costs
 
 DATA = Path(__file__).parent / "data" / "topology"
 TWO_HOSTS = load_topology(DATA / "two_host_slow_net.yaml")  # node0: ranks 0, 1; node1: ranks 2, 3
@@ -57,8 +60,9 @@ def test_section_is_escaped_html_and_markdown():
         source="<script>alert(1)</script>",
     )  # fmt: skip
     run = _run(_config((0, 2, 1, 3), "stride<b>|2"), topology=hostile)
-    title, html_text, markdown = placement_section(run)
-    assert title == TITLE
+    section = placement_section(run)
+    html_text, markdown = section_html(section), "\n".join(section_markdown(section))
+    assert section.title == TITLE
     assert "<script>" not in html_text and "&lt;script&gt;" in html_text
     assert "<b>" not in html_text and "stride&lt;b&gt;" in html_text
     assert "avoidable class" in html_text and "0-1-2-3" in html_text
@@ -67,9 +71,10 @@ def test_section_is_escaped_html_and_markdown():
 
 def test_no_topology_no_section_and_a_bad_one_is_a_note():
     run = simulate_run(_config((0, 1, 2, 3), "identity"))
-    assert placement_section(run) is None and report_sections(run) == []
+    assert placement_section(run) is None
     run.meta["topology"] = {"devices": "nope"}
-    _, html_text, markdown = placement_section(run)
+    section = placement_section(run)
+    html_text, markdown = section_html(section), "\n".join(section_markdown(section))
     assert "could not be read" in html_text and "could not be read" in markdown
 
 

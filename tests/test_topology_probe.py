@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
-from ringbench.run import new_run_id
+from ringbench.experiments.probe import ProbeSpec, format_bytes, parse_sizes, summarize
+from ringbench.meta import META_FILE
+from ringbench.results import new_run_id
 from ringbench.scenario import Scenario
 from ringbench.schema import SCHEMA_VERSION
-from ringbench.store import META_FILE, write_json
-from ringbench.topology.probe import ProbeSpec, format_bytes, parse_sizes, summarize
+from ringbench.store import write_json
 
 DATA = Path(__file__).parent / "data" / "topology"
 SLOW_PAIR = DATA / "three_rank_slow_pair.yaml"  # 1 <-> 2: 3 ms latency, 0.05 GB/s; the other pairs NV4
@@ -39,9 +40,10 @@ def test_probe_shows_the_emulated_slow_pair(probe_run):
     bandwidth = np.array([[np.nan if v is None else v for v in row] for row in document["bandwidth_gbps"]])
     slow = [(1, 2), (2, 1)]
     fast = [(0, 1), (1, 0), (0, 2), (2, 0)]
-    # 3000 us each way on the slow pair; loopback gloo elsewhere (well under a millisecond, even on a busy runner).
+    # 3000 us each way on the slow pair; loopback gloo elsewhere (well under a millisecond on an idle machine; a
+    # loaded 2-core runner can stretch one fast pair to a few ms, so the comparison is against their median).
     assert min(latency[p] for p in slow) > 2500, latency
-    assert min(latency[p] for p in slow) > 3 * max(latency[p] for p in fast), latency
+    assert min(latency[p] for p in slow) > 2 * np.median([latency[p] for p in fast]), latency
     assert max(bandwidth[p] for p in slow) < min(bandwidth[p] for p in fast), bandwidth
     assert 0.02 < bandwidth[1, 2] < 0.1, bandwidth  # the topology says 0.05 GB/s
     assert document["world"] == 3 and document["sizes"] == [8, 16384] and document["emulated_links"]
@@ -72,8 +74,8 @@ def test_recommend_reads_a_run_made_with_topology(tmp_path):
     from ringbench.metadata import collect_metadata
 
     scenario = Scenario(name="t", world=(4,), topology=str(DATA / "two_host_slow_net.yaml"), emulate_links=True)
-    run_dir = tmp_path / new_run_id(scenario)
-    meta = collect_metadata(scenario.validate(), run_id=run_dir.name, command="test", trace=True)
+    run_dir = tmp_path / new_run_id(scenario.name)
+    meta = collect_metadata(scenario.validate(), command="test", trace=True) | {"run_id": run_dir.name}
     write_json(run_dir / META_FILE, {**meta, "schema_version": SCHEMA_VERSION})  # what `run` writes first
     result = invoke("recommend", str(run_dir), "--current", "stride:2", "--json")
     assert result.exit_code == 0, result.output

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ringbench.analysis.hops import STEP_KEYS
+from ringbench.critical_path import STEP_KEYS
 from ringbench.metrics import case_figures, comm_by_step, overlap_efficiency
 
 RANK_STEP_KEYS = [*STEP_KEYS, "rank"]

@@ -1,30 +1,6 @@
 """Stragglers: the critical path of each iteration across all ranks, and which rank or link held the ring back.
 
-Critical path. A rank is blocked only by its own compute or by a wait for an exchange. Walking back in time from
-the rank that finished the iteration last, at cursor (rank r, time t) take the latest blocking span of r ending by t:
-
-  compute [cs, ce]   -> rank r is on the path for ce - cs; continue at (r, cs)
-  wait    [ws, we]   -> the exchange that ended it is the later of r's recv (from the predecessor) and r's own
-                        send (to the successor) that completed by we. If that was done by ws (within the clock
-                        tolerance), r never waited for it: r was busy until ws (``double``: computing on the
-                        block in hand while the exchange ran), so the wait is ``other`` and the walk continues at
-                        (r, ws). Otherwise its link is on the path for transfer_ms = end - max(post on r, post on
-                        the peer). If the peer posted later than r, r was waiting for the peer (upstream, not the
-                        link): continue on the peer at its post time; otherwise continue at (r, post on r).
-
-The first case is what makes the path right with double buffering: a rank that computes slower than the link
-moves its block always waits a few microseconds for an exchange that finished long before; jumping from there
-back to the exchange's post (the start of the step) would skip the very compute that held the ring back.
-
-Gaps between spans and wait tails after the completion stamp are ``other``. Each move goes back at least one span,
-so the walk loops over ring steps (vectorised over iterations), never over events.
-
-A ``collective`` span (the all-gather baseline) ends when the last rank joined it: the walk continues on the rank
-that posted it last (its time before that is ``other``); a collective is not a hop, so no link is named there.
-
-Exposed communication (ringbench/metrics.py) is the wait / collective time on the path: of a wait that the walk
-follows to its exchange, the part while the transfer was in flight; of a collective, the part after its last rank
-joined. It is what perfect overlap would win: the path would run through the compute beside the exchange instead.
+Critical path: ringbench/critical_path.py (the walk is part of the figures' definitions).
 
 Verdict. Per rank, compute time per unit of work (ms per GFLOP from the ``flops`` column, so that the mask plan's
 uneven work is not mistaken for slowness); per link, transfer time per MB, kept apart per phase and exchange (the
@@ -63,13 +39,10 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from ringbench.analysis.confidence import CLOCK_VIOLATION_SHARE, oversubscribed_cases  # noqa: F401 (re-exported)
-from ringbench.analysis.hops import STEP_KEYS, transfers
+from ringbench.analysis.confidence import CLOCK_VIOLATION_SHARE
+from ringbench.critical_path import DEFAULT_TOL_NS, GROUP_KEYS, critical_path_segments, transfers
 from ringbench.metrics import step_times
 
-GROUP_KEYS = ["case_id", "repeat", "iteration"]
-CRITICAL_PATH_COLUMNS = [*GROUP_KEYS, "resource", "rank", "src", "dst", "ms", "path_ms", "exposed_ms"]
-SEGMENT_COLUMNS = [*GROUP_KEYS, "resource", "rank", "src", "dst", "ms", "exposed_ms"]
 STRAGGLER_COLUMNS = [
     "case_id",
     "resource",
@@ -114,228 +87,6 @@ CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at le
 MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
 LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
 LINK_MIN_PEERS = 2  # a hop is judged against the median of at least two other hops (rings of >= 3 ranks)
-DEFAULT_TOL_NS = 20_000
-_TIME_BITS = 40  # sort key = (group-rank << 40) | time in ns since the iteration began (~18 min of headroom)
-
-
-def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, width: int, tol_ns: int):
-    """The blocking spans of every (iteration, rank), sorted by end, with where the walk continues after each."""
-    index = origin.index
-
-    def group_of(frame: pd.DataFrame) -> np.ndarray:
-        return index.get_indexer(pd.MultiIndex.from_frame(frame[GROUP_KEYS]))
-
-    comp = events.loc[events["kind"] == "compute", [*GROUP_KEYS, "rank", "start_ns", "end_ns"]]
-    g = group_of(comp)
-    rank = comp["rank"].to_numpy(np.int64)
-    parts = [
-        {
-            "g": g,
-            "rank": rank,
-            "start": comp["start_ns"].to_numpy(np.int64),
-            "end": comp["end_ns"].to_numpy(np.int64),
-            "kind": np.zeros(len(comp), np.int8),
-            "link_src": np.full(len(comp), -1),
-            "link_dst": np.full(len(comp), -1),
-            "link_ms": np.zeros(len(comp)),
-            "link_end": comp["end_ns"].to_numpy(np.int64),
-            "next_rank": rank,
-            "next_t": comp["start_ns"].to_numpy(np.int64),
-            "exposed_ms": np.zeros(len(comp)),
-        }
-    ]
-    waits = xfers[xfers["wait_ms"] > 0].rename(columns={"dst": "rank", "src": "pred"})
-    outgoing = xfers[[*STEP_KEYS, "ordinal", "src", "dst", "send_start_ns", "send_end_ns", "recv_start_ns"]].rename(
-        columns={"src": "rank", "dst": "succ", "recv_start_ns": "succ_post_ns"}
-    )
-    waits = (
-        waits.rename(columns={"send_start_ns": "pred_post_ns"})
-        .drop(columns="send_end_ns")
-        .merge(outgoing, on=[*STEP_KEYS, "ordinal", "rank"], how="left")
-    )
-    if len(waits):
-        we = waits["wait_end_ns"].to_numpy(float)
-        re, rs = waits["recv_end_ns"].to_numpy(float), waits["recv_start_ns"].to_numpy(float)
-        tr = waits["transfer_start_ns"].to_numpy(float)
-        ps = waits["pred_post_ns"].to_numpy(float)
-        se, ss = waits["send_end_ns"].to_numpy(float), waits["send_start_ns"].to_numpy(float)
-        succ_post = waits["succ_post_ns"].to_numpy(float)
-        # The send binds only if it completed after the recv and still before the wait ended.
-        by_send = np.nan_to_num(se, nan=-np.inf) > re
-        by_send &= np.nan_to_num(se, nan=np.inf) <= we + tol_ns
-        to = np.fmax(ss, succ_post)
-        own = waits["rank"].to_numpy(np.int64)
-        pred, succ = waits["pred"].to_numpy(np.int64), waits["succ"].fillna(-1).to_numpy(np.int64)
-        upstream_in = np.nan_to_num(ps, nan=-np.inf) > rs  # the predecessor posted after us: we waited on it
-        upstream_out = np.nan_to_num(succ_post, nan=-np.inf) > ss
-        link_end = np.where(by_send, se, re)
-        moved_from = np.where(by_send, to, tr)  # when the binding transfer began
-        ws = waits["wait_start_ns"].to_numpy(float)
-        # The exchange was still in flight when the rank began to wait: the wait is the exchange's. Otherwise the
-        # rank was busy until ws (double: computing beside the exchange) and the walk stays on it.
-        binding = link_end > ws + tol_ns
-        next_t = np.where(by_send, np.where(upstream_out, succ_post, ss), np.where(upstream_in, ps, rs))
-        next_rank = np.where(by_send, np.where(upstream_out, succ, own), np.where(upstream_in, pred, own))
-        # Exposed: the wait while the transfer was in flight (its wake-up tail would remain with perfect overlap).
-        in_flight = np.fmin(link_end, we) - np.fmax(ws, np.nan_to_num(moved_from, nan=-np.inf))
-        exposed = np.clip(in_flight, 0.0, we - ws) / 1e6
-        parts.append(
-            {
-                "g": group_of(waits),
-                "rank": own,
-                "start": ws.astype(np.int64),
-                "end": we.astype(np.int64),
-                "kind": np.ones(len(waits), np.int8),
-                "link_src": np.where(binding, np.where(by_send, own, pred), -1),
-                "link_dst": np.where(binding, np.where(by_send, succ, own), -1),
-                "link_ms": np.where(binding, np.clip((link_end - moved_from) / 1e6, 0.0, None), 0.0),
-                "link_end": link_end.astype(np.int64),
-                "next_rank": np.where(binding, next_rank, own),
-                "next_t": np.where(binding, np.minimum(next_t, link_end), ws).astype(np.int64),
-                "exposed_ms": np.where(binding, exposed, 0.0),
-            }
-        )
-    coll = events.loc[events["kind"] == "collective", [*STEP_KEYS, "rank", "start_ns", "end_ns"]]
-    if len(coll):
-        # A collective ends when the last rank joined: continue on that rank at its post (upstream) if it is not us.
-        last = coll.groupby(STEP_KEYS, observed=True)["start_ns"].transform("max").to_numpy(np.int64)
-        joiner = coll.sort_values("start_ns").groupby(STEP_KEYS, observed=True)["rank"].transform("last")
-        own = coll["rank"].to_numpy(np.int64)
-        cs = coll["start_ns"].to_numpy(np.int64)
-        late = last > cs + tol_ns
-        parts.append(
-            {
-                "g": group_of(coll),
-                "rank": own,
-                "start": cs,
-                "end": coll["end_ns"].to_numpy(np.int64),
-                "kind": np.full(len(coll), 2, np.int8),
-                "link_src": np.full(len(coll), -1),
-                "link_dst": np.full(len(coll), -1),
-                "link_ms": np.zeros(len(coll)),
-                "link_end": coll["end_ns"].to_numpy(np.int64),
-                "next_rank": np.where(late, joiner.reindex(coll.index).to_numpy(np.int64), own),
-                "next_t": np.where(late, last, cs),
-                "exposed_ms": (coll["end_ns"].to_numpy(np.int64) - np.where(late, last, cs)).clip(min=0) / 1e6,
-            }
-        )
-    el = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    base = origin.to_numpy(np.int64)[el["g"]]
-    for key in ("start", "end", "link_end", "next_t"):
-        el[key] = np.clip(el[key] - base, 0, (1 << _TIME_BITS) - 1)
-    el["gr"] = el["g"] * width + el["rank"]
-    el["key"] = (el["gr"] << _TIME_BITS) | el["end"]
-    order = np.argsort(el["key"], kind="stable")
-    return {key: value[order] for key, value in el.items()}
-
-
-def critical_path(
-    events: pd.DataFrame, xfers: pd.DataFrame | None = None, tol_ns: int = DEFAULT_TOL_NS
-) -> pd.DataFrame:
-    """Per iteration, the ms of the critical path spent on each rank's compute, on each link, and elsewhere.
-    (critical_path_segments gives the same table and the spans the walk went through.)
-
-    ``tol_ns`` absorbs clock-alignment residue between ranks (``clock_tolerance_ns(meta)`` reads the run's).
-    Dense: every rank and link of the case appears in every iteration (0 ms when off the path); ``path_ms`` is the
-    iteration's length from its first span (repeated on its rows). ``exposed_ms``: of a link's time on the path,
-    the part its receiving rank sat blocked (what overlap did not hide); on the ``other`` row, the collectives'
-    time on the path; summed over an iteration's rows, its exposed communication (metrics.exposed_comm).
-    An iteration without spans has NaN ``ms`` and ``exposed_ms``.
-    """
-    return critical_path_segments(events, xfers, tol_ns)[0]
-
-
-def critical_path_segments(
-    events: pd.DataFrame, xfers: pd.DataFrame | None = None, tol_ns: int = DEFAULT_TOL_NS
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(critical_path's table, the path's segments): one segment per span the walk went through, with the
-    resource it charged (``rank`` compute, ``link`` transfer; ``other``: a wait that did not bind, a collective),
-    its ms on the path and its exposed ms (SEGMENT_COLUMNS)."""
-    if xfers is None:
-        xfers = transfers(events)
-    steps = events[events["kind"].isin(["compute", "wait", "collective"])]
-    if steps.empty:
-        return pd.DataFrame(columns=CRITICAL_PATH_COLUMNS), pd.DataFrame(columns=SEGMENT_COLUMNS)
-    origin = events.groupby(GROUP_KEYS, observed=True, sort=True)["start_ns"].min()
-    width = int(events["rank"].max()) + 1
-    el = _elements(events, xfers, origin, width, tol_ns)
-
-    # Start each walk at the rank whose last blocking span ends last in the iteration.
-    last = np.r_[np.nonzero(np.diff(el["gr"]))[0], len(el["gr"]) - 1]  # last element of each (g, rank)
-    by_g = pd.DataFrame({"g": el["g"][last], "end": el["end"][last], "gr": el["gr"][last]})
-    start = by_g.loc[by_g.groupby("g")["end"].idxmax()]
-    cur_gr, t = start["gr"].to_numpy(np.int64).copy(), start["end"].to_numpy(np.int64).copy()
-    walk_g = start["g"].to_numpy(np.int64)
-    path_ns = t.copy()
-    contributions: list[tuple[np.ndarray, ...]] = []
-    active = np.ones(len(cur_gr), bool)
-    for _ in range(4 * int(np.bincount(el["gr"]).max()) + 16):
-        idx = np.searchsorted(el["key"], (cur_gr << _TIME_BITS) + t + tol_ns, side="right") - 1
-        for _retry in range(4):  # the span must begin before the cursor, or the walk would not move back
-            idx_c = np.clip(idx, 0, None)
-            ok = active & (idx >= 0) & (el["gr"][idx_c] == cur_gr)
-            back = ok & (el["start"][idx_c] >= t)
-            if not back.any():
-                break
-            idx = np.where(back, idx - 1, idx)
-        active = ok & (el["start"][idx_c] < t)
-        if not active.any():
-            break
-        sel, e = np.nonzero(active)[0], idx_c[active]
-        is_compute = el["kind"][e] == 0
-        dur_ms = np.where(is_compute, (el["end"][e] - el["start"][e]) / 1e6, el["link_ms"][e])
-        contributions.append(
-            (walk_g[sel], is_compute, el["rank"][e], el["link_src"][e], el["link_dst"][e], dur_ms, el["exposed_ms"][e])
-        )
-        next_gr = walk_g[sel] * width + el["next_rank"][e]
-        next_t = el["next_t"][e]
-        stuck = (next_gr == cur_gr[sel]) & (next_t >= t[sel])
-        cur_gr[sel], t[sel] = next_gr, next_t
-        active[sel[stuck]] = False
-    groups = origin.index.to_frame(index=False)
-    groups["g"] = np.arange(len(groups))
-    names = ["g", "is_compute", "rank", "src", "dst", "ms", "exposed_ms"]
-    if contributions:
-        cols = [np.concatenate(c) for c in zip(*contributions, strict=True)]
-        c = pd.DataFrame(dict(zip(names, cols, strict=True)))
-    else:
-        c = pd.DataFrame({name: [] for name in names})
-    c = c.astype({"g": "int64", "is_compute": bool, "rank": "int64", "src": "int64", "dst": "int64"})
-    segments = c.merge(groups, on="g", how="left")
-    segments["resource"] = np.where(segments["is_compute"], "rank", np.where(segments["src"] >= 0, "link", "other"))
-    segments["rank"] = np.where(segments["is_compute"], segments["rank"], -1)
-    return _dense_path(events, xfers, groups, walk_g, path_ns, c), segments[SEGMENT_COLUMNS]
-
-
-def _dense_path(events, xfers, groups, walk_g, path_ns, c) -> pd.DataFrame:
-    total_exposed = c.groupby("g")["exposed_ms"].sum().reindex(walk_g).fillna(0.0).to_numpy(float)
-    path = pd.DataFrame({"g": walk_g, "path_ms": path_ns / 1e6, "total_exposed": total_exposed})
-    ranks = c[c["is_compute"].astype(bool)].groupby(["g", "rank"], as_index=False)["ms"].sum()
-    links = c[~c["is_compute"].astype(bool)].groupby(["g", "src", "dst"], as_index=False)[["ms", "exposed_ms"]].sum()
-    # Dense: every (iteration, rank of its case) and (iteration, link of its case), 0 ms when off the path.
-    case_ranks = events[["case_id", "rank"]].drop_duplicates()
-    case_links = xfers[["case_id", "src", "dst"]].drop_duplicates()
-    dense_r = groups.merge(case_ranks, on="case_id").merge(ranks, on=["g", "rank"], how="left")
-    dense_r = dense_r.assign(resource="rank", src=-1, dst=-1, exposed_ms=0.0)
-    dense_l = groups.merge(case_links, on="case_id").merge(links, on=["g", "src", "dst"], how="left")
-    dense_l = dense_l.assign(resource="link", rank=-1)
-    out = pd.concat([dense_r, dense_l], ignore_index=True)
-    out[["ms", "exposed_ms"]] = out[["ms", "exposed_ms"]].fillna(0.0)
-    out = out.merge(path, on="g", how="left")
-    other = out.groupby("g", as_index=False).agg(
-        ms=("ms", "sum"),
-        exposed_ms=("exposed_ms", "sum"),
-        path_ms=("path_ms", "first"),
-        total=("total_exposed", "first"),
-    )
-    other["ms"] = (other["path_ms"] - other["ms"]).clip(lower=0.0)
-    other["exposed_ms"] = (other.pop("total") - other["exposed_ms"]).clip(lower=0.0)  # collectives: not a link
-    other = groups.merge(other, on="g").assign(resource="other", rank=-1, src=-1, dst=-1)
-    out = pd.concat([out, other], ignore_index=True).sort_values(["g", "resource", "rank", "src", "dst"])
-    unwalked = out["path_ms"].isna()  # an iteration without spans: not traced, nothing on its path is known
-    out.loc[unwalked, ["ms", "exposed_ms"]] = np.nan
-    out = out.astype({"rank": "int64", "src": "int64", "dst": "int64"})
-    return out[CRITICAL_PATH_COLUMNS].reset_index(drop=True)
 
 
 def _leave_one_out_median(values: np.ndarray) -> np.ndarray:
@@ -440,19 +191,6 @@ def clock_violations(xfers: pd.DataFrame, tol_ns: int = DEFAULT_TOL_NS) -> pd.Se
         return pd.Series(dtype=float)
     early = (xfers["send_start_ns"] - xfers["recv_end_ns"]) > tol_ns  # NaN sends compare False
     return early.groupby(xfers["case_id"], observed=True).mean()
-
-
-def clock_tolerance_ns(meta: dict | None) -> int:
-    """Twice the run's stored clock-alignment residual (``meta["ranks"][world]["clock_residual_ns"]``), and at
-    least DEFAULT_TOL_NS."""
-    residual = 0
-    for info in ((meta or {}).get("ranks") or {}).values():
-        if isinstance(info, dict):
-            try:
-                residual = max(residual, int(info.get("clock_residual_ns") or 0))
-            except (TypeError, ValueError):
-                continue
-    return max(DEFAULT_TOL_NS, 2 * residual)
 
 
 def straggler_table(

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="One JSON document on stdout (straggler_rank, slow_hop, cases, ...).")
         ] = False,
     ) -> None:
-        from ringbench.analysis.verdict import analyze, verdict_document, verdict_lines
+        from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
         from ringbench.store import load_run
 
         with cli_errors():

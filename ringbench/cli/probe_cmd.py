@@ -39,7 +39,7 @@ def _matrix_table(title: str, matrix, fmt: str) -> Table:
 def _render(result, run_dir: Path) -> None:
     import numpy as np
 
-    from ringbench.topology.probe import format_bytes
+    from ringbench.experiments.probe import format_bytes
 
     sizes = ", ".join(format_bytes(size) for size in result.sizes)
     where = f"emulated links from {result.emulated_from}" if result.emulated_from else f"{result.backend}"
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
         device: Annotated[Optional[str], typer.Option(help="cpu or cuda (default: cuda with a GPU per rank).")] = None,
         json_output: Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.")] = False,
     ) -> None:
-        from ringbench.topology.probe import run_probe, save_probe
+        from ringbench.experiments.probe import run_probe, save_probe
 
         with cli_errors():
             result = run_probe(

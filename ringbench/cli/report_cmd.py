@@ -21,10 +21,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from ringbench.report import write_report
         from ringbench.store import load_run
-        from ringbench.topology.placement import report_sections
 
         with cli_errors():
             run = load_run(run_dir)
-            folder = write_report(run, out, extra_sections=report_sections(run))
+            folder = write_report(run, out)
         console.print(f"report written: {folder}/ (report.html, report.md, trace.json, figures/)", markup=False)
         stdout.print(str(folder / "report.html"), markup=False)

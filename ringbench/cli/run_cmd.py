@@ -11,7 +11,6 @@ SLURM (MASTER_ADDR / MASTER_PORT exported by the batch script):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import shlex
 import sys
@@ -23,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ringbench.cli.common import cli_errors, console, emit_json
+from ringbench.fmt import json_value, number
 
 AXES_PANEL = "Sweep axes (repeatable; the cartesian product is run)"
 RUN_PANEL = "Run settings"
@@ -30,7 +30,7 @@ OUT_PANEL = "Output"
 
 
 def _fmt(value: float, digits: int = 2) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+    return number(value, f".{digits}f", missing="n/a")
 
 
 def _case_line(row: dict, done: int, total: int) -> str:
@@ -191,19 +191,15 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Run rings across a sweep; write results/<run-id>/ (events, cases, metadata)."""
-        from ringbench.run import execute
         from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
         from ringbench.store import load_run
+        from ringbench.sweep import execute, recorded_scenario
 
         with cli_errors():
-            base = load_scenario(scenario) if scenario else DEFAULT_SCENARIO
-            if resume is not None and scenario is None:
-                base = _resumed_scenario(resume)
-                # crash and hang faults end a run on purpose; resuming means finishing the rest without them
-                lasting = tuple(f for f in base.faults if not f.startswith(("crash:", "hang:")))
-                if lasting != base.faults:
-                    console.print("resume: crash/hang faults of the original run are not applied again")
-                    base = dataclasses.replace(base, faults=lasting)
+            if scenario:
+                base = load_scenario(scenario)
+            else:
+                base = recorded_scenario(resume) if resume is not None else DEFAULT_SCENARIO
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
                 layout=layout, buffer=buffer, order=order, kernel=kernel, backward=backward, iters=iters,
@@ -234,6 +230,8 @@ def register(app: typer.Typer) -> None:
                 )  # fmt: skip
             if state is None:  # a non-zero rank under torchrun / SLURM: rank 0 reports
                 return
+            for note in state.notes:
+                console.print(note)
             console.print(_summary_table(state.cases, emulated, list(chosen.faults)))
             run_data = load_run(state.run_dir)
             verdict = _verdict(run_data)
@@ -242,9 +240,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
             if report:
                 from ringbench.report.writer import write_report
-                from ringbench.topology.placement import report_sections
 
-                report_dir = write_report(run_data, Path("reports"), extra_sections=report_sections(run_data))
+                report_dir = write_report(run_data, Path("reports"))
                 console.print(f"wrote {report_dir}/ (report.html, report.md, trace.json, figures)")
             if json_out:
                 emit_json({"run_dir": str(state.run_dir), "emulated": emulated, "cases": _json_cases(state.cases)})
@@ -254,24 +251,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(1)
 
 
-def _resumed_scenario(run_dir: Path):
-    from ringbench.errors import UsageError
-    from ringbench.scenario import Scenario
-    from ringbench.store import read_meta
-
-    meta = read_meta(run_dir)
-    data = meta.get("scenario")
-    if not isinstance(data, dict):
-        raise UsageError(f"{run_dir}/meta.json: no scenario recorded; give the scenario file with --resume")
-    tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    try:
-        return Scenario(**tuples, source=str(meta.get("scenario_source", run_dir)))
-    except TypeError as exc:
-        raise UsageError(f"{run_dir}/meta.json: the recorded scenario is not readable ({exc})") from None
-
-
 def _verdict(run_data) -> str | None:
-    from ringbench.analysis.verdict import verdict_line
+    from ringbench.analysis.findings import verdict_line
 
     if not run_data.events["kind"].isin(["compute", "wait"]).any():
         return "not available: --no-trace recorded iteration times only"
@@ -281,13 +262,7 @@ def _verdict(run_data) -> str | None:
 def _json_cases(cases) -> list[dict]:
     records = []
     for row in cases.to_dict("records"):
-        clean = {}
-        for key, value in row.items():
-            if hasattr(value, "item"):
-                value = value.item()
-            if isinstance(value, float) and math.isnan(value):
-                value = None
-            clean[key] = value
+        clean = json_value(row)
         clean["ring"] = [int(r) for r in str(row["ring"]).split("-")]
         records.append(clean)
     return records

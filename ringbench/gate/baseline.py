@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from ringbench.errors import UsageError
+from ringbench.fmt import native
 from ringbench.gate.match import MUST_MATCH_META
-from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, SampleSet, native
+from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, SampleSet
 from ringbench.store import write_bytes
 
 BASELINE_FORMAT = "ringbench-baseline"

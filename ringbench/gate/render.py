@@ -5,14 +5,13 @@ All three say, next to every change, whether it is significant, and label emulat
 
 from __future__ import annotations
 
-import math
-
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from ringbench.fmt import json_value, native
 from ringbench.gate.compare import CaseComparison, Comparison
-from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, case_label, native, varying_fields
+from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, case_label, varying_fields
 from ringbench.gate.verdict import Verdict, describe_change
 
 JSON_FORMAT = "ringbench-compare"
@@ -180,21 +179,17 @@ def render_markdown(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def _finite(value: float) -> float | None:
-    return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
-
-
 def _case_document(case: CaseComparison) -> dict:
     return {
         "case_id": case.case_id,
         "axes": {name: native(case.axes.get(name)) for name in MATCH_FIELDS},
         "emulated": case.emulated,
-        "baseline_ms": _finite(case.baseline_ms),
-        "current_ms": _finite(case.current_ms),
-        "ratio": _finite(case.ratio),
-        "ci_low": _finite(case.ci_low),
-        "ci_high": _finite(case.ci_high),
-        "p_value": _finite(case.p_value),
+        "baseline_ms": json_value(case.baseline_ms),
+        "current_ms": json_value(case.current_ms),
+        "ratio": json_value(case.ratio),
+        "ci_low": json_value(case.ci_low),
+        "ci_high": json_value(case.ci_high),
+        "p_value": json_value(case.p_value),
         "unit": case.unit,
         "significant": case.significant,
         "verdict": case.verdict.value,
@@ -243,9 +238,9 @@ def comparison_document(comparison: Comparison) -> dict:
         "differences": list(comparison.differences),
         "summary": {
             "n_cases": summary.n_cases,
-            "geomean_ratio": _finite(summary.geomean_ratio),
-            "ci_low": _finite(summary.ci_low),
-            "ci_high": _finite(summary.ci_high),
+            "geomean_ratio": json_value(summary.geomean_ratio),
+            "ci_low": json_value(summary.ci_low),
+            "ci_high": json_value(summary.ci_high),
             "significant": summary.significant,
             "regressions": summary.regressions,
             "improvements": summary.improvements,

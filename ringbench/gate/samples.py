@@ -9,13 +9,13 @@ each a fresh process group) keep their own list, because iterations of one proce
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from ringbench.fmt import native
 from ringbench.metrics import step_times
 from ringbench.schema import CASE_AXES
 from ringbench.store import RunData
@@ -39,18 +39,6 @@ def iteration_samples(run: RunData) -> pd.DataFrame:
         return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
     times = step_times(events)  # the one definition of step time (ringbench/metrics.py)
     return times.sort_values(["case_id", "repeat", "iteration"]).reset_index(drop=True)[list(SAMPLE_COLUMNS)]
-
-
-def native(value: object) -> object:
-    """A JSON-friendly, hash-stable Python value: numpy scalars unwrapped, NaN -> None, 4096.0 -> 4096."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if value.is_integer():
-            return int(value)
-    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,8 +171,8 @@ _TIMING_REASONS = ("saturated", "clocks", "clock_bound")
 def timing_caveats(run: RunData) -> tuple[str, ...]:
     """Per case whose timings the confidence check does not trust: ``<case_id>: <reason>`` (distinct lines)."""
     from ringbench.analysis.confidence import case_confidence
-    from ringbench.analysis.hops import transfers
-    from ringbench.analysis.stragglers import clock_tolerance_ns, clock_violations
+    from ringbench.analysis.stragglers import clock_violations
+    from ringbench.critical_path import clock_tolerance_ns, transfers
 
     if run.events.empty or not run.events["kind"].isin(["compute", "wait"]).any():
         return ()

@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ringbench.fmt import ring_text
+from ringbench.meta import write_meta
 from ringbench.schema import CASE_AXES, CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
-from ringbench.store import META_FILE, write_cases, write_events, write_json
+from ringbench.store import write_cases, write_events
 
 DEFAULT_AXES: dict[str, object] = {
     "world": 4,
@@ -98,7 +100,7 @@ def write_synthetic_run(
         for repeat, iterations in enumerate(steps):
             row = dict.fromkeys(CASE_COLUMNS, np.nan)
             row |= {name: axes[name] for name in (*CASE_AXES, "faults")}
-            row |= {"case_id": case_id, "repeat": repeat, "ring": "-".join(map(str, range(int(axes["world"]))))}
+            row |= {"case_id": case_id, "repeat": repeat, "ring": ring_text(range(int(axes["world"])))}
             row |= {"emulated": emulated, "iters": len(iterations), "warmup": 2, "passed": True, "status": status}
             row |= {"step_ms": float(np.median(iterations))}
             case_rows.append(row)
@@ -106,5 +108,5 @@ def write_synthetic_run(
     write_events(run_dir, events)
     write_cases(run_dir, pd.DataFrame(case_rows, columns=list(CASE_COLUMNS)))
     document = DEFAULT_META | {"run_id": run_dir.name, "emulated": emulated} | dict(meta or {})
-    write_json(run_dir / META_FILE, document)
+    write_meta(run_dir, document, "simulate")  # made up, not measured
     return run_dir

@@ -6,11 +6,11 @@ same tables. Cells are plain strings here; each renderer escapes them for its fo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ringbench.analysis.findings import RunAnalysis, label_line, verdict_lines
 from ringbench.analysis.stragglers import (
     CONSISTENCY,
     LINK_MARGIN,
@@ -19,10 +19,8 @@ from ringbench.analysis.stragglers import (
     RANK_MARGIN,
     UNIT_QUANTILE,
 )
-from ringbench.analysis.verdict import RunAnalysis, label_line, verdict_lines
+from ringbench.fmt import number
 from ringbench.report import figures
-
-Section = tuple[str, str, str]  # (title, html, markdown): e.g. the placement section, supplied by its owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +29,17 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     note: str = ""
+    highlight: tuple[int, ...] = ()  # indices of rows to emphasise (e.g. flagged hops)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A titled part of the report after the main tables (e.g. placement): summary lines, tables, notes."""
+
+    title: str
+    lines: tuple[str, ...] = ()
+    tables: tuple[Table, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -40,23 +49,16 @@ class ReportContent:
     verdict: list[str]
     figures: list[figures.Png] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
-    extra_sections: list[Section] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
     meta: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
 def fmt(value, spec: str = ".2f") -> str:
     """A cell: numbers with ``spec``, NaN / None as an en dash, everything else as str."""
-    if value is None:
-        return "–"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "–" if isinstance(value, float) and math.isnan(value) else format(value, spec)
-    try:
-        if pd.isna(value):
-            return "–"
-    except (TypeError, ValueError):
-        pass
-    return str(value)
+    if isinstance(value, str):
+        return value
+    return number(value, spec, missing="–")
 
 
 def _table(title: str, frame: pd.DataFrame, columns: dict[str, tuple[str, str]], note: str = "") -> Table:
@@ -81,12 +83,15 @@ def ring_of(analysis: RunAnalysis, case_id: str) -> list[int]:
     return [int(r) for r in rows.drop_duplicates().sort_values("ring_position")["rank"]]
 
 
-def build_content(analysis: RunAnalysis, extra_sections=()) -> ReportContent:
+def build_content(analysis: RunAnalysis) -> ReportContent:
+    from ringbench.report.placement import placement_section
+
     run = analysis.run
     label = label_line(analysis)
     verdict = [line for line in verdict_lines(analysis) if line != label]  # the label has its own banner
     content = ReportContent(run_id=run.run_id, label=label, verdict=verdict)
-    content.extra_sections = [tuple(section) for section in extra_sections]
+    placement = placement_section(run, analysis.hops)
+    content.sections = [placement] if placement is not None else []
     focus = analysis.focus_case()
     top = analysis.headline()
     if focus is not None:

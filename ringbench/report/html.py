@@ -1,7 +1,7 @@
 """report.html: one self-contained file. Figures are inlined as base64 PNG; no script, no font, nothing fetched.
 
 Every string that comes from the run (ids, scenario and case names, paths, fault specs, the command line, table
-cells) goes through ``html.escape``. Extra sections' HTML is trusted: it is produced by ringbench code.
+cells, section lines) goes through ``html.escape``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from ringbench.report.content import ReportContent, Table
+from ringbench.report.content import ReportContent, Section, Table
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1150px;
@@ -24,14 +24,31 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 .note { color: #555; font-size: 0.85em; } .meta td { text-align: left; font-family: monospace; }
+tr.flagged td { color: #b00020; font-weight: bold; }
 """
 
 
-def _table(table: Table) -> str:
+def _table(table: Table, level: int = 2) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
-    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table.rows)
+    body = "".join(
+        ('<tr class="flagged">' if index in table.highlight else "<tr>")
+        + "".join(f"<td>{escape(cell)}</td>" for cell in row)
+        + "</tr>"
+        for index, row in enumerate(table.rows)
+    )
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
-    return f"<h2>{escape(table.title)}</h2>\n<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    heading = f"<h{level}>{escape(table.title)}</h{level}>"
+    return f"{heading}\n<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+
+
+def render_section(section: Section) -> str:
+    """One section of the content model: its lines as a list, its tables, its notes (every string escaped)."""
+    parts = [f"<h2>{escape(section.title)}</h2>"]
+    if section.lines:
+        parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in section.lines) + "</ul>")
+    parts.extend(_table(table, level=3) for table in section.tables)
+    parts.extend(f'<p class="note">{escape(note)}</p>' for note in section.notes)
+    return "\n".join(parts)
 
 
 def render_html(content: ReportContent) -> str:
@@ -57,8 +74,7 @@ def render_html(content: ReportContent) -> str:
             f'src="data:image/png;base64,{data}"><figcaption>{escape(figure.title)}</figcaption></figure>'
         )
     parts.extend(_table(table) for table in content.tables)
-    for title, html_body, _ in content.extra_sections:
-        parts.append(f"<h2>{escape(title)}</h2>\n{html_body}")
+    parts.extend(render_section(section) for section in content.sections)
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in content.meta)
     parts.append(f'<h2>Run</h2>\n<table class="meta">{rows}</table>')
     parts.append(

@@ -5,7 +5,7 @@ Figures are linked (figures/*.png next to the file). Cells escape ``|`` and newl
 
 from __future__ import annotations
 
-from ringbench.report.content import ReportContent, Table
+from ringbench.report.content import ReportContent, Section, Table
 
 
 def _cell(text: str) -> str:
@@ -16,10 +16,23 @@ def _table(table: Table) -> str:
     lines = [f"### {_cell(table.title)}", ""]
     lines.append("| " + " | ".join(_cell(c) for c in table.columns) + " |")
     lines.append("|" + "|".join("---" for _ in table.columns) + "|")
-    lines.extend("| " + " | ".join(_cell(cell) for cell in row) + " |" for row in table.rows)
+    for index, row in enumerate(table.rows):
+        cells = [_cell(cell) for cell in row]
+        if index in table.highlight and cells:
+            cells[-1] = f"**{cells[-1]}**"
+        lines.append("| " + " | ".join(cells) + " |")
     if table.note:
         lines += ["", f"_{_cell(table.note)}_"]
     return "\n".join(lines)
+
+
+def render_section(section: Section) -> list[str]:
+    lines = [f"## {_cell(section.title)}", ""]
+    lines += [f"- {_cell(line)}" for line in section.lines]
+    for table in section.tables:
+        lines += ["", _table(table)]
+    lines += [""] + [_cell(note) for note in section.notes] + [""]
+    return lines
 
 
 def render_markdown(content: ReportContent, figure_dir: str = "figures") -> str:
@@ -34,8 +47,8 @@ def render_markdown(content: ReportContent, figure_dir: str = "figures") -> str:
     lines += ["", "## Tables", ""]
     for table in content.tables:
         lines += [_table(table), ""]
-    for title, _, markdown in content.extra_sections:
-        lines += [f"## {_cell(title)}", "", markdown, ""]
+    for section in content.sections:
+        lines += render_section(section)
     lines += ["## Run", "", "| | |", "|---|---|"]
     lines += [f"| {_cell(k)} | {_cell(v)} |" for k, v in content.meta]
     lines += ["", "Trace: `trace.json` opens in https://ui.perfetto.dev or chrome://tracing.", ""]

@@ -6,11 +6,10 @@ Every file is replaced atomically (the store's writer), so a reader never sees h
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from pathlib import Path
 
-from ringbench.analysis.verdict import RunAnalysis, analyze
-from ringbench.report.content import Section, build_content
+from ringbench.analysis.findings import RunAnalysis, analyze
+from ringbench.report.content import build_content
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
 from ringbench.report.trace import DEFAULT_MAX_EVENTS, build_trace
@@ -27,18 +26,16 @@ def write_report(
     run: RunData,
     out_dir: str | Path = "reports",
     *,
-    extra_sections: Iterable[Section] = (),
     analysis: RunAnalysis | None = None,
     trace_max_events: int = DEFAULT_MAX_EVENTS,
 ) -> Path:
     """Write the report of ``run`` under ``out_dir/<run-id>/`` and return that folder.
 
-    ``extra_sections``: (title, html, markdown) tuples appended after the tables, e.g. the placement section
-    (topology against hops). ``analysis``: reuse one already computed by ``analyze(run)``.
+    ``analysis``: reuse one already computed by ``analyze(run)``.
     """
     analysis = analysis if analysis is not None else analyze(run)
     folder = Path(out_dir) / _safe_name(run.run_id)
-    content = build_content(analysis, extra_sections)
+    content = build_content(analysis)
     trace = build_trace(run.events, analysis.transfers, run.run_id, max_events=trace_max_events)
     if '"capped": true' in trace[:400]:
         content.notes.append(f"trace.json holds the first whole iterations up to {trace_max_events:,} spans.")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringbench.errors import bad_value
+from ringbench.fmt import ring_text
 from ringbench.topology.exact import MAX_EXACT, solve_exact
 from ringbench.topology.heuristic import hierarchical
 from ringbench.topology.model import Topology
@@ -75,7 +76,7 @@ class Recommendation:
     @property
     def order_arg(self) -> str:
         """The ``--order`` value for `ringbench run`, e.g. ``0-3-1-2``."""
-        return "-".join(str(rank) for rank in self.order)
+        return ring_text(self.order)
 
     @property
     def predicted_step_change_pct(self) -> float:

@@ -30,13 +30,13 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ringbench.errors import RunFailure, UsageError, bad_value
+from ringbench.errors import RunFailure, bad_value
 
 DEFAULT_SIZES = (8, 64 * 1024, 1024 * 1024)
 DEFAULT_REPEATS = 5
@@ -378,50 +378,30 @@ def _probe_launched(spec: ProbeSpec, device: str | None) -> list[dict] | None:
 # -- storing and drawing ----------------------------------------------------------------------------------------------
 
 
-def new_probe_id(out: Path) -> str:
-    base = run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + "-probe"
-    suffix = 1
-    while (out / run_id).exists():
-        suffix += 1
-        run_id = f"{base}-{suffix}"
-    return run_id
-
-
 def save_probe(result: ProbeResult, out: str | Path = "results", *, command: str = "") -> Path:
     """Write ``out/<run-id>/`` (meta.json, probe.parquet, probe_heatmap.png); returns that folder."""
     from ringbench import store
-    from ringbench.metadata import collect_host_metadata, collect_versions
-    from ringbench.schema import SCHEMA_VERSION
+    from ringbench.meta import META_FILE
+    from ringbench.metadata import collect_environment
+    from ringbench.results import ResultsFolder
 
-    out = Path(out)
-    run_id = new_probe_id(out)
-    run_dir = out / run_id
-    try:
-        run_dir.mkdir(parents=True)
-    except OSError as exc:
-        raise UsageError(f"out={str(out)!r} is not writable ({exc.strerror})") from None
     topology = result.topology()
     meta = {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "kind": "probe",
-        "created": datetime.now(timezone.utc).isoformat(),
-        "command": command,
+        **collect_environment(command),
         "world": result.world,
         "emulated": result.emulated_from is not None,
         "emulated_links": result.emulated_from is not None,
         "probe": result.to_dict(),
         "topology": topology.to_dict(),
-        "files": [store.META_FILE, PROBE_FILE, HEATMAP_FILE],
-        "versions": collect_versions(),
-        **collect_host_metadata(),
+        "files": [META_FILE, PROBE_FILE, HEATMAP_FILE],
     }
+    folder = ResultsFolder.create(out, "probe", meta, producer="probe")
     buffer = io.BytesIO()
     result.samples.to_parquet(buffer, index=False)
-    store.write_bytes(run_dir / PROBE_FILE, buffer.getvalue())
-    store.write_bytes(run_dir / HEATMAP_FILE, heatmap_png(result))
-    store.write_json(run_dir / store.META_FILE, meta)  # last: a folder with meta.json is complete
-    return run_dir
+    store.write_bytes(folder.run_dir / PROBE_FILE, buffer.getvalue())
+    store.write_bytes(folder.run_dir / HEATMAP_FILE, heatmap_png(result))
+    folder.finish()  # last: a folder whose meta.json says finished is complete
+    return folder.run_dir
 
 
 def heatmap_png(result: ProbeResult) -> bytes:

@@ -1,8 +1,10 @@
-"""The fixed vocabulary of a ring: mask modes, layouts and buffer strategies, and their parsing."""
+"""The fixed vocabulary of a ring: mask modes, layouts, buffer strategies and dtypes, and their parsing."""
 
 from __future__ import annotations
 
 from enum import Enum
+
+import torch
 
 from ringbench.errors import bad_value
 
@@ -39,3 +41,14 @@ class Buffer(_Choice):
     SYNC = "sync"  # blocking exchange, then compute: no overlap
     DOUBLE = "double"  # post the next exchange, compute the block in hand, then wait: two KV buffers
     ALLGATHER = "allgather"  # gather all K, V and compute locally: exact, O(S) memory per device
+
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Largest absolute error allowed against the float64 reference, forward and backward, per input dtype.
+TOLERANCE = {
+    "float64": (1e-10, 1e-9),
+    "float32": (1e-5, 5e-5),
+    "bfloat16": (2e-2, 5e-2),
+    "float16": (4e-3, 1e-2),
+}

@@ -26,10 +26,62 @@ from ringbench.kernels import get_kernel
 from ringbench.kernels.emulated import EmulatedKernel
 from ringbench.memory import peak_mb, reset_peak
 from ringbench.metadata import describe_device
-from ringbench.record import ListRecorder, NullRecorder
+from ringbench.record import ListRecorder
 from ringbench.reference import check_errors
-from ringbench.scenario import Case
+from ringbench.scenario import Case, Scenario
 from ringbench.timeline import timeline_for
+
+# Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
+CHECK_BUDGET_S = 60.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSettings:
+    """What every rank needs besides its cases. It crosses process boundaries (pickled to spawned ranks, JSON to
+    network-namespace ranks), so it is plain data, frozen, and validated where it is built."""
+
+    iters: int
+    """Timed iterations per case."""
+    warmup: int
+    """Untimed iterations before them."""
+    check: bool
+    """Compare outputs and gradients with the float64 reference."""
+    timeout: float
+    """Seconds any distributed wait may take."""
+    faults: tuple[str, ...] = ()
+    """Injected faults as canonical specs (ringbench.faults)."""
+    seed: int = 0
+    """Inputs are a function of (seed, token chunk)."""
+    trace: bool = True
+    """Record per-step spans (False: iteration times only)."""
+    link_model: dict | None = None
+    """Emulated links of a topology (Scenario.link_model), or None."""
+    profile_dir: str | None = None
+    """Where profiler captures go (run --profile), or None."""
+    loopback: bool = False
+    """A 1-rank ring exchanges with itself."""
+    check_budget_s: float = CHECK_BUDGET_S
+    """Seconds the check may take per case and rank before it samples rows."""
+
+    def __post_init__(self) -> None:
+        from ringbench.errors import bad_value
+
+        for name, low in (("iters", 1), ("warmup", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise bad_value(name, value, f"an integer >= {low}")
+        if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
+            raise bad_value("timeout", self.timeout, "a number of seconds > 0")
+        if not isinstance(self.faults, tuple):
+            object.__setattr__(self, "faults", tuple(self.faults))
+        for spec in self.faults:
+            parse_fault(spec)
+
+    @classmethod
+    def of(cls, scenario: Scenario, *, trace: bool = True, loopback: bool = False) -> RunSettings:
+        return cls(iters=scenario.iters, warmup=scenario.warmup, check=scenario.check, timeout=float(scenario.timeout),
+                   faults=tuple(scenario.faults), seed=scenario.seed, trace=trace, link_model=scenario.link_model(),
+                   loopback=loopback)  # fmt: skip
 
 
 class RunRecorder(ListRecorder):
@@ -82,7 +134,7 @@ def open_session(env, on_stall=None) -> RankSession:
                        on_stall=on_stall)  # fmt: skip
 
 
-def run_case(case: Case, *, session: RankSession, progress, settings: dict, case_index: int, repeat: int,
+def run_case(case: Case, *, session: RankSession, progress, settings: RunSettings, case_index: int, repeat: int,
              profile_path: Path | None = None) -> dict:  # fmt: skip
     """Run one case on this rank; returns its rows and figures for the parent.
 
@@ -95,9 +147,9 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
     device = env.device
     faults = RankFaults(
         rank=rank,
-        faults=tuple(parse_fault(f) for f in settings["faults"]),
-        seed=settings["seed"],
-        link_model=settings.get("link_model"),
+        faults=tuple(parse_fault(f) for f in settings.faults),
+        seed=settings.seed,
+        link_model=settings.link_model,
         ring=tuple(case.ring),
     )
     if progress is not None:
@@ -105,28 +157,28 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
     memory_method = reset_peak(device)
     # This rank's shards only, made on its device from (seed, token chunk): O(S/N) memory, the same global
     # tensors whatever the world size or layout.
-    inputs = {"seed": settings["seed"], "batch": case.batch, "heads": case.heads, "head_dim": case.head_dim,
+    inputs = {"seed": settings.seed, "batch": case.batch, "heads": case.heads, "head_dim": case.head_dim,
               "seq": case.seq, "dtype": case.dtype, "layout": case.layout, "world": world, "rank": rank}  # fmt: skip
     q, k, v, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
     q, k, v = (t.requires_grad_(case.backward) for t in (q, k, v))
 
     ring = case.ring
-    recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings["trace"], timeline=timeline)
+    recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings.trace, timeline=timeline)
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
     ctx = build_context(
         q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=ring, kernel=kernel,
-        timeout_s=settings["timeout"], recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
-        loopback=settings.get("loopback", False), on_stall=session.on_stall,
+        timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
+        loopback=settings.loopback, on_stall=session.on_stall,
     )  # fmt: skip
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
         emulated_gflops = _calibrate_rate(ctx, session, q, k, v, case.backward)
         kernel = ctx.kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
-    profiled = settings["iters"] - 1 if profile_path is not None else None
+    profiled = settings.iters - 1 if profile_path is not None else None
     origin = None
     out = grads = None
     try:
-        for iteration in range(-settings["warmup"], settings["iters"]):
+        for iteration in range(-settings.warmup, settings.iters):
             recorder.iteration = iteration
             if iteration == 0 and hasattr(kernel, "pacer"):
                 kernel.pacer.reset_counts()  # count only timed iterations (warm-up pays one-off allocations)
@@ -143,7 +195,7 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
                     if case.backward:
                         grads = torch.autograd.grad(out, (q, k, v), dout)
                     end = timeline.mark()
-                _settle(ctx, timeline, settings["timeout"], rank)
+                _settle(ctx, timeline, settings.timeout, rank)
                 recorder.capture = None
             if iteration >= 0:
                 # Iteration rows are kept even with tracing off: they carry the step times.
@@ -160,10 +212,10 @@ def run_case(case: Case, *, session: RankSession, progress, settings: dict, case
             ctx.comm.close()
     peak = peak_mb(device)
     check = None
-    if settings["check"]:
+    if settings.check:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
         check = check_errors(out=out.detach(), grads=grads, mask=case.mask, **inputs, device=device,
-                             budget_s=settings.get("check_budget_s"), tick=tick)  # fmt: skip
+                             budget_s=settings.check_budget_s, tick=tick)  # fmt: skip
     rows = recorder.rows
     # One origin for all ranks, on rank 0's clock: the earliest first-iteration start of any rank. (Each rank
     # subtracting its own start would misalign the ranks by their barrier-exit skew.)
@@ -232,7 +284,7 @@ def _row(iteration, phase, rank, ring, start, end) -> dict:
     }  # fmt: skip
 
 
-def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: dict, repeat: int) -> int:
+def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: RunSettings, repeat: int) -> int:
     """Entry point inside each local rank: run the cases, streaming each result to the parent."""
     session = open_session(worker_ctx.env, on_stall=worker_ctx.abort)
     for done, (index, case) in enumerate(cases):
@@ -244,12 +296,12 @@ def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: dict, repea
     return len(cases)
 
 
-def profile_path(settings: dict, case: Case, repeat: int, rank: int) -> Path | None:
+def profile_path(settings: RunSettings, case: Case, repeat: int, rank: int) -> Path | None:
     """Where this rank's profiler capture of the case goes (None when not profiling)."""
-    folder = settings.get("profile_dir")
+    folder = settings.profile_dir
     if not folder:
         return None
     return Path(folder) / case.case_id / f"r{repeat}-rank{rank}.json.gz"
 
 
-__all__ = ["NullRecorder", "RankSession", "RunRecorder", "open_session", "rank_worker", "run_case"]
+__all__ = ["RankSession", "RunRecorder", "RunSettings", "open_session", "rank_worker", "run_case"]

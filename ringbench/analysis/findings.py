@@ -27,16 +27,12 @@ from ringbench.analysis.confidence import (
     inconclusive_cases,
     run_reasons,
 )
-from ringbench.analysis.hops import hop_table, transfers
+from ringbench.analysis.hops import hop_table
 from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
-from ringbench.analysis.stragglers import (
-    clock_tolerance_ns,
-    clock_violations,
-    critical_path_segments,
-    culprits,
-    straggler_table,
-)
+from ringbench.analysis.stragglers import clock_violations, culprits, straggler_table
+from ringbench.critical_path import clock_tolerance_ns, critical_path_segments, transfers
+from ringbench.fmt import number
 from ringbench.metrics import case_figures
 from ringbench.store import RunData
 
@@ -210,11 +206,7 @@ def _summary(events, cases, figures, confidence, blame, per_case, balance) -> pd
 
 # -- words ---------------------------------------------------------------------------------------------------
 def _num(value, fmt: str = ".2f", none: str = "n/a") -> str:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return none
-    return none if math.isnan(value) else format(value, fmt)
+    return number(value, fmt, missing=none)
 
 
 def _nan(value) -> float:

@@ -1,4 +1,4 @@
-"""The placement section of a report: the run's ring hops against the topology's link classes.
+"""Placement: the run's ring hops against the topology's link classes.
 
 For each case of a run whose meta.json records a topology (``ringbench run --topology FILE``, or a probe run), the
 hops of its ring in order (position p sends to p+1), each with its link class, the cost model's price, and the
@@ -13,26 +13,21 @@ is not blamed on the link). Two flags:
 The predicted ratio of communication per step against the recommended ring prices NET hops between the same two
 hosts as sharing that network link (`shared_hop_costs`), as ``--emulate-links`` realises them.
 
-and the recommended order (`recommend`). `placement_section(run)` returns (title, html, markdown) for
-`write_report(..., extra_sections=[...])`, or None when the run has no topology. Every user string is escaped.
+and the recommended order (`recommend`). `placement(run)` is None when the run records no topology; the report
+renders it (ringbench/report/placement.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from html import escape
 
 import numpy as np
 import pandas as pd
 
-from ringbench.errors import UsageError
-
-TITLE = "Placement: ring hops against the topology"
 OUTLIER_FACTOR = 2.0
 OUTLIER_FLOOR_MS = 0.1
 MAX_CASES = 8
-MAX_HOP_ROWS = 32
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,7 +118,8 @@ def shared_hop_costs(topology, ring) -> tuple[list[int], list[float]]:
 
 
 def _hop_stats(events: pd.DataFrame) -> pd.DataFrame:
-    from ringbench.analysis.hops import hop_table, transfers
+    from ringbench.analysis.hops import hop_table
+    from ringbench.critical_path import transfers
 
     if events.empty or not (events["kind"] == "recv").any():
         return pd.DataFrame()
@@ -240,142 +236,3 @@ def _case_rows(stats: pd.DataFrame, case_id: str) -> tuple[pd.DataFrame, str]:
         rows = rows[rows["exchange"] == "kv"]  # the K/V block; the backward's dK/dV accumulator is another message
     phase = "fwd" if (rows["phase"] == "fwd").any() else str(rows["phase"].iloc[0])
     return rows[rows["phase"] == phase], phase
-
-
-# -- rendering -------------------------------------------------------------------------------------------------------
-
-
-def _num(value: float, fmt: str) -> str:
-    return "-" if value is None or not math.isfinite(value) else fmt.format(value)
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{label}×{count}" for label, count in sorted(counts.items())) or "-"
-
-
-def _summary_lines(result: Placement) -> list[str]:
-    lines = [
-        f"Topology: {result.topology_text}"
-        + (" — link costs EMULATED (injected delays), not a real network." if result.emulated_links else "."),
-        f"Recommended ring: {result.recommended} (worst hop {result.recommended_worst_class}, "
-        f"{result.recommended_worst_us:,.0f} us per message; hop classes {_counts(result.recommended_classes)}; "
-        f"{result.method}). Launch: ringbench run --order {result.recommended}",
-    ]
-    for case in result.cases:
-        flagged = case.flagged
-        verdict = (
-            "no slow hops" if not flagged else
-            f"{len(flagged)} flagged hop{'s' * (len(flagged) != 1)}: "
-            + ", ".join(f"{hop.src}→{hop.dst} {hop.link_class} ({'; '.join(hop.flags)})" for hop in flagged[:6])
-            + (", ..." if len(flagged) > 6 else "")
-        )  # fmt: skip
-        ring = "-".join(map(str, case.ring))
-        lines.append(
-            f"{case.order or ring} (ring {ring}): step {_num(case.step_ms, '{:.2f}')} ms; hop classes "
-            f"{_counts(case.class_counts)}; worst hop {case.worst_hop_class}"
-            + (
-                f" ({max(hop.share for hop in case.hops)} NET hops share one host pair's link)"
-                if any(hop.share > 1 for hop in case.hops)
-                else ""
-            )
-            + f"; the model predicts ×{case.predicted_speedup:.2f} the recommended ring's communication per step; "
-            f"{verdict}."
-        )
-    lines.extend(result.notes)
-    return lines
-
-
-HEADERS = ("p", "hop", "class", "sharing", "model (us)", "transfer ms (median)", "p10–p90", "GB/s", "flag")
-
-
-def _hop_cells(hop: PlacedHop) -> list[str]:
-    return [
-        str(hop.position),
-        f"{hop.src}→{hop.dst}",
-        hop.link_class,
-        f"{hop.share} hops" if hop.share > 1 else "",
-        f"{hop.model_us:,.0f}",
-        _num(hop.transfer_ms, "{:.3f}"),
-        f"{_num(hop.transfer_ms_p10, '{:.3f}')}–{_num(hop.transfer_ms_p90, '{:.3f}')}",
-        _num(hop.bandwidth_gbps, "{:.3g}"),
-        "; ".join(hop.flags),
-    ]
-
-
-def _shown_hops(case: CasePlacement) -> tuple[list[PlacedHop], str]:
-    if len(case.hops) <= MAX_HOP_ROWS:
-        return list(case.hops), ""
-    flagged = case.flagged[:MAX_HOP_ROWS]
-    return flagged, f"{len(case.hops)} hops: only flagged ones are listed ({len(case.flagged)})"
-
-
-def _model_note(result: Placement) -> str:
-    return (
-        f"Model: {result.model}. The predicted ratio per case also divides a network link's bandwidth among the "
-        "NET hops between the same two hosts."
-    )
-
-
-def render_html(result: Placement) -> str:
-    parts = [
-        '<ul class="placement">' + "".join(f"<li>{escape(line)}</li>" for line in _summary_lines(result)) + "</ul>"
-    ]
-    for case in result.cases:
-        hops, note = _shown_hops(case)
-        head = "".join(f"<th>{escape(name)}</th>" for name in HEADERS)
-        body = ""
-        for hop in hops:
-            cells = "".join(f"<td>{escape(cell)}</td>" for cell in _hop_cells(hop))
-            style = ' class="flagged" style="color:#b00020;font-weight:bold"' if hop.flags else ""
-            body += f"<tr{style}>{cells}</tr>"
-        ring = "-".join(map(str, case.ring))
-        title = f"{case.order or ring}: ring {ring}, {case.phase} transfers ({case.case_id})"
-        parts.append(f"<h3>{escape(title)}</h3>")
-        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-        if note:
-            parts.append(f'<p class="note">{escape(note)}</p>')
-    parts.append(f'<p class="note">{escape(_model_note(result))}</p>')
-    return "\n".join(parts)
-
-
-def _md_cell(text: str) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
-
-
-def render_markdown(result: Placement) -> str:
-    lines = [f"- {_md_cell(line)}" for line in _summary_lines(result)]
-    for case in result.cases:
-        hops, note = _shown_hops(case)
-        ring = "-".join(map(str, case.ring))
-        lines += ["", f"### {_md_cell(f'{case.order or ring}: ring {ring}, {case.phase} transfers ({case.case_id})')}"]
-        lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
-        for hop in hops:
-            cells = [_md_cell(cell) for cell in _hop_cells(hop)]
-            if hop.flags:
-                cells[-1] = f"**{cells[-1]}**"
-            lines.append("| " + " | ".join(cells) + " |")
-        if note:
-            lines += ["", _md_cell(note)]
-    lines += ["", _md_cell(_model_note(result))]
-    return "\n".join(lines)
-
-
-def placement_section(run, hops: pd.DataFrame | None = None) -> tuple[str, str, str] | None:
-    """(title, html, markdown) for `write_report(..., extra_sections=[...])`; None when the run has no topology.
-
-    A topology document that cannot be read gives a section saying so rather than failing the report.
-    """
-    try:
-        result = placement(run, hops)
-    except UsageError as exc:
-        line = f"The run's topology could not be read: {exc}"
-        return TITLE, f'<p class="note">{escape(line)}</p>', _md_cell(line)
-    if result is None:
-        return None
-    return TITLE, render_html(result), render_markdown(result)
-
-
-def report_sections(run) -> list[tuple[str, str, str]]:
-    """The extra sections this package adds to a report of ``run`` (empty without a topology)."""
-    section = placement_section(run)
-    return [section] if section is not None else []

@@ -8,8 +8,8 @@ Where injected delays (``--emulate-links``) model a cluster, this builds one out
 Ranks of one namespace reach each other through its local route (fast); every byte between the namespaces crosses
 the veth, whose token bucket (``tc qdisc ... tbf``) limits it to ``rate``, so ring hops between the two "hosts" share
 one slow link exactly as GPUs of two servers share their network link. Each rank is a separate process started
-with ``ip netns exec NS python -m ringbench.topology.netns_rank``; gloo binds to the namespace's veth
-(GLOO_SOCKET_IFNAME) and rank 0's address is the master. The rank runs cases with `ringbench.runner.run_case` and
+with ``ip netns exec NS python -m ringbench.experiments.netns_rank``; gloo binds to the namespace's veth
+(GLOO_SOCKET_IFNAME) and rank 0's address is the master. The rank runs cases with `ringbench.rank.run_case` and
 prints one JSON line per case; the parent summarises them like `ringbench run` does.
 
 Only addresses inside namespaces created here are touched (10.200.0.0/24 by default); everything is deleted in a
@@ -136,7 +136,7 @@ def namespaces_left(prefix: str = "rb") -> list[str]:
 def run_cases_in_namespaces(
     cluster: NetnsCluster,
     cases: Sequence,
-    settings: dict,
+    settings,
     *,
     ranks_per_host: int,
     timeout_s: float = 60.0,
@@ -144,7 +144,7 @@ def run_cases_in_namespaces(
     """Run ``cases`` (same world) on ranks split over the two namespaces; per case, the per-rank results.
 
     Ranks 0..ranks_per_host-1 live in the first namespace, the rest in the second (as a topology with two hosts
-    lists them). Every wait inside a rank is bounded by ``settings["timeout"]``; the whole launch by ``timeout_s``,
+    lists them). Every wait inside a rank is bounded by ``settings.timeout``; the whole launch by ``timeout_s``,
     after which the ranks are killed.
     """
     world = 2 * ranks_per_host
@@ -153,7 +153,7 @@ def run_cases_in_namespaces(
     master = cluster.hosts[0].address
     with tempfile.TemporaryDirectory(prefix="ringbench-netns-") as folder:
         spec_path = Path(folder) / "spec.json"
-        spec_path.write_text(json.dumps({"cases": [dataclasses.asdict(c) for c in cases], "settings": settings}))
+        spec_path.write_text(json.dumps({"cases": [dataclasses.asdict(c) for c in cases], "settings": dataclasses.asdict(settings)}))
         procs = []
         try:
             for rank in range(world):
@@ -166,7 +166,7 @@ def run_cases_in_namespaces(
                     "PYTHONPATH": os.pathsep.join(p for p in (str(_REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
                     "RINGBENCH_NETNS_SPEC": str(spec_path),
                 }  # fmt: skip
-                command = ["ip", "netns", "exec", host.namespace, sys.executable, "-m", "ringbench.topology.netns_rank"]
+                command = ["ip", "netns", "exec", host.namespace, sys.executable, "-m", "ringbench.experiments.netns_rank"]
                 proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 procs.append(proc)
             deadline = time.monotonic() + timeout_s
@@ -213,7 +213,8 @@ def compare_orders_in_namespaces(
 
     Returns {"step_ms": {order: ms}, "cases": [case rows], "cluster": description, "block_bytes": bytes per hop}.
     """
-    from ringbench.run import run_settings, summarize_case
+    from ringbench.rank import RunSettings
+    from ringbench.results import summarize_case
     from ringbench.scenario import Scenario
 
     scenario = Scenario(
@@ -222,7 +223,7 @@ def compare_orders_in_namespaces(
         check=False, timeout=min(timeout_s, 60.0),
     ).validate()  # fmt: skip
     cases = scenario.cases()
-    settings = run_settings(scenario, trace=True)
+    settings = RunSettings.of(scenario)
     with two_host_cluster(rate=rate, burst=burst, latency=latency) as cluster:
         results = run_cases_in_namespaces(cluster, cases, settings, ranks_per_host=ranks_per_host, timeout_s=timeout_s)
         description = cluster.describe()

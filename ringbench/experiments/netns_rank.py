@@ -1,8 +1,8 @@
-"""One rank of a network-namespace run (`ringbench.topology.netns`): ``python -m ringbench.topology.netns_rank``.
+"""One rank of a network-namespace run (`ringbench.experiments.netns`): ``python -m ringbench.experiments.netns_rank``.
 
 Reads RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT (as torchrun sets them) and RINGBENCH_NETNS_SPEC (a
 JSON file: the cases and the run settings), joins the gloo group on the namespace's interface (GLOO_SOCKET_IFNAME),
-runs each case with `ringbench.runner.run_case` and prints one ``RINGBENCH_NETNS_RESULT {json}`` line per case.
+runs each case with `ringbench.rank.run_case` and prints one ``RINGBENCH_NETNS_RESULT {json}`` line per case.
 Errors go to stderr as one line, with exit code 1.
 """
 
@@ -17,14 +17,14 @@ def main() -> int:
     import torch.distributed as dist
 
     from ringbench.dist import init_launched
-    from ringbench.runner import open_session, run_case
+    from ringbench.experiments.netns import RESULT_PREFIX
+    from ringbench.rank import RunSettings, open_session, run_case
     from ringbench.scenario import Case
-    from ringbench.topology.netns import RESULT_PREFIX
 
     with open(os.environ["RINGBENCH_NETNS_SPEC"], encoding="utf-8") as handle:
         spec = json.load(handle)
-    settings = spec["settings"]
-    env = init_launched(float(settings["timeout"]), "cpu")
+    settings = RunSettings(**spec["settings"])
+    env = init_launched(settings.timeout, "cpu")
     session = open_session(env)
     for index, fields in enumerate(spec["cases"]):
         case = Case(**fields)

@@ -5,7 +5,7 @@ the same ring: a slow rank (random rank, factor in [1.5, 3]), a slow link (rando
 of a step's compute), and a fault-free control. A hit names exactly the injected rank (kind compute) or hop
 (kind link, no rank blamed); anything named in the control, or a wrong name, is a false alarm.
 
-    python -c "from ringbench.analysis.detection import detection_rate; print(detection_rate(20))"
+    python -c "from ringbench.experiments.detection import detection_rate; print(detection_rate(20))"
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ringbench.analysis.hops import transfers
 from ringbench.analysis.stragglers import culprits, straggler_table
+from ringbench.critical_path import transfers
 from ringbench.simulate import SimConfig, simulate
 
 TRIAL_COLUMNS = ["trial", "fault", "injected", "named_kind", "named", "hit", "false_alarm", "ratio", "cost_ms"]

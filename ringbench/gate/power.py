@@ -7,7 +7,7 @@ repeat is a fresh process group with its own luck)::
 
 (a lognormal with that sigma has exactly the given coefficient of variation). Whole batches go through the same
 functions as a real case (stats.case_statistics, verdict.decide), so the figures describe
-the shipped rule, not a re-implementation of it. Run ``python -m ringbench.gate.simulate`` for the table quoted in
+the shipped rule, not a re-implementation of it. Run ``python -m ringbench.gate.power`` for the table quoted in
 docs/ci-gate.md.
 """
 
@@ -25,7 +25,7 @@ RULES = ("point", "ci-low")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Scenario:
+class NoiseScenario:
     """One simulated setting."""
 
     cv: float
@@ -42,7 +42,7 @@ class Scenario:
 class SimulationResult:
     """Fraction of simulated comparisons that the gate called a regression."""
 
-    scenario: Scenario
+    scenario: NoiseScenario
     rule: str
     alpha: float
     sims: int
@@ -53,7 +53,7 @@ def _sigma(cv: float) -> float:
     return math.sqrt(math.log1p(cv * cv))
 
 
-def simulate_side(rng: np.random.Generator, scenario: Scenario, sims: int, factor: float = 1.0) -> np.ndarray:
+def simulate_side(rng: np.random.Generator, scenario: NoiseScenario, sims: int, factor: float = 1.0) -> np.ndarray:
     """Simulated step times (ms), shape (sims, repeats, iterations), median ``100 * factor``."""
     shape = (sims, scenario.repeats, scenario.iterations)
     run = _sigma(scenario.run_cv) * rng.standard_normal((sims, scenario.repeats, 1))
@@ -62,7 +62,7 @@ def simulate_side(rng: np.random.Generator, scenario: Scenario, sims: int, facto
 
 
 def simulate_gate(
-    scenario: Scenario,
+    scenario: NoiseScenario,
     *,
     config: GateConfig | None = None,
     sims: int = 1000,
@@ -93,10 +93,10 @@ def simulate_gate(
     )
 
 
-def _rates(scenario: Scenario, config: GateConfig, sims: int, rule: str = "point") -> tuple[float, float]:
+def _rates(scenario: NoiseScenario, config: GateConfig, sims: int, rule: str = "point") -> tuple[float, float]:
     """(A/A false-alarm rate, power against a true 10% slowdown) for one scenario."""
     null = simulate_gate(scenario, config=config, sims=sims, rule=rule, seed=1)
-    slower = Scenario(
+    slower = NoiseScenario(
         cv=scenario.cv,
         iterations=scenario.iterations,
         repeats=scenario.repeats,
@@ -114,7 +114,7 @@ def main(sims: int = 2000) -> None:
     )
     for cv, run_cv in ((0.02, 0.0), (0.09, 0.0), (0.01, 0.02), (0.05, 0.05), (0.02, 0.09)):
         for repeats in (1, 3, 6):
-            scenario = Scenario(cv=cv, repeats=repeats, run_cv=run_cv)
+            scenario = NoiseScenario(cv=cv, repeats=repeats, run_cv=run_cv)
             cells = []
             for alpha in (0.01, 0.05):
                 false_alarm, power = _rates(scenario, GateConfig(alpha=alpha, resamples=1000), sims)
@@ -124,8 +124,8 @@ def main(sims: int = 2000) -> None:
     print(f"\nsize criterion, alpha=0.01, 1 repeat, {few} comparisons: point estimate vs interval's lower bound")
     for cv in (0.02, 0.05, 0.09):
         config = GateConfig(alpha=0.01, resamples=1000)
-        point = _rates(Scenario(cv=cv), config, few, "point")
-        low = _rates(Scenario(cv=cv), config, few, "ci-low")
+        point = _rates(NoiseScenario(cv=cv), config, few, "point")
+        low = _rates(NoiseScenario(cv=cv), config, few, "ci-low")
         print(f"cv={cv:.2f}  point: {point[0]:.4f} / {point[1]:.3f}   ci-low: {low[0]:.4f} / {low[1]:.3f}")
 
 

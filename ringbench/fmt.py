@@ -1,0 +1,68 @@
+"""The one place that turns values into text and JSON: numbers with a missing mark, NaN as JSON null, rings.
+
+Every table, verdict line and JSON document of ringbench formats through these, so a NaN never prints as "nan" in
+one place and "n/a" in another, and a ring is always written ``0-1-2-3``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+
+def is_missing(value: object) -> bool:
+    """None, NaN (float or numpy) or pandas' NA."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN and NA are the only values unequal to themselves
+    except (TypeError, ValueError):
+        return False
+
+
+def number(value: object, spec: str = ".2f", missing: str = "–") -> str:
+    """``value`` formatted with ``spec``; ``missing`` for None / NaN / NA; anything not numeric as str."""
+    if is_missing(value):
+        return missing
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return format(float(value) if isinstance(value, np.floating) else value, spec)
+    try:
+        return format(float(value), spec)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def native(value: object) -> object:
+    """A plain, hash-stable Python value: numpy scalars unwrapped, NaN -> None, 4096.0 -> 4096."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def json_value(value: object) -> object:
+    """``value`` made JSON-safe, recursively: numpy scalars and arrays unwrapped, NaN and infinities as null."""
+    if isinstance(value, Mapping):
+        return {str(key): json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, np.ndarray)):
+        return [json_value(item) for item in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if is_missing(value):
+        return None
+    return value
+
+
+def ring_text(ring: Iterable[int]) -> str:
+    """Ranks in ring order as ``0-1-2-3`` (the form ``--order`` accepts)."""
+    return "-".join(str(int(rank)) for rank in ring)

@@ -1,0 +1,203 @@
+"""A results folder being written: `results/<run-id>/` with the record (events, cases, meta), case by case.
+
+Every producer that measures -- a local run, a launched (torchrun/SLURM) run, a resumed run, a probe -- opens its
+folder here, so each writes the same meta.json (ringbench/meta.py) the same way. Each finished case is one atomic
+rewrite of events.parquet, cases.parquet/csv and meta.json, so an interrupted sweep loses nothing and `--resume`
+runs only what is missing. ``summarize_case`` turns the ranks' reports of one case into its events table and its
+case row (the figures of ringbench/metrics.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ringbench import store
+from ringbench.critical_path import clock_tolerance_ns
+from ringbench.errors import UsageError
+from ringbench.kernels import get_kernel
+from ringbench.meta import RunMeta, write_meta
+from ringbench.metrics import CASE_FIGURES, case_figures
+from ringbench.scenario import Case, Scenario
+from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.vocab import TOLERANCE
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40] or "run"
+    return f"{stamp}-{safe}"
+
+
+def new_run_dir(out: str | Path, name: str) -> Path:
+    """Create results/<run-id>/ (a suffix keeps two runs started within one second apart)."""
+    base_id = run_id = new_run_id(name)
+    suffix = 1
+    while True:
+        run_dir = Path(out) / run_id
+        try:
+            run_dir.mkdir(parents=True)
+            return run_dir
+        except FileExistsError:
+            suffix += 1
+            run_id = f"{base_id}-{suffix}"
+        except OSError as exc:
+            raise UsageError(f"out={str(out)!r} is not writable ({exc.strerror})") from None
+
+
+@dataclass(slots=True)
+class ResultsFolder:
+    """What is on disk for one results folder, kept in memory so that each case is one atomic rewrite."""
+
+    run_dir: Path
+    meta: RunMeta
+    producer: str = "run"
+    events: list[pd.DataFrame] = field(default_factory=list)
+    cases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CASE_COLUMNS)))
+    notes: list[str] = field(default_factory=list)  # said once to the user (e.g. what a resume left out)
+
+    @classmethod
+    def create(cls, out: str | Path, name: str, meta: dict, producer: str = "run") -> ResultsFolder:
+        """A new folder under ``out``, its meta.json written first (``run_id`` and the schema version added)."""
+        run_dir = new_run_dir(out, name)
+        folder = cls(run_dir=run_dir, meta=RunMeta(meta), producer=producer)
+        folder.meta.update(run_id=run_dir.name, schema_version=SCHEMA_VERSION)
+        folder.save_meta()
+        return folder
+
+    @classmethod
+    def reopen(cls, run_dir: str | Path) -> ResultsFolder:
+        """An existing run's folder, to add its missing cases (UsageError when it is not one)."""
+        previous = store.load_run(run_dir)
+        folder = cls(run_dir=Path(run_dir), meta=previous.meta, cases=previous.cases)
+        folder.meta.pop("failure", None)  # this attempt may well finish; a new failure is recorded anew
+        folder.meta.pop("finished", None)
+        if len(previous.events):
+            folder.events.append(previous.events)
+        return folder
+
+    def done(self) -> set[tuple[str, int]]:
+        """(case id, repeat) already stored and ok."""
+        ok = self.cases[self.cases["status"] == "ok"] if len(self.cases) else self.cases
+        return {(row.case_id, int(row.repeat)) for row in ok.itertuples()}
+
+    def save_meta(self) -> None:
+        write_meta(self.run_dir, self.meta, self.producer)
+
+    def add_case(self, case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> dict:
+        """Store one finished case (events, its case row, what the ranks reported); returns the case row."""
+        events, row = summarize_case(case, per_rank, scenario, repeat)
+        self.events.append(events)
+        if len(self.cases):
+            same = (self.cases["case_id"] == row["case_id"]) & (self.cases["repeat"] == row["repeat"])
+            self.cases = pd.concat([self.cases[~same], pd.DataFrame([row])], ignore_index=True)
+        else:
+            self.cases = pd.DataFrame([row], columns=list(CASE_COLUMNS))
+        store.write_events(self.run_dir, pd.concat(self.events, ignore_index=True))
+        store.write_cases(self.run_dir, self.cases)
+        _note_ranks(self.meta, case.world, per_rank)
+        _note_case(self.meta, case, row)
+        self.save_meta()
+        return row
+
+    def fail(self, message: str) -> None:
+        self.meta["failure"] = message
+        self.save_meta()
+
+    def finish(self) -> None:
+        self.meta["finished"] = datetime.now(timezone.utc).isoformat()
+        self.save_meta()
+
+
+def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> tuple[pd.DataFrame, dict]:
+    """This case's events table and its summary row: the figures of ringbench/metrics.py (medians over timed
+    iterations, with p10/p90), the numerical check, peak memory and the emulation's saturated kernel calls."""
+    rows = [row for result in per_rank for row in result["rows"]]
+    events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    residual = max(int(r.get("clock_residual_ns") or 0) for r in per_rank)
+    tol_ns = clock_tolerance_ns({"ranks": {str(case.world): {"clock_residual_ns": residual}}})
+    sizes = pd.DataFrame([{"case_id": case.case_id, "batch": case.batch, "seq": case.seq}])
+    figures = case_figures(events, sizes, tol_ns=tol_ns)  # the definitions every consumer shares
+    figures = figures.iloc[0] if len(figures) else pd.Series(dtype=float)
+    peaks = [float(r["peak_mem_mb"]) for r in per_rank if r.get("peak_mem_mb") is not None]
+    fwd_err = float(np.max([r["fwd_err"] for r in per_rank]))  # np.max: a NaN on any rank stays NaN
+    bwd_err = float(np.max([r["bwd_err"] for r in per_rank]))
+    fwd_tol, bwd_tol = TOLERANCE[case.dtype]
+    passed = True
+    if scenario.check:
+        passed = bool(fwd_err <= fwd_tol and (not case.backward or bwd_err <= bwd_tol))  # False for NaN
+    row = {
+        "case_id": case.case_id,
+        "repeat": repeat,
+        **{key: value for key, value in case.axes().items() if key in CASE_COLUMNS},
+        "emulated": case.emulated or scenario.emulate_links,
+        "faults": ";".join(scenario.faults),
+        "iters": scenario.iters,
+        "warmup": scenario.warmup,
+        **{name: float(figures.get(name, math.nan)) for name in CASE_FIGURES},
+        "fwd_max_abs_err": fwd_err,
+        "bwd_max_abs_err": bwd_err,
+        "passed": passed,
+        "status": "ok",
+        "peak_mem_mb": float(np.nanmax(peaks)) if peaks and not np.isnan(peaks).all() else math.nan,
+        "emulated_gflops": _emulated_rate(per_rank),
+        "check_note": "; ".join(sorted({r["check_note"] for r in per_rank if r.get("check_note")})),
+        "saturated_blocks": int(sum(int(r.get("saturated_blocks") or 0) for r in per_rank)),
+    }
+    return events, row
+
+
+def _emulated_rate(per_rank: list[dict]) -> float:
+    """The emulated kernel's rate (every rank runs the same; emulated:auto's choice), NaN when not emulated."""
+    rates = [r.get("emulated_gflops") for r in per_rank if r.get("emulated_gflops") is not None]
+    return float(rates[0]) if rates else math.nan
+
+
+def rank_summary(per_rank: list[dict]) -> dict:
+    """What the ranks of one process group reported about where and how they ran (meta["ranks"][world])."""
+    return {
+        "hosts": sorted({r["host"] for r in per_rank}),
+        "devices": sorted({r["device"] for r in per_rank}),
+        "timeline": per_rank[0].get("timeline", "host"),
+        "clock": per_rank[0]["clock_method"],
+        "clock_residual_ns": max(r["clock_residual_ns"] for r in per_rank),
+        "clock_offsets_ns": [r["clock_offset_ns"] for r in per_rank],
+        "emulation_saturated_blocks": sum(r["saturated_blocks"] for r in per_rank),
+        "emulation_paced_blocks": sum(r.get("paced_blocks", 0) for r in per_rank),
+        "peak_mem_mb": max(r.get("peak_mem_mb", math.nan) for r in per_rank),
+        "memory_method": per_rank[0].get("memory_method"),
+    }
+
+
+def device_meta(per_rank: list[dict]) -> dict:
+    """The backend and devices the ranks actually ran on (a GPU run is labelled one, whatever the parent sees)."""
+    infos = [r.get("device_info") or {"type": "cpu"} for r in per_rank]
+    if infos[0].get("type") == "cuda":
+        return {"backend": "nccl", "device_kind": infos[0]["name"], "devices": [i["name"] for i in infos],
+                "gpus": infos}  # fmt: skip
+    return {"backend": "gloo", "device_kind": "cpu"}
+
+
+def _note_ranks(meta: dict, world: int, per_rank: list[dict]) -> None:
+    """Fold what the ranks reported into the metadata (kept over cases: counts add up, peaks take the max)."""
+    summary = rank_summary(per_rank)
+    previous = meta.setdefault("ranks", {}).get(str(world))
+    if previous:
+        for key in ("emulation_saturated_blocks", "emulation_paced_blocks"):
+            summary[key] += previous.get(key, 0)
+        summary["peak_mem_mb"] = max(summary["peak_mem_mb"], previous.get("peak_mem_mb", math.nan))
+    meta["ranks"][str(world)] = summary
+    meta.update(device_meta(per_rank))
+
+
+def _note_case(meta: dict, case: Case, row: dict) -> None:
+    """Per-case facts the metadata lists: the rate emulated:auto chose, what the check left out."""
+    if getattr(get_kernel(case.kernel), "auto", False):
+        meta.setdefault("emulated_auto", {})[case.case_id] = row["emulated_gflops"]
+    if row.get("check_note"):
+        meta.setdefault("check_notes", {})[case.case_id] = row["check_note"]

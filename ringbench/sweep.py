@@ -1,0 +1,180 @@
+"""The parent side of a run: expand the scenario into cases, launch the ranks, store each case as it finishes.
+
+``execute(scenario, out=..., resume=...)`` is the library call behind ``ringbench run``; the CLI adds nothing to
+it. One pipeline serves every way a run starts:
+
+  local     this process spawns the ranks (ringbench.launch), one process group per (repeat, world size);
+  launched  this process *is* a rank (torchrun / SLURM): it runs its cases and rank 0 stores them;
+  resumed   ``resume=RUN_DIR`` reopens a folder, takes its recorded scenario unless one is given, leaves out the
+            one-shot faults (crash, hang: they ended the first attempt on purpose) and runs only what is missing.
+
+Whichever way, the folder, its meta.json and each case's row are written by ringbench.results.ResultsFolder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from ringbench.errors import RunFailure, UsageError
+from ringbench.launch import launch_local
+from ringbench.metadata import collect_metadata
+from ringbench.rank import RunSettings, rank_worker
+from ringbench.results import ResultsFolder
+from ringbench.scenario import Case, Scenario
+
+ONE_SHOT_FAULTS = ("crash:", "hang:")
+
+
+def recorded_scenario(run_dir: str | Path) -> Scenario:
+    """The scenario a run recorded in its meta.json (what ``--resume RUN_DIR`` runs when given no other)."""
+    from ringbench.meta import read_meta
+
+    meta = read_meta(run_dir)
+    recorded = meta.scenario
+    if recorded is None:
+        raise UsageError(f"{run_dir}/meta.json: no scenario recorded; give the scenario file with --resume")
+    fields = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.items()}
+    try:
+        return Scenario(**fields, source=str(meta.get("scenario_source", run_dir)))
+    except TypeError as exc:
+        raise UsageError(f"{run_dir}/meta.json: the recorded scenario is not readable ({exc})") from None
+
+
+def resumable_scenario(folder: ResultsFolder, scenario: Scenario | None) -> Scenario:
+    """The scenario a resume runs: the given one, or the folder's own; never its one-shot faults again."""
+    if scenario is None:
+        scenario = recorded_scenario(folder.run_dir)
+    lasting = tuple(spec for spec in scenario.faults if not spec.startswith(ONE_SHOT_FAULTS))
+    if lasting != scenario.faults:
+        folder.notes.append("resume: crash/hang faults of the original run are not applied again")
+        scenario = dataclasses.replace(scenario, faults=lasting)
+    return scenario
+
+
+def execute(
+    scenario: Scenario | None = None,
+    *,
+    out: str | Path = "results",
+    resume: str | Path | None = None,
+    trace: bool = True,
+    command: str = "",
+    on_case: Callable[[dict, int, int], None] | None = None,
+    device: str | None = None,
+    profile: bool = False,
+    loopback: bool = False,
+) -> ResultsFolder | None:
+    """Run every (case, repeat) not yet on disk; returns the results folder (None on a launched rank other than 0).
+
+    ``scenario`` may be None only with ``resume`` (the run's recorded scenario is used). ``profile``: capture the
+    last timed iteration of every case on every rank with the PyTorch profiler, under results/<run-id>/profile/
+    (an independent witness of the recorder: ``ringbench check-timeline``). ``loopback``: a 1-rank ring exchanges
+    its blocks with itself (the one-device test of the transfer path).
+    """
+    from ringbench.dist import gpu_shortage, launched_env, local_gpu_count
+
+    folder = ResultsFolder.reopen(resume) if resume is not None else None
+    if folder is not None:
+        scenario = resumable_scenario(folder, scenario)
+    if scenario is None:
+        raise UsageError("scenario=None is not allowed without resume; expected a Scenario (or resume=RUN_DIR)")
+    launched = launched_env()
+    if launched is not None:
+        if folder is not None:
+            raise UsageError("resume is not supported under torchrun/SLURM yet; start a new run (or resume locally)")
+        if launched[1] not in scenario.world:  # the launcher decides the ring size
+            scenario = dataclasses.replace(scenario, world=(launched[1],))
+    scenario.validate()
+    cases = [case for case in scenario.cases() if launched is None or case.world == launched[1]]
+    if loopback and any(case.world != 1 for case in cases):
+        raise UsageError(f"loopback=True is not allowed with world={list(scenario.world)}; expected world 1")
+    if launched is None and device == "cuda" and local_gpu_count() < max(scenario.world):
+        raise gpu_shortage(max(scenario.world), local_gpu_count())  # before spawning anything
+    settings = RunSettings.of(scenario, trace=trace, loopback=loopback)
+    if launched is not None:
+        return _execute_launched(scenario, cases, settings, out=out, command=command, on_case=on_case,
+                                 device=device, profile=profile)  # fmt: skip
+    if folder is None:
+        folder = ResultsFolder.create(out, scenario.name, collect_metadata(scenario, command=command, trace=trace))
+    settings = _with_profile(settings, folder, profile)
+    _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device)
+    return folder
+
+
+def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool) -> RunSettings:
+    if not profile:
+        return settings
+    folder.meta["profile"] = {"dir": "profile", "iteration": settings.iters - 1}  # the last timed iteration
+    return dataclasses.replace(settings, profile_dir=str(folder.run_dir / "profile"))
+
+
+def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case, device) -> None:
+    done = folder.done()
+    todo = [(i, c, r) for r in range(scenario.repeat) for i, c in enumerate(cases) if (c.case_id, r) not in done]
+    total = len(cases) * scenario.repeat
+    finished = total - len(todo)
+    by_group: dict[tuple[int, int], list[tuple[int, Case]]] = defaultdict(list)
+    for index, case, repeat in todo:
+        by_group[(repeat, case.world)].append((index, case))
+    for (repeat, world), group_cases in sorted(by_group.items()):
+        pending: dict[str, list[dict]] = defaultdict(list)
+        by_id = {case.case_id: case for _, case in group_cases}
+
+        def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id) -> bool:
+            nonlocal finished
+            pending[result["case_id"]].append(result)
+            if len(pending[result["case_id"]]) < world:
+                return False
+            per_rank = sorted(pending.pop(result["case_id"]), key=lambda r: r["rank"])
+            row = folder.add_case(by_id[result["case_id"]], per_rank, scenario, repeat)
+            finished += 1
+            if on_case is not None:
+                on_case(row, finished, total)
+            return True
+
+        started = time.monotonic()
+        try:
+            launch_local(world, rank_worker, (group_cases, settings, repeat), timeout_s=scenario.timeout,
+                         device=device, on_item=on_item, case_names=[c.case_id for c in cases])  # fmt: skip
+        except RunFailure as exc:
+            folder.fail(str(exc))
+            raise RunFailure(f"{exc} [run {folder.run_dir}, {finished}/{total} cases kept]") from None
+        folder.meta.setdefault("launch_seconds", []).append(round(time.monotonic() - started, 3))
+    folder.finish()
+
+
+def _execute_launched(scenario, cases, settings, *, out, command, on_case, device, profile) -> ResultsFolder | None:
+    """torchrun / SLURM: this process is one rank; rank 0 gathers each case and writes the results."""
+    import torch.distributed as dist
+
+    from ringbench.dist import init_launched
+    from ringbench.rank import open_session, profile_path, run_case
+
+    env = init_launched(scenario.timeout, device)
+    session = open_session(env)
+    folder = None
+    if env.rank == 0:
+        meta = collect_metadata(scenario, command=command, trace=settings.trace) | {"launcher": env.launcher}
+        folder = ResultsFolder.create(out, scenario.name, meta)
+        settings = _with_profile(settings, folder, profile)
+    settings = session.ops.all_objects(settings)[0]  # rank 0's, with its profile folder
+    total = len(cases) * scenario.repeat
+    finished = 0
+    for repeat in range(scenario.repeat):
+        for index, case in enumerate(cases):
+            result = run_case(case, session=session, progress=None, settings=settings, case_index=index,
+                              repeat=repeat, profile_path=profile_path(settings, case, repeat, env.rank))  # fmt: skip
+            gathered = session.ops.gather_objects(result)
+            if folder is not None:
+                row = folder.add_case(case, gathered, scenario, repeat)
+                finished += 1
+                if on_case is not None:
+                    on_case(row, finished, total)
+    if folder is not None:
+        folder.finish()
+    session.ops.barrier()
+    dist.destroy_process_group()
+    return folder
