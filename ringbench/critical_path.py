@@ -135,17 +135,10 @@ def exchange_kind(rows: pd.DataFrame) -> np.ndarray:
     return np.where(is_dkv, "dkv", "kv").astype(object)
 
 
-def clock_tolerance_ns(meta: dict | None) -> int:
-    """Twice the run's stored clock-alignment residual (``meta["ranks"][world]["clock_residual_ns"]``), and at
-    least DEFAULT_TOL_NS."""
-    residual = 0
-    for info in ((meta or {}).get("ranks") or {}).values():
-        if isinstance(info, dict):
-            try:
-                residual = max(residual, int(info.get("clock_residual_ns") or 0))
-            except (TypeError, ValueError):
-                continue
-    return max(DEFAULT_TOL_NS, 2 * residual)
+def clock_tolerance_ns(residual_ns: int) -> int:
+    """How far two ranks' stamps may disagree: twice the run's clock-alignment bound (meta.json
+    ``ranks.<world>.clock_residual_ns``, RunMeta.clock_residual_ns), and at least DEFAULT_TOL_NS."""
+    return max(DEFAULT_TOL_NS, 2 * int(residual_ns or 0))
 
 
 def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, width: int, tol_ns: int):
@@ -265,7 +258,7 @@ def critical_path(
     """Per iteration, the ms of the critical path spent on each rank's compute, on each link, and elsewhere.
     (critical_path_segments gives the same table and the spans the walk went through.)
 
-    ``tol_ns`` absorbs clock-alignment residue between ranks (``clock_tolerance_ns(meta)`` reads the run's).
+    ``tol_ns`` absorbs clock-alignment residue between ranks (``clock_tolerance_ns(run.meta.clock_residual_ns())``).
     Dense: every rank and link of the case appears in every iteration (0 ms when off the path); ``path_ms`` is the
     iteration's length from its first span (repeated on its rows). ``exposed_ms``: of a link's time on the path,
     the part its receiving rank sat blocked (what overlap did not hide); on the ``other`` row, the collectives'

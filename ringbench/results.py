@@ -120,7 +120,7 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
     rows = [row for result in per_rank for row in result["rows"]]
     events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
     residual = max(int(r.get("clock_residual_ns") or 0) for r in per_rank)
-    tol_ns = clock_tolerance_ns({"ranks": {str(case.world): {"clock_residual_ns": residual}}})
+    tol_ns = clock_tolerance_ns(residual)
     sizes = pd.DataFrame([{"case_id": case.case_id, "batch": case.batch, "seq": case.seq}])
     figures = case_figures(events, sizes, tol_ns=tol_ns)  # the definitions every consumer shares
     figures = figures.iloc[0] if len(figures) else pd.Series(dtype=float)

@@ -109,6 +109,17 @@ class Scenario:
     """Realise the topology's link costs as injected transfer delays (an emulated cluster; labelled so)."""
     source: str = field(default="<embedded default>", compare=False)
 
+    def __post_init__(self) -> None:
+        # One canonical spelling of each fault everywhere (slow-rank:3:1.50 -> slow-rank:3:1.5): the record, the
+        # verdicts and the gate compare specs as strings. A malformed spec is left for validate() to name.
+        canonical = []
+        for spec in self.faults:
+            try:
+                canonical.append(parse_fault(spec).spec)
+            except (UsageError, TypeError):
+                canonical.append(spec)
+        object.__setattr__(self, "faults", tuple(canonical))
+
     def cases(self) -> list[Case]:
         combos = itertools.product(*(getattr(self, axis) for axis in AXES))
         cases, seen = [], set()

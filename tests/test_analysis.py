@@ -19,6 +19,7 @@ from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap
 from ringbench.analysis.stragglers import culprits, straggler_table
 from ringbench.cli.app import app
 from ringbench.critical_path import clock_tolerance_ns, critical_path, transfers
+from ringbench.meta import RunMeta
 from ringbench.simulate import SimConfig, simulate, simulate_run
 from ringbench.store import RunData, load_run
 
@@ -254,8 +255,8 @@ def test_allgather_collectives_are_exposed_comm_and_no_hop():
 
 
 def test_clock_tolerance_comes_from_the_metadata_and_disagreeing_clocks_blame_no_link():
-    assert clock_tolerance_ns({"ranks": {"8": {"clock_residual_ns": 150_000}}}) == 300_000
-    assert clock_tolerance_ns({}) == 20_000
+    assert clock_tolerance_ns(RunMeta({"ranks": {"8": {"clock_residual_ns": 150_000}}}).clock_residual_ns()) == 300_000
+    assert clock_tolerance_ns(RunMeta({}).clock_residual_ns()) == 20_000
     cfg = SimConfig(world=4, iterations=4, jitter=0.02, slow_link=(2, 3), slow_link_extra_ms=1.0, backward=False)
     events, cases = simulate(cfg)
     assert culprits(straggler_table(events)).iloc[0]["straggler_kind"] == "link"

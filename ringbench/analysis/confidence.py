@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ringbench.meta import RunMeta
+
 CONFIDENCE_COLUMNS = ["case_id", "confidence", "inconclusive_reasons", "reason_codes", "reason_details"]
 CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"
 SATURATION_SHARE = 0.05  # more saturated kernel calls than this share of compute spans: the model did not hold
@@ -31,35 +33,30 @@ CLOCK_BOUND_SHARE = 0.10  # the clock alignment bound must be under this share o
 CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they were sent: clocks disagree
 
 
-def oversubscribed_cases(cases: pd.DataFrame, meta: dict) -> frozenset[str]:
+def oversubscribed_cases(cases: pd.DataFrame, meta: RunMeta) -> frozenset[str]:
     """Cases with real (not emulated) compute and more local ranks than CPU cores, on CPU.
 
     There the ranks take turns on the cores: a transfer waits until both of its ranks are scheduled and a
     compute span stretches while its rank is descheduled, so the timings measure the scheduler as much as the
     ranks and links, and neither can be blamed honestly.
     """
-    cores = meta.get("cpu_count")
-    if not cores or meta.get("device_kind") != "cpu" or cases.empty:
+    meta = RunMeta(meta)
+    cores = meta.cpu_count
+    if not cores or meta.device_kind != "cpu" or cases.empty:
         return frozenset()
-    hosts = max(1, len(meta.get("ranks", {}).get(str(int(cases["world"].max())), {}).get("hosts", [1])))
+    hosts = max(1, len(meta.ranks(int(cases["world"].max())).get("hosts", [1])))
     crowded = (~cases["emulated"].astype(bool)) & (cases["world"] / hosts > cores)
     return frozenset(cases.loc[crowded, "case_id"].astype(str))
 
 
-def _rank_info(meta: dict) -> dict[str, dict]:
-    ranks = (meta or {}).get("ranks") or {}
-    return {str(k): v for k, v in ranks.items() if isinstance(v, dict)}
-
-
-def _saturated(cases: pd.DataFrame, meta: dict, ids: list[str], world: pd.Series) -> pd.Series:
+def _saturated(cases: pd.DataFrame, meta: RunMeta, ids: list[str], world: pd.Series) -> pd.Series:
     """Saturated kernel calls per case: the cases table's column, or (older records) the metadata's per world."""
     out = pd.Series(np.nan, index=pd.Index(ids, dtype=object), dtype=float)
     if not cases.empty and "saturated_blocks" in cases:
         counts = pd.to_numeric(cases["saturated_blocks"], errors="coerce")
         out = counts.groupby(cases["case_id"].astype(str)).sum(min_count=1).reindex(out.index).astype(float)
-    info = _rank_info(meta)
     for case_id in out.index[out.isna()]:
-        value = info.get(str(world.get(case_id, "")), {}).get("emulation_saturated_blocks")
+        value = meta.saturated_blocks(world.get(case_id, ""))
         out[case_id] = float(value) if value is not None else 0.0
     return out
 
@@ -111,12 +108,13 @@ def reason_sentence(code: str, detail: str, cases: int = 1) -> str:
 def case_confidence(
     events: pd.DataFrame,
     cases: pd.DataFrame,
-    meta: dict,
+    meta: RunMeta | dict | None,
     *,
     violations: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Per case: ``confidence`` (conclusive | inconclusive), ``inconclusive_reasons`` (sentences), and the same as
     ``reason_codes`` (keys of REASONS) with ``reason_details`` (the case's figures)."""
+    meta = RunMeta(meta or {})
     cases = cases if cases is not None else pd.DataFrame(columns=["case_id"])
     ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
     if not ids:
@@ -136,11 +134,10 @@ def case_confidence(
         world = declared.reindex(ids).fillna(world)
     world = world.fillna(0).astype(int)
     saturated = _saturated(cases, meta, ids, world)
-    crowded = oversubscribed_cases(cases, meta or {}) if not cases.empty and "world" in cases else frozenset()
-    residual = max([int(v.get("clock_residual_ns") or 0) for v in _rank_info(meta).values()] or [0])
-    bound_ms = 2 * residual / 1e6
+    crowded = oversubscribed_cases(cases, meta) if not cases.empty and "world" in cases else frozenset()
+    bound_ms = 2 * meta.clock_residual_ns() / 1e6
     violations = violations if violations is not None else pd.Series(dtype=float)
-    cores = (meta or {}).get("cpu_count")
+    cores = meta.cpu_count
 
     rows = []
     for case_id in ids:

@@ -95,17 +95,16 @@ class RunAnalysis:
 
     @property
     def simulated(self) -> bool:
-        return bool(self.run.meta.get("simulated", False))
+        return self.run.meta.simulated
 
     @property
     def faults(self) -> list[str]:
         """Injected fault specs from the metadata and the cases' ``faults`` column, de-duplicated."""
-        meta = self.run.meta.get("faults") or []
-        specs = [meta] if isinstance(meta, str) else [str(f) for f in meta]
+        specs = self.run.meta.faults  # canonical specs (ringbench.faults), as every producer writes them
         if "faults" in self.run.cases:
             for value in self.run.cases["faults"].dropna().astype(str):
                 specs.extend(part for part in value.split(";") if part)
-        return list(dict.fromkeys(_canonical(s) for s in specs if s))
+        return list(dict.fromkeys(spec for spec in specs if spec))
 
     def headline(self) -> pd.Series | None:
         """The summary row of the case whose culprit costs the most per iteration (None: no culprit)."""
@@ -130,22 +129,11 @@ class RunAnalysis:
         return str(self.summary["case_id"].iloc[0]) if len(self.summary) else None
 
 
-def _canonical(spec: str) -> str:
-    """A fault spec as the run's parser writes it ("slow-rank:3:2.60" -> "slow-rank:3:2.6"); others unchanged."""
-    from ringbench.errors import UsageError
-    from ringbench.faults import parse_fault
-
-    try:
-        return parse_fault(spec).spec
-    except (UsageError, ValueError):
-        return spec
-
-
 def analyze(run: RunData) -> RunAnalysis:
     """Run every analysis on a loaded run (pure: reads run.events / run.cases, writes nothing)."""
     events, cases = run.events, run.cases
     xfers = transfers(events)
-    tol_ns = clock_tolerance_ns(run.meta)
+    tol_ns = clock_tolerance_ns(run.meta.clock_residual_ns())
     path, segments = critical_path_segments(events, xfers, tol_ns)
     violations = clock_violations(xfers, tol_ns)
     confidence = case_confidence(events, cases, run.meta, violations=violations)
@@ -225,9 +213,7 @@ def label_line(analysis: RunAnalysis) -> str | None:
             int(per_case.sum())
             if per_case.notna().any()
             else sum(  # older records: per world size
-                int(info.get("emulation_saturated_blocks") or 0)
-                for info in (analysis.run.meta.get("ranks") or {}).values()
-                if isinstance(info, dict)
+                analysis.run.meta.saturated_blocks(world) or 0 for world in analysis.run.meta.ranks()
             )
         )
         if saturated:

@@ -134,7 +134,7 @@ def placement(run, hops: pd.DataFrame | None = None) -> Placement | None:
     from ringbench.topology.model import Topology
     from ringbench.topology.optimize import recommend
 
-    document = run.meta.get("topology")
+    document = run.meta.topology_document
     if not document:
         return None
     topology = Topology.from_dict(document, "meta.json:topology")
@@ -220,7 +220,7 @@ def placement(run, hops: pd.DataFrame | None = None) -> Placement | None:
         recommended_worst_us=best.worst_hop_us,
         method=best.method + ("; every order equivalent: " + best.equivalence_reason if best.all_equivalent else ""),
         model=best.model,
-        emulated_links=bool(run.meta.get("emulated_links")),
+        emulated_links=run.meta.emulated_links,
         cases=tuple(placed),
         notes=tuple(notes),
     )

@@ -176,7 +176,7 @@ def timing_caveats(run: RunData) -> tuple[str, ...]:
 
     if run.events.empty or not run.events["kind"].isin(["compute", "wait"]).any():
         return ()
-    violations = clock_violations(transfers(run.events), clock_tolerance_ns(run.meta))
+    violations = clock_violations(transfers(run.events), clock_tolerance_ns(run.meta.clock_residual_ns()))
     table = case_confidence(run.events, run.cases, run.meta, violations=violations)
     lines = [
         f"{row.case_id}: {reason}"

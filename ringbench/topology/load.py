@@ -7,10 +7,10 @@ meta.json with a ``"topology"`` key).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ringbench.errors import UsageError
-from ringbench.store import read_meta
 from ringbench.topology.model import Topology
 from ringbench.topology.nvsmi import looks_like_nvidia_smi, parse_nvidia_smi
 from ringbench.topology.yaml_source import parse_yaml_topology
@@ -27,9 +27,26 @@ def read_topology_text(text: str, *, source: str = "topology") -> Topology:
     return parse_yaml_topology(text, source=source)
 
 
+def _run_meta(run_dir: Path) -> dict:
+    """A results folder's meta.json as plain JSON: the topology is one of its sources, read like any other file
+    (the model knows nothing of the results store)."""
+    path = run_dir / "meta.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"run_dir={str(run_dir)!r} is not a ringbench run: meta.json is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    return meta
+
+
 def topology_from_run(run_dir: str | Path) -> Topology:
     """The topology recorded in a run's meta.json (under ``"topology"``)."""
-    meta = read_meta(Path(run_dir))
+    if not Path(run_dir).is_dir():
+        raise UsageError(f"run_dir={str(run_dir)!r} is not a directory (expected a results/<run-id>/ folder)")
+    meta = _run_meta(Path(run_dir))
     document = meta.get(RUN_META_KEY)
     if document is None:
         raise UsageError(f"run_dir={str(run_dir)!r}: meta.json has no {RUN_META_KEY!r}; pass --topology FILE")
@@ -38,7 +55,7 @@ def topology_from_run(run_dir: str | Path) -> Topology:
 
 def run_world(run_dir: str | Path) -> int | None:
     """The run's world size from its meta.json (``world`` or ``world_size``), if recorded."""
-    meta = read_meta(Path(run_dir))
+    meta = _run_meta(Path(run_dir))
     for key in ("world", "world_size"):
         value = meta.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
