@@ -19,6 +19,7 @@ run: $(STAMP)
 	$(VENV)/bin/ringbench run
 
 test: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

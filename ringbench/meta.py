@@ -179,8 +179,8 @@ def check_meta(meta: Mapping, producer: str) -> None:
 
 def write_meta(run_dir: str | Path, meta: Mapping, producer: str) -> None:
     """The one writer of meta.json (atomic, sorted keys, NaN as null)."""
+    from ringbench.atomic import write_bytes
     from ringbench.fmt import json_value
-    from ringbench.store import write_bytes
 
     check_meta(meta, producer)
     document = json_value({**meta, "kind": meta.get("kind", producer)})

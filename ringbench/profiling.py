@@ -31,21 +31,17 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ringbench.store import atomic_write
+from ringbench.atomic import atomic_write
+from ringbench.markers import (
+    EMULATED_MARKER,
+    ITERATION_MARKER,
+    WARM_UP_MARKER,
+    iteration_marker,
+    step_marker,
+)
 
-ITERATION_MARKER = "ringbench:iteration"  # + " K"
-STEP_MARKER_PREFIX = "ringbench:"  # + "fwd step S" / "bwd step S"
-EMULATED_MARKER = "ringbench:emulated"  # the emulated kernel's modelled time: "ringbench:emulated pad"
-WARM_UP_MARKER = "ringbench:profiler warm-up"
 _GZIP_LEVEL = 6  # traces reach hundreds of MB: level 9 costs several times the CPU for a few % of size
 
-
-def iteration_marker(index: int) -> str:
-    return f"{ITERATION_MARKER} {index}"
-
-
-def step_marker(phase: str, step: int) -> str:
-    return f"{STEP_MARKER_PREFIX}{phase} step {step}"
 
 
 class ProfileCapture:

@@ -7,9 +7,6 @@ Parquet, CSV and JSON only.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ringbench.atomic import atomic_write
 from ringbench.errors import UsageError
 from ringbench.meta import RunMeta, read_meta
 from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
@@ -46,33 +44,6 @@ class RunData:
     @property
     def emulated(self) -> bool:
         return self.meta.emulated or bool(self.cases.get("emulated", pd.Series([False])).any())
-
-
-def atomic_write(path: Path, write) -> None:
-    """Write through ``write(handle)`` into a temporary file beside ``path``, fsync, then rename over it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results and reports are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_bytes(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data``."""
-    atomic_write(path, lambda handle: handle.write(data))
-
-
-def write_json(path: Path, document: dict) -> None:
-    data = json.dumps(document, indent=2, sort_keys=True, default=str).encode()
-    write_bytes(Path(path), data)
 
 
 def with_event_columns(events: pd.DataFrame) -> pd.DataFrame:

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
+from ringbench.atomic import write_json
 from ringbench.experiments.probe import ProbeSpec, format_bytes, parse_sizes, summarize
 from ringbench.meta import META_FILE
 from ringbench.results import new_run_id
 from ringbench.scenario import Scenario
 from ringbench.schema import SCHEMA_VERSION
-from ringbench.store import write_json
 
 DATA = Path(__file__).parent / "data" / "topology"
 SLOW_PAIR = DATA / "three_rank_slow_pair.yaml"  # 1 <-> 2: 3 ms latency, 0.05 GB/s; the other pairs NV4

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.analysis.confidence import oversubscribed_cases
-from ringbench.profiling import ITERATION_MARKER
+from ringbench.markers import ITERATION_MARKER
 from ringbench.traces.ring_spans import (
     SPAN_KEYS,
     iteration_anchor_ns,

@@ -380,7 +380,7 @@ def _probe_launched(spec: ProbeSpec, device: str | None) -> list[dict] | None:
 
 def save_probe(result: ProbeResult, out: str | Path = "results", *, command: str = "") -> Path:
     """Write ``out/<run-id>/`` (meta.json, probe.parquet, probe_heatmap.png); returns that folder."""
-    from ringbench import store
+    from ringbench.atomic import write_bytes
     from ringbench.meta import META_FILE
     from ringbench.metadata import collect_environment
     from ringbench.results import ResultsFolder
@@ -398,8 +398,8 @@ def save_probe(result: ProbeResult, out: str | Path = "results", *, command: str
     folder = ResultsFolder.create(out, "probe", meta, producer="probe")
     buffer = io.BytesIO()
     result.samples.to_parquet(buffer, index=False)
-    store.write_bytes(folder.run_dir / PROBE_FILE, buffer.getvalue())
-    store.write_bytes(folder.run_dir / HEATMAP_FILE, heatmap_png(result))
+    write_bytes(folder.run_dir / PROBE_FILE, buffer.getvalue())
+    write_bytes(folder.run_dir / HEATMAP_FILE, heatmap_png(result))
     folder.finish()  # last: a folder whose meta.json says finished is complete
     return folder.run_dir
 

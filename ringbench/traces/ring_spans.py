@@ -24,7 +24,7 @@ import re
 
 import pandas as pd
 
-from ringbench.profiling import ITERATION_MARKER
+from ringbench.markers import ITERATION_MARKER
 
 SPAN_KEYS = ["phase", "step", "kind", "order"]
 HOST_ATTENTION_PATTERNS = (
