@@ -40,24 +40,40 @@ def parse_order(spec: str, world: int, field: str = "order") -> list[int]:
             raise bad_value(field, spec, "stride:K with an integer K >= 1") from None
         if stride < 1:
             raise bad_value(field, spec, "stride:K with an integer K >= 1")
-        return [rank for start in range(min(stride, world)) for rank in range(start, world, stride)]
+        ring = _stride_ring(stride, world)
+        if world > 1 and ring in (list(range(world)), parse_order("reverse", world)):
+            allowed = [k for k in range(2, world) if _stride_ring(k, world) not in (
+                list(range(world)), parse_order("reverse", world))]  # fmt: skip
+            what = "identity" if ring == list(range(world)) else "reverse"
+            hint = f"K in {', '.join(map(str, allowed))}" if allowed else "no stride: use identity or reverse"
+            raise UsageError(
+                f"{field}={spec!r} is not allowed on {world} ranks: it is the {what} ring; expected {hint}"
+            )
+        return ring
     if "-" in spec or spec.isdigit():
         try:
             ring = [int(part) for part in spec.split("-")]
         except ValueError:
             raise bad_value(field, spec, ORDER_HELP) from None
-        if sorted(ring) != list(range(world)):
-            raise UsageError(f"{field}={spec!r} is not a permutation of ranks 0..{world - 1}; give each rank once")
-        return ring
+        return validate_ring(ring, world, field, shown=spec)
     raise bad_value(field, spec, ORDER_HELP)
 
 
-def validate_ring(ring: list[int] | tuple[int, ...], world: int, field: str = "order") -> list[int]:
-    """Check that an explicit ring is a permutation of range(world)."""
-    ring = [int(r) for r in ring]
-    if sorted(ring) != list(range(world)):
-        raise UsageError(f"{field}={ring!r} is not a permutation of ranks 0..{world - 1}; give each rank once")
-    return ring
+def _stride_ring(stride: int, world: int) -> list[int]:
+    """0, K, 2K, .., then 1, 1+K, ..: every K-th rank first (topology-hostile on hosts of consecutive ranks)."""
+    return [rank for start in range(min(stride, world)) for rank in range(start, world, stride)]
+
+
+def validate_ring(ring: object, world: int, field: str = "order", shown: object = None) -> list[int]:
+    """``ring`` as a list of ints if it is a permutation of 0..world-1 (the project's one check), else UsageError."""
+    try:
+        ranks = [int(rank) for rank in ring]  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise bad_value(field, ring, "a list of ranks") from None
+    if sorted(ranks) != list(range(world)):
+        shown = ranks if shown is None else shown
+        raise UsageError(f"{field}={shown!r} is not a permutation of ranks 0..{world - 1}; give each rank once")
+    return ranks
 
 
 def format_ring(ring: list[int]) -> str:

@@ -38,7 +38,9 @@ class CheckCase:
 
 
 def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **shape) -> list[CheckCase]:
-    orders = ["identity", "reverse", "random:7", "stride:2"]
+    orders = ["identity", "reverse", "random:7"]
+    if world >= 4:
+        orders.append("stride:2")  # below 4 ranks every stride order is the identity or the reverse ring
     if world >= 3:
         orders.append(ring_text([0, *range(2, world), 1]))  # an explicit ring
     combos = itertools.product(

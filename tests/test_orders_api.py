@@ -97,6 +97,14 @@ def test_every_ordering_gives_the_same_output():
             torch.testing.assert_close(outputs[order], outputs["identity"], rtol=0, atol=1e-14)
 
 
+def test_a_stride_that_is_identity_or_reverse_is_refused_naming_the_allowed_strides():
+    with pytest.raises(UsageError, match=r"order='stride:4' is not allowed on 4 ranks: it is the identity ring; "
+                                         r"expected K in 2, 3"):  # fmt: skip
+        parse_order("stride:4", 4)
+    with pytest.raises(UsageError, match=r"stride:2' is not allowed on 3 ranks: it is the reverse ring"):
+        parse_order("stride:2", 3)
+
+
 def test_world_below_one_is_a_usage_error():
     with pytest.raises(UsageError, match="world=0"):
         launch_local(0, _orders_worker, ([],))

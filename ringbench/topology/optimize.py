@@ -16,10 +16,11 @@ import numpy as np
 
 from ringbench.errors import bad_value
 from ringbench.fmt import ring_text
+from ringbench.orders import validate_ring
 from ringbench.topology.exact import MAX_EXACT, solve_exact
 from ringbench.topology.heuristic import hierarchical
 from ringbench.topology.model import Topology
-from ringbench.topology.order_spec import parse_order, validate_permutation
+from ringbench.topology.order_spec import parse_order
 
 DEFAULT_EXACT_LIMIT = 12
 DEFAULT_TIME_BUDGET_S = 4.0
@@ -229,7 +230,7 @@ def recommend(
     elif current_order is None:
         current = list(range(world))
     else:
-        current = validate_permutation(current_order, world, "current_order")
+        current = validate_ring(current_order, world, "current_order")
     cost = topology.cost_matrix()
 
     all_equivalent = every_order_equivalent(cost)

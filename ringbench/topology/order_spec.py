@@ -6,23 +6,11 @@ The parser is the project's `ringbench.orders.parse_order`, the one `ringbench r
 
 from __future__ import annotations
 
-from ringbench.errors import UsageError, bad_value
+from ringbench.errors import UsageError
 from ringbench.orders import ORDER_HELP
 from ringbench.orders import parse_order as project_parse_order
 
-__all__ = ["ORDER_HELP", "parse_order", "validate_permutation"]
-
-
-def validate_permutation(ring: object, world: int, field: str = "order", shown: object = None) -> list[int]:
-    """``ring`` as a list of ints if it is a permutation of 0..world-1, else UsageError naming ``field``."""
-    try:
-        ranks = [int(rank) for rank in ring]  # type: ignore[union-attr]
-    except (TypeError, ValueError):
-        raise bad_value(field, ring, "a list of ranks") from None
-    if sorted(ranks) != list(range(world)):
-        shown = ring if shown is None else shown
-        raise UsageError(f"{field}={shown!r} is not a permutation of ranks 0..{world - 1}; give each rank once")
-    return ranks
+__all__ = ["ORDER_HELP", "parse_order"]
 
 
 def parse_order(spec: str, world: int, field: str = "current") -> list[int]:
