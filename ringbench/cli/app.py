@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "run_cmd",
     "analyze_cmd",
     "check_timeline_cmd",
+    "import_cmd",
     "report_cmd",
     "compare_cmd",
     "baseline_cmd",

@@ -50,6 +50,10 @@ TRACE_EVENT_COLUMNS = (
     "input_dims",  # args "Input Dims" as compact JSON, e.g. "[[2,1,4,512,64],[]]" ("" when absent)
     "input_types",  # args "Input type" joined by commas, e.g. "float,Scalar" ("" when absent)
     "bytes",  # communication spans and copies: bytes moved, from dims x dtype (or the trace's own count); -1
+    # communication ops only: their arguments as compact JSON ("" otherwise). record_param_comms: the keys of
+    # COMM_ARG_KEYS it has (collective name, message sizes, split sizes, group, peers, sequence number); c10d and
+    # functional-collective ops: {"concrete": their concrete inputs} (e.g. an all-to-all's split sizes)
+    "comm_args",
 )
 
 # Bytes per element of the dtype names the profiler writes in "Input type" (c10 spellings included).
@@ -58,8 +62,16 @@ DTYPE_BYTES = {
     "long long int": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
     "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
 }  # fmt: skip
-_COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms")
+_COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "_c10d_functional::", "record_param_comms")
 _PEER_OPS = ("c10d::send", "c10d::recv_", "c10d::recv_any_source_")
+_ARG_OPS = ("c10d::", "_c10d_functional::")  # ops whose concrete inputs go to comm_args
+PARAM_COMMS = "record_param_comms"
+# What record_param_comms carries (torch/csrc/profiler/util.h); "Src Rank" / "Dst Rank" are a P2P op's peer.
+COMM_ARG_KEYS = (
+    "Collective name", "In msg nelems", "Out msg nelems", "dtype", "In split size", "Out split size",
+    "Global rank start", "Global rank stride", "Group size", "Process Group Name", "Process Group Ranks", "Rank",
+    "Src Rank", "Dst Rank", "Seq",
+)  # fmt: skip
 _CHUNK = 1 << 20  # bytes read per refill
 _MAX_VALUE_CHARS = 64 << 20  # one event (or metadata value) larger than this is not a profiler trace
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
@@ -110,8 +122,15 @@ class _Columns:
             cat = str(cat)
         pid, tid = event.get("pid"), event.get("tid")
         peer = tag = -1
+        comm = ""
         if name in _PEER_OPS:
             peer, tag = _peer_and_tag(get("Concrete Inputs"))
+        if name == PARAM_COMMS:
+            found = {key: args[key] for key in COMM_ARG_KEYS if key in args}
+            peer = _param_peer(found)
+            comm = json.dumps(found, separators=(",", ":")) if found else ""
+        elif name.startswith(_ARG_OPS) and "Concrete Inputs" in args:
+            comm = json.dumps({"concrete": get("Concrete Inputs")}, separators=(",", ":"))
         dims, types = get("Input Dims"), get("Input type")
         dims_text = "" if dims is None else repr(dims).replace(" ", "")  # lists of ints: valid JSON
         types_text = "" if types is None else ",".join(map(str, types))
@@ -137,6 +156,7 @@ class _Columns:
                 intern(dims_text, dims_text),
                 intern(types_text, types_text),
                 nbytes,
+                intern(comm, comm),
             )
         )
         if len(self.rows) >= _PACK:
@@ -181,9 +201,9 @@ class _Columns:
 
 
 _ROW_FIELDS = ("name", "cat", "ts", "dur", "pid", "tid", "stream", "correlation", "external_id", "peer", "tag",
-               "input_dims", "input_types", "bytes")  # fmt: skip
+               "input_dims", "input_types", "bytes", "comm_args")  # fmt: skip
 _INT_COLUMNS = ("pid", "tid", "stream", "correlation", "external_id", "peer", "tag", "bytes")
-_OBJECT_COLUMNS = ("name", "cat", "input_dims", "input_types")
+_OBJECT_COLUMNS = ("name", "cat", "input_dims", "input_types", "comm_args")
 _PACK = 1 << 16
 
 
@@ -200,6 +220,14 @@ def _peer_and_tag(concrete) -> tuple[int, int]:
         return int(concrete[2]), int(concrete[3])
     except (TypeError, ValueError, IndexError):
         return -1, -1
+
+
+def _param_peer(found: dict) -> int:
+    """The peer of a P2P record_param_comms (send: "Dst Rank", recv: "Src Rank"); -1 for a collective."""
+    name = str(found.get("Collective name", ""))
+    key = "Dst Rank" if name.startswith("send") else "Src Rank" if name.startswith("recv") else None
+    value = found.get(key) if key else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
 def _message_bytes(args: dict, dims, types) -> int:

@@ -1,0 +1,73 @@
+"""`ringbench import TRACES... [--out results/] [--json]`: PyTorch profiler traces of any program -> a record.
+
+ringbench import traces/                       # a folder with one trace per rank (*.json or *.json.gz)
+ringbench import rank0.json.gz rank1.json.gz --iteration-marker train_step --compute-pattern my_attn_kernel
+then: ringbench analyze results/<run-id>, report, compare, recommend --topology FILE results/<run-id>
+
+Exit 0 on success, 2 on bad input (one line: what was found, what to pass).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ringbench.cli.common import cli_errors, console, emit_json, stdout
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "import",
+        help="Import PyTorch profiler traces (one per rank, any ring-attention program) into a results/<run-id>/ "
+        "record: ring order, steps, compute, send/recv and waits per rank, so that analyze, report, compare and "
+        "recommend work on it.",
+    )
+    def _import(
+        traces: Annotated[
+            list[Path],
+            typer.Argument(help="Trace files (.json / .json.gz), or folders holding them.", show_default=False),
+        ],
+        out: Annotated[Path, typer.Option("--out", help="Where the record's folder is created.")] = Path("results"),
+        iteration_marker: Annotated[
+            Optional[str],
+            typer.Option(
+                "--iteration-marker",
+                help="A record_function name that marks one iteration (default: "
+                "ProfilerStep#N, else ringbench:iteration K, else the whole trace).",
+            ),
+        ] = None,
+        compute_pattern: Annotated[
+            Optional[list[str]],
+            typer.Option(
+                "--compute-pattern",
+                help="A regular expression naming attention ops or kernels, added to the default list (repeatable).",
+            ),
+        ] = None,
+        json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    ) -> None:
+        import sys
+
+        from ringbench.traces.importer import import_traces
+
+        with cli_errors():
+            result = import_traces(traces, out=out, iteration_marker=iteration_marker,
+                                   compute_patterns=tuple(compute_pattern or ()),
+                                   command=" ".join(["ringbench", *sys.argv[1:]]))  # fmt: skip
+        case = result.cases.iloc[0]
+        rate = result.trace_bytes / 1e6 / result.seconds if result.seconds > 0 else float("nan")
+        if json_out:
+            emit_json({"run_dir": str(result.run_dir), "ring": result.ring, "world": int(case["world"]),
+                       "iterations": int(case["iters"]), "step_ms": float(case["step_ms"]),
+                       "exposed_comm_frac": float(case["exposed_comm_frac"]), "seconds": result.seconds,
+                       "trace_mb": result.trace_bytes / 1e6, "notes": list(result.notes)})  # fmt: skip
+        else:
+            stdout.print(f"imported {len(result.meta['imported']['traces'])} traces ({result.trace_bytes / 1e6:.1f} MB "
+                         f"in {result.seconds:.1f} s, {rate:.1f} MB/s) -> {result.run_dir}", markup=False)  # fmt: skip
+            stdout.print(f"ring {'-'.join(map(str, result.ring))}; {int(case['iters'])} iteration(s); step "
+                         f"{case['step_ms']:.2f} ms (median); exposed communication "
+                         f"{100 * case['exposed_comm_frac']:.1f}%", markup=False)  # fmt: skip
+            stdout.print(f"next: ringbench analyze {result.run_dir}", markup=False)
+        for note in result.notes:
+            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,50 @@
+"""Other ring-attention implementations under ringbench's sweeps and checks: adapters and their registry.
+
+    from ringbench.impls import get_adapter, adapter_names
+    adapter = get_adapter("torch-ring:alltoall")   # or ringbench, ring-attention-pytorch, my_pkg.ring:attention
+    adapter.check(workload, "cpu")                 # one line (UsageError) when it cannot run here
+
+The interface is ringbench/impls/base.py; the per-rank call the runner makes is ringbench/impls/rank.py.
+"""
+
+from __future__ import annotations
+
+from ringbench.errors import UsageError
+from ringbench.impls.base import Adapter, AttentionFn, Support, Workload
+from ringbench.impls.builtin import (
+    RingAttentionPytorchAdapter,
+    RingbenchAdapter,
+    RingFlashAttnAdapter,
+    TransformerEngineAdapter,
+    UserAdapter,
+)
+from ringbench.impls.torch_ring import TorchRingAdapter
+
+DEFAULT_IMPL = "ringbench"
+_BUILTIN = {
+    "ringbench": RingbenchAdapter,
+    "torch-ring": lambda: TorchRingAdapter("ALL_GATHER", "torch-ring"),
+    "torch-ring:allgather": lambda: TorchRingAdapter("ALL_GATHER", "torch-ring:allgather"),
+    "torch-ring:alltoall": lambda: TorchRingAdapter("ALL_TO_ALL", "torch-ring:alltoall"),
+    "ring-attention-pytorch": RingAttentionPytorchAdapter,
+    "ring-flash-attn": RingFlashAttnAdapter,
+    "transformer-engine": TransformerEngineAdapter,
+}
+
+
+def adapter_names() -> tuple[str, ...]:
+    """The built-in adapter names (a user's ``module:function`` is accepted too)."""
+    return tuple(_BUILTIN)
+
+
+def get_adapter(name: str) -> Adapter:
+    """The adapter called ``name``: a built-in one, or ``module:function`` for a user's implementation."""
+    if name in _BUILTIN:
+        return _BUILTIN[name]()
+    module, sep, function = str(name).partition(":")
+    if sep and module and function and module.replace(".", "").replace("_", "").isalnum():
+        return UserAdapter(name)
+    raise UsageError(f"impl={name!r} is not known; expected one of: {', '.join(_BUILTIN)}, or module:function")
+
+
+__all__ = ["DEFAULT_IMPL", "Adapter", "AttentionFn", "Support", "Workload", "adapter_names", "get_adapter"]

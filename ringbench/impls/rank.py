@@ -1,0 +1,125 @@
+"""The per-rank call the runner makes instead of ``ring_attention`` when a case names another implementation.
+
+Inside each rank (after the process group is up)::
+
+    from ringbench.impls.rank import run_impl_case
+    result = run_impl_case("torch-ring:alltoall", case, rank=r, world=n, device=device, group=None,
+                           iters=10, warmup=2, seed=0, check=True, profile_path=path_or_None)
+
+It builds this rank's shards in the layout the adapter expects (ringbench.inputs.rank_shards), runs the warm-up
+and timed iterations (forward, and backward through autograd with the same ``dout`` as ringbench's engine),
+times every whole iteration on the host clock (``perf_counter_ns``, after a barrier; on CUDA the device is
+synchronised at the iteration's end, since an outside library's streams are not ringbench's to instrument),
+checks the output and gradients against float64 (ringbench.reference.check_errors) and returns a dict shaped
+like the runner's per-rank result: ``rows`` (``iteration`` rows, fwd and bwd, host ns), ``fwd_err``, ``bwd_err``,
+``check_note``, ``peak_mem_mb``, ``memory_method``, ``impl``, ``profile``.
+
+With ``profile_path`` every timed iteration runs under the PyTorch profiler inside a ``ringbench:iteration K``
+range and the trace is written there; once every rank's trace is written, ``profile_events`` (one call, in the
+parent) turns them into the case's events rows (ringbench.traces: the importer), iteration rows included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from ringbench.impls import get_adapter
+
+
+def _barrier(group) -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier(group=group)
+
+
+def _sync(device) -> None:
+    if getattr(device, "type", "cpu") == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _row(iteration: int, phase: str, rank: int, position: int, start: int, end: int) -> dict:
+    return {"iteration": iteration, "phase": phase, "rank": rank, "ring_position": position, "step": -1,
+            "kind": "iteration", "start_ns": start, "end_ns": end, "src": rank, "dst": rank, "bytes": 0,
+            "block": -1, "pair": "", "flops": 0.0, "nccl_ms": None}  # fmt: skip
+
+
+def run_impl_case(
+    impl: str, workload, *, rank: int, world: int, device=None, group=None, iters: int = 10, warmup: int = 2,
+    seed: int = 0, check: bool = True, check_budget_s: float | None = 60.0, profile_path: Path | None = None,
+    recorder=None, before_iteration=None,
+) -> dict:  # fmt: skip
+    """Run one case of adapter ``impl`` on this rank (see the module doc); ``before_iteration(i)``: a hook
+    called before each iteration (warm-up ones negative), e.g. for progress reports."""
+    from ringbench.inputs import rank_shards
+    from ringbench.memory import peak_mb, reset_peak
+    from ringbench.profiling import ProfileCapture
+    from ringbench.reference import check_errors
+
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    adapter = get_adapter(impl)
+    fn = adapter.prepare(workload, group=group, device=device, recorder=recorder)
+    layout = adapter.layout(workload)
+    memory_method = reset_peak(device)
+    inputs = dict(seed=seed, batch=workload.batch, heads=workload.heads, head_dim=workload.head_dim,
+                  seq=workload.seq, dtype=workload.dtype, layout=layout, world=world, rank=rank)  # fmt: skip
+    q, k, v, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
+    backward = bool(getattr(workload, "backward", True))
+    q, k, v = (t.requires_grad_(backward) for t in (q, k, v))
+    rows, out, grads = [], None, None
+    capture = ProfileCapture(profile_path, device) if profile_path is not None else contextlib.nullcontext()
+    try:
+        for iteration in range(-warmup, iters):
+            if before_iteration is not None:
+                before_iteration(iteration)
+            if iteration == 0:
+                capture.__enter__()  # the profiler covers the timed iterations only
+            _barrier(group)
+            marker = capture.iteration(iteration) if iteration >= 0 and profile_path else contextlib.nullcontext()
+            with marker:
+                start = time.perf_counter_ns()
+                out = fn(q, k, v)
+                _sync(device)
+                middle = time.perf_counter_ns()
+                if backward:
+                    grads = torch.autograd.grad(out, (q, k, v), dout)
+                    _sync(device)
+                end = time.perf_counter_ns()
+            if iteration >= 0:
+                rows.append(_row(iteration, "fwd", rank, rank, start, middle))
+                if backward:
+                    rows.append(_row(iteration, "bwd", rank, rank, middle, end))
+        if profile_path is not None:
+            capture.__exit__(None, None, None)
+    except BaseException:
+        if profile_path is not None and iters > 0:
+            capture.__exit__(*__import__("sys").exc_info())
+        raise
+    finally:
+        fn.close()
+    result = {"impl": adapter.name, "rank": rank, "rows": rows, "fwd_err": math.nan, "bwd_err": math.nan,
+              "check_note": "", "peak_mem_mb": peak_mb(device), "memory_method": memory_method,
+              "profile": str(profile_path) if profile_path is not None else None, "layout": layout}  # fmt: skip
+    if check and out is not None:
+        checked = check_errors(out=out.detach(), grads=grads, mask=workload.mask, **inputs, device=device,
+                               budget_s=check_budget_s)  # fmt: skip
+        result.update(fwd_err=checked.fwd_err, bwd_err=checked.bwd_err, check_note=checked.note)
+    return result
+
+
+def profile_events(trace_paths, case_id: str, *, compute_patterns: tuple[str, ...] = ()):
+    """The events rows of a case from its ranks' profiler traces (one per rank): spans and iteration rows, times
+    relative to the first profiled iteration, iterations numbered as in the ``ringbench:iteration K`` markers."""
+    from ringbench.markers import ITERATION_MARKER
+    from ringbench.traces.importer import reconstruct
+
+    rebuilt = reconstruct(trace_paths, iteration_marker=ITERATION_MARKER, compute_patterns=compute_patterns)
+    return rebuilt.events.assign(case_id=case_id)
+
+
+__all__ = ["profile_events", "run_impl_case"]

@@ -1,0 +1,135 @@
+"""The ring rebuilt from every rank's exchanges and compute spans, as rows of the events table (schema.py).
+
+* Ring order: who sends to whom. Each rank's successor is the peer most of its sends go to; following the
+  successors from rank 0 must visit every rank once. Rotations by all-gather name no peer: the ring is then the
+  rank order (torch's ring takes block rank - i at step i).
+* Ring steps, per (iteration, phase, rank): exchanges are numbered by posting order. A phase that posts 2N - 1
+  exchanges on N ranks (a backward rotating K/V and the dK/dV accumulators) has two per step; the lone one is
+  step 0 when the phase computes before its first post (a blocking ring), else step N - 1. A phase whose first
+  exchange is posted after its first compute (blocking: exchange, then compute) numbers its exchanges from 1.
+  So the exchange of step s brings the block of step s + 1 (s with a blocking ring): ringbench's own convention,
+  and the same numbering on the sender and the receiver of every exchange. Compute span i of the phase is step
+  i; its block's owner is the rank i positions back in the ring. In a program that runs several rings per
+  iteration (one per layer), steps keep counting across them.
+* Spans: send and recv from the exchange's post to its completion in that direction; a ``wait`` per received
+  block (zero-length when it did not block); a rotation by all-gather is a ``collective`` row over the time the
+  rank was blocked on it. ``iteration`` rows: the forward from the iteration's start to its first backward op
+  (or its end), the backward from there to its end.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from ringbench.errors import UsageError
+from ringbench.schema import EVENT_COLUMNS
+
+
+def ring_order(exchanges: dict[int, pd.DataFrame], world: int) -> tuple[list[int], str]:
+    """(ring in order starting at rank 0, how it was found)."""
+    if world == 1:
+        return [0], "one rank"
+    successor = {}
+    for rank, table in exchanges.items():
+        peers = table.loc[(table["kind"] == "p2p") & (table["dst"] >= 0) & (table["dst"] != rank), "dst"]
+        if len(peers):
+            successor[rank] = int(Counter(peers.astype(int)).most_common(1)[0][0])
+    if not successor:
+        return list(range(world)), "rank order (rotations by all-gather name no peer)"
+    missing = [r for r in range(world) if r not in successor]
+    if missing:
+        raise UsageError(
+            f"the exchanges do not form a ring: rank(s) {', '.join(map(str, missing[:8]))} send to no peer "
+            f"(others send: {_sends(successor)}); pass traces of every rank of one ring"
+        )
+    ring, rank = [0], successor[0]
+    while rank != 0 and rank not in ring and len(ring) <= world:
+        ring.append(rank)
+        rank = successor.get(rank, 0)
+    if len(ring) != world or rank != 0:
+        raise UsageError(
+            f"the exchanges do not form one ring over {world} ranks ({_sends(successor)}); "
+            "pass the traces of one ring (one process group)"
+        )
+    return ring, "who sends to whom"
+
+
+def _sends(successor: dict[int, int]) -> str:
+    shown = [f"{a}->{b}" for a, b in sorted(successor.items())[:8]]
+    return ", ".join(shown) + (", ..." if len(successor) > 8 else "")
+
+
+def exchange_steps(posts: np.ndarray, first_compute: float, world: int, phase: str) -> np.ndarray:
+    """Ring step of each exchange of one (iteration, phase, rank), ``posts`` in posting order (module doc)."""
+    count = len(posts)
+    if count == 0:
+        return np.empty(0, dtype=np.int64)
+    index = np.arange(count)
+    blocking = bool(np.isfinite(first_compute) and posts[0] > first_compute)
+    if phase == "bwd" and world > 1 and count == 2 * world - 1:
+        return (index + 1) // 2 if blocking else index // 2
+    return index + (1 if blocking else 0)
+
+
+def _row(**fields) -> dict:
+    base = dict(src=-1, dst=-1, bytes=0, block=-1, pair="", flops=0.0, nccl_ms=np.nan)
+    return base | fields
+
+
+def rank_rows(rank, ring, exchanges, compute, windows, world) -> list[dict]:
+    """The events rows of one rank. ``exchanges`` and ``compute`` carry ``iteration`` (index into ``windows``,
+    -1 outside) and ``phase``; ``windows``: per iteration index, (start_ns, backward_start_ns or None, end_ns)."""
+    position = ring.index(rank)
+    rows = []
+    common = dict(rank=rank, ring_position=position)
+    for iteration, (start, backward, end) in windows.items():
+        fwd_end = backward if backward is not None else end
+        rows.append(_row(iteration=iteration, phase="fwd", step=-1, kind="iteration", start_ns=start, end_ns=fwd_end,
+                         src=rank, dst=rank, **common))  # fmt: skip
+        if backward is not None:
+            rows.append(_row(iteration=iteration, phase="bwd", step=-1, kind="iteration", start_ns=backward,
+                             end_ns=end, src=rank, dst=rank, **common))  # fmt: skip
+    for (iteration, phase), spans in compute[compute["iteration"] >= 0].groupby(["iteration", "phase"]):
+        for step, span in enumerate(spans.sort_values("order_ns").itertuples(index=False)):
+            owner = ring[(position - step) % world]
+            rows.append(_row(iteration=int(iteration), phase=phase, step=step, kind="compute",
+                             start_ns=int(span.start_ns), end_ns=int(span.end_ns), src=owner, dst=rank, block=owner,
+                             flops=float(span.flops), **common))  # fmt: skip
+    for (iteration, phase), group in exchanges[exchanges["iteration"] >= 0].groupby(["iteration", "phase"]):
+        group = group.sort_values("post_ns", kind="stable")
+        mine = compute[(compute["iteration"] == iteration) & (compute["phase"] == phase)]
+        first = float(mine["order_ns"].min()) if len(mine) else np.nan
+        steps = exchange_steps(group["post_ns"].to_numpy(float), first, world, phase)
+        for step, ex in zip(steps, group.itertuples(index=False), strict=True):
+            at = dict(iteration=int(iteration), phase=phase, step=int(step), **common)
+            if ex.kind == "collective":
+                rows.append(_row(kind="collective", start_ns=int(ex.wait_start_ns), end_ns=int(ex.wait_end_ns),
+                                 dst=rank, bytes=int(ex.recv_bytes), **at))  # fmt: skip
+                continue
+            if ex.dst >= 0 and np.isfinite(ex.send_end_ns):
+                rows.append(_row(kind="send", start_ns=int(ex.start_ns), end_ns=int(ex.send_end_ns), src=rank,
+                                 dst=int(ex.dst), bytes=int(ex.send_bytes), **at))  # fmt: skip
+            if ex.src >= 0 and np.isfinite(ex.recv_end_ns):
+                source = int(ex.src)
+                rows.append(_row(kind="recv", start_ns=int(ex.start_ns), end_ns=int(ex.recv_end_ns), src=source,
+                                 dst=rank, bytes=int(ex.recv_bytes), **at))  # fmt: skip
+                rows.append(_row(kind="wait", start_ns=int(ex.wait_start_ns), end_ns=int(ex.wait_end_ns),
+                                 src=source, dst=rank, **at))  # fmt: skip
+    return rows
+
+
+def events_frame(rows: list[dict], case_id: str, origin_ns: int) -> pd.DataFrame:
+    """Rows -> the events table: the case id, repeat 0, times relative to ``origin_ns``, schema column order."""
+    events = pd.DataFrame(rows)
+    events["case_id"] = case_id
+    events["repeat"] = 0
+    events["start_ns"] = events["start_ns"].astype("int64") - origin_ns
+    events["end_ns"] = events["end_ns"].astype("int64") - origin_ns
+    order = ["iteration", "rank", "phase", "start_ns"]
+    return events.sort_values(order, kind="stable").reset_index(drop=True)[list(EVENT_COLUMNS)]
+
+
+__all__ = ["events_frame", "exchange_steps", "rank_rows", "ring_order"]

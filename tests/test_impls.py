@@ -1,0 +1,95 @@
+"""Adapters: the registry, one-line refusals and skips, and every CPU adapter against float64 on 4 gloo ranks."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import pytest
+import torch
+
+from ringbench.errors import UsageError
+from ringbench.impls import Workload, adapter_names, get_adapter
+from ringbench.impls.rank import run_impl_case
+from ringbench.launch import launch_local
+
+SMALL = dict(world=4, seq=512, heads=2, head_dim=16, dtype="float64")
+
+
+def test_registry_names_and_unknown_name():
+    assert {"ringbench", "torch-ring", "torch-ring:alltoall", "torch-ring:allgather", "ring-attention-pytorch",
+            "ring-flash-attn", "transformer-engine"} <= set(adapter_names())  # fmt: skip
+    with pytest.raises(UsageError, match="impl='nope' is not known"):
+        get_adapter("nope")
+
+
+@pytest.mark.parametrize("name", ["ring-flash-attn", "transformer-engine"])
+def test_cuda_only_peers_skip_in_one_line(name):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: these run there")
+    with pytest.raises(UsageError) as info:
+        get_adapter(name).check(Workload(dtype="bfloat16"), "cpu")
+    assert "\n" not in str(info.value) and "CUDA" in str(info.value)
+
+
+def test_unsupported_workloads_are_refused_in_one_line():
+    with pytest.raises(UsageError, match="layout='striped'"):
+        get_adapter("torch-ring").check(Workload(layout="striped"), "cpu")
+    with pytest.raises(UsageError, match="order="):
+        get_adapter("torch-ring").check(Workload(order="reverse"), "cpu")
+
+
+def test_torch_ring_without_the_private_api_is_one_line(monkeypatch):
+    from ringbench.impls import torch_ring
+
+    fake = types.ModuleType(torch_ring.MODULE)
+    monkeypatch.setitem(sys.modules, torch_ring.MODULE, fake)
+    with pytest.raises(UsageError) as info:
+        get_adapter("torch-ring").check(Workload(), "cpu")
+    assert "lacks _templated_ring_attention" in str(info.value) and "\n" not in str(info.value)
+
+
+def user_ring(q, k, v, *, mask, layout, group):
+    """A user's implementation (module:function): ringbench's engine under another name."""
+    from ringbench.api import ring_attention
+
+    return ring_attention(q, k, v, mask=mask, layout=layout, group=group)
+
+
+user_ring.ringbench_layouts = ("zigzag",)
+
+
+def _errors(worker_ctx, impl, workload):
+    result = run_impl_case(impl, workload, rank=worker_ctx.env.rank, world=worker_ctx.env.world, iters=1, warmup=0)
+    return result["fwd_err"], result["bwd_err"], len(result["rows"])
+
+
+CASES = [
+    ("ringbench", Workload(mask="causal", layout="striped", buffer="sync", order="reverse", **SMALL)),
+    ("torch-ring:alltoall", Workload(mask="causal", layout="zigzag", **SMALL)),
+    ("torch-ring:allgather", Workload(mask="causal", layout="contiguous", **SMALL)),
+    ("torch-ring", Workload(mask="none", layout="contiguous", **SMALL)),
+    ("test_impls:user_ring", Workload(mask="causal", layout="zigzag", **SMALL)),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("impl", "workload"), CASES, ids=[c[0] for c in CASES])
+def test_adapters_match_float64(impl, workload):
+    results = launch_local(4, _errors, (impl, workload), timeout_s=120)
+    for fwd, bwd, rows in results:
+        assert fwd < 1e-5 and bwd < 1e-5 and rows == 2, results  # fp64 inputs, fp32 merges inside torch's ring
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ring_attention_pytorch") is None, reason="ring-attention-pytorch absent")
+def test_ring_attention_pytorch_forward_matches_float64():
+    workload = Workload(mask="causal", layout="striped", **(SMALL | {"dtype": "float32"}))  # fp32 only
+    results = launch_local(4, _errors, ("ring-attention-pytorch", workload), timeout_s=120)
+    assert max(fwd for fwd, _, _ in results) < 1e-5, results
+
+
+def test_user_adapter_refuses_layouts_it_does_not_declare():
+    with pytest.raises(UsageError, match="layout='striped'"):
+        get_adapter("test_impls:user_ring").check(Workload(layout="striped"), "cpu")
