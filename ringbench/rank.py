@@ -20,6 +20,7 @@ from ringbench.autorate import rank_rate, round_down
 from ringbench.clock import ClockAlignment, align_clocks
 from ringbench.collectives import GroupOps
 from ringbench.comm import RingStall
+from ringbench.errors import UsageError
 from ringbench.faults import RankFaults, parse_fault
 from ringbench.inputs import rank_shards
 from ringbench.kernels import get_kernel
@@ -57,7 +58,9 @@ class RunSettings:
     link_model: dict | None = None
     """Emulated links of a topology (Scenario.link_model), or None."""
     profile_dir: str | None = None
-    """Where profiler captures go (run --profile), or None."""
+    """Where profiler captures go (run --profile, or another implementation's traced cases), or None."""
+    profile: bool = False
+    """Capture ringbench's own cases too (run --profile)."""
     loopback: bool = False
     """A 1-rank ring exchanges with itself."""
     check_budget_s: float = CHECK_BUDGET_S
@@ -142,6 +145,9 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     timeline, then -- outside the loop -- a bounded settle of the iteration's transfers and marks and their
     resolution into nanoseconds. On a GPU nothing in between synchronises the host with the device.
     """
+    if case.impl != "ringbench":
+        return _run_impl_case(case, session=session, progress=progress, settings=settings, repeat=repeat,
+                              profile_path=profile_path)  # fmt: skip
     env, timeline = session.env, session.timeline
     rank, world = env.rank, env.world
     device = env.device
@@ -249,6 +255,43 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     }
 
 
+def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunSettings, repeat: int,
+                   profile_path: Path | None) -> dict:  # fmt: skip
+    """Another implementation (ringbench.impls): whole iterations timed on the host, per-step spans from its
+    profiler capture (converted in the parent), outputs and gradients checked against float64 like the engine's."""
+    from ringbench.impls.rank import run_impl_case
+
+    env = session.env
+    if settings.faults:
+        raise UsageError(f"impl={case.impl!r} cannot take faults; they act on ringbench's own engine")
+    tick = (lambda iteration: progress.set_iteration(iteration)) if progress is not None else None
+    result = run_impl_case(
+        case.impl, case, rank=env.rank, world=env.world, device=env.device, iters=settings.iters,
+        warmup=settings.warmup, seed=settings.seed, check=settings.check, check_budget_s=settings.check_budget_s,
+        profile_path=profile_path, before_iteration=tick,
+    )  # fmt: skip
+    rows = result["rows"]
+    offset_ns = session.clock.offset_ns
+    origin = min((row["start_ns"] for row in rows), default=0)
+    shift = session.ops.min_int(origin - offset_ns) + offset_ns
+    for row in rows:
+        row.update(start_ns=row["start_ns"] - shift, end_ns=row["end_ns"] - shift, repeat=repeat,
+                   case_id=case.case_id, nccl_ms=float("nan"))  # fmt: skip
+    return result | {
+        "case_id": case.case_id,
+        "clock_offset_ns": offset_ns,
+        "clock_residual_ns": session.clock.bound_ns,
+        "clock_method": session.clock.method,
+        "emulated_gflops": None,
+        "saturated_blocks": 0,
+        "paced_blocks": 0,
+        "host": socket.gethostname(),
+        "device": str(env.device),
+        "device_info": session.device_info,
+        "timeline": "host",
+    }
+
+
 def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float:
     """``emulated:auto``: every rank measures its blocks at once (contention included); all take the lowest rate."""
     session.ops.barrier()
@@ -297,9 +340,10 @@ def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: RunSettings
 
 
 def profile_path(settings: RunSettings, case: Case, repeat: int, rank: int) -> Path | None:
-    """Where this rank's profiler capture of the case goes (None when not profiling)."""
+    """Where this rank's profiler capture of the case goes (None when not profiling). Another implementation's
+    case is always captured when tracing: its per-step spans come from the capture."""
     folder = settings.profile_dir
-    if not folder:
+    if not folder or (case.impl == "ringbench" and not settings.profile):
         return None
     return Path(folder) / case.case_id / f"r{repeat}-rank{rank}.json.gz"
 

@@ -24,7 +24,8 @@ from ringbench.layout import check_divisible
 from ringbench.orders import ORDER_HELP, format_ring, parse_order
 from ringbench.vocab import DTYPES, Buffer, Layout, Mask
 
-AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel")
+AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl")
+DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 INT_AXES = ("world", "seq", "heads", "head_dim", "batch")
 SETTINGS = (
     "backward", "iters", "warmup", "check", "timeout", "repeat", "faults", "name", "description", "seed",
@@ -47,14 +48,18 @@ class Case:
     buffer: str
     order: str
     kernel: str
+    impl: str = "ringbench"
+    """The ring-attention implementation (ringbench.impls): ringbench's own engine unless another is named."""
     backward: bool = True
 
     @property
     def case_id(self) -> str:
-        """Readable and stable: the same axes give the same id in every run (resume and compare rely on it)."""
+        """Readable and stable: the same axes give the same id in every run (resume and compare rely on it).
+        ringbench's own engine is the default implementation and does not appear in the id."""
+        impl = "" if self.impl == "ringbench" else f"-{self.impl}"
         slug = (
             f"w{self.world}-s{self.seq}-h{self.heads}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
-            f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}-{'fb' if self.backward else 'f'}"
+            f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}{impl}-{'fb' if self.backward else 'f'}"
         )
         digest = hashlib.sha1(slug.encode()).hexdigest()[:6]
         return f"{slug.replace(':', '_')}-{digest}"
@@ -90,6 +95,8 @@ class Scenario:
     buffer: tuple[str, ...] = ("double",)
     order: tuple[str, ...] = ("identity",)
     kernel: tuple[str, ...] = ("torch",)
+    impl: tuple[str, ...] = ("ringbench",)
+    """Ring-attention implementations (ringbench.impls): ringbench, torch-ring, ..., module:function."""
     backward: bool = True
     """Time the backward ring too."""
     iters: int = 10
@@ -110,6 +117,7 @@ class Scenario:
     source: str = field(default="<embedded default>", compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", tuple(DTYPE_ALIASES.get(str(d), d) for d in self.dtype))
         # One canonical spelling of each fault everywhere (slow-rank:3:1.50 -> slow-rank:3:1.5): the record, the
         # verdicts and the gate compare specs as strings. A malformed spec is left for validate() to name.
         canonical = []
@@ -142,7 +150,7 @@ class Scenario:
                     raise fail(axis, value, "an integer >= 1")
         for value in self.dtype:
             if value not in DTYPES:
-                raise fail("dtype", value, "one of: " + ", ".join(DTYPES))
+                raise fail("dtype", value, "one of: " + ", ".join([*DTYPES, *DTYPE_ALIASES]))
         for axis, choice in (("mask", Mask), ("layout", Layout), ("buffer", Buffer)):
             for value in getattr(self, axis):
                 try:
@@ -156,6 +164,13 @@ class Scenario:
                 raise fail("kernel", value, KERNEL_HELP) from None
             if self.check and not getattr(kernel, "computes", True):
                 raise fail("check", True, f"false with kernel {value!r}: it computes nothing to check (--no-check)")
+        from ringbench.impls import get_adapter
+
+        for value in self.impl:
+            try:
+                get_adapter(value)
+            except UsageError as exc:
+                raise UsageError(where + str(exc)) from None
         for number, name, low in ((self.iters, "iters", 1), (self.warmup, "warmup", 0), (self.repeat, "repeat", 1)):
             if not isinstance(number, int) or isinstance(number, bool) or number < low:
                 raise fail(name, number, f"an integer >= {low}")
@@ -318,7 +333,7 @@ def _parse(text: str, source: str) -> Scenario:
             values[key] = _as_tuple(source, key, value) if key != "faults" or value else ()
         else:
             values[key] = value
-    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "faults"):
+    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "impl", "faults"):
         if key in values:
             values[key] = tuple(str(v) for v in values[key])
     return Scenario(**values, source=source).validate()

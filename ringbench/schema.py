@@ -5,7 +5,7 @@ reports, the CI gate) reads them. A feature that needs more data adds columns he
 
 Schema versions (readers accept every one of them; missing columns read as null):
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
-       ``peak_mem_mb``, ``saturated_blocks``, ``emulated_gflops`` and ``check_note``.
+       ``peak_mem_mb``, ``saturated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
 
 Events: one row per span on one rank.
@@ -79,6 +79,7 @@ CASE_AXES = (
     "order",
     "kernel",
     "backward",
+    "impl",  # the ring-attention implementation (version 2; older records: ringbench)
 )
 CASE_COLUMNS = (
     "case_id",

@@ -99,16 +99,28 @@ def execute(
                                  device=device, profile=profile)  # fmt: skip
     if folder is None:
         folder = ResultsFolder.create(out, scenario.name, collect_metadata(scenario, command=command, trace=trace))
-    settings = _with_profile(settings, folder, profile)
+    settings = _with_profile(settings, folder, profile, cases)
     _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device)
     return folder
 
 
-def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool) -> RunSettings:
-    if not profile:
+def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool, cases: list[Case]) -> RunSettings:
+    """Profiler captures: every case with --profile; another implementation's cases whenever tracing (their
+    per-step spans come from the capture)."""
+    others = settings.trace and any(case.impl != "ringbench" for case in cases)
+    if not (profile or others):
         return settings
-    folder.meta["profile"] = {"dir": "profile", "iteration": settings.iters - 1}  # the last timed iteration
-    return dataclasses.replace(settings, profile_dir=str(folder.run_dir / "profile"))
+    folder.meta["profile"] = {"dir": "profile", "iteration": settings.iters - 1}  # ringbench's: the last timed one
+    return dataclasses.replace(settings, profile_dir=str(folder.run_dir / "profile"), profile=profile)
+
+
+def _reported(case: Case, per_rank: list[dict], repeat: int) -> list[dict]:
+    """The ranks' reports as the record takes them: another implementation's spans come from its captures."""
+    if case.impl == "ringbench":
+        return per_rank
+    from ringbench.traces.captures import with_profile_rows
+
+    return with_profile_rows(per_rank, case.case_id, repeat)
 
 
 def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case, device) -> None:
@@ -129,7 +141,8 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
             if len(pending[result["case_id"]]) < world:
                 return False
             per_rank = sorted(pending.pop(result["case_id"]), key=lambda r: r["rank"])
-            row = folder.add_case(by_id[result["case_id"]], per_rank, scenario, repeat)
+            case = by_id[result["case_id"]]
+            row = folder.add_case(case, _reported(case, per_rank, repeat), scenario, repeat)
             finished += 1
             if on_case is not None:
                 on_case(row, finished, total)
@@ -159,7 +172,7 @@ def _execute_launched(scenario, cases, settings, *, out, command, on_case, devic
     if env.rank == 0:
         meta = collect_metadata(scenario, command=command, trace=settings.trace) | {"launcher": env.launcher}
         folder = ResultsFolder.create(out, scenario.name, meta)
-        settings = _with_profile(settings, folder, profile)
+        settings = _with_profile(settings, folder, profile, cases)
     settings = session.ops.all_objects(settings)[0]  # rank 0's, with its profile folder
     total = len(cases) * scenario.repeat
     finished = 0
@@ -169,7 +182,7 @@ def _execute_launched(scenario, cases, settings, *, out, command, on_case, devic
                               repeat=repeat, profile_path=profile_path(settings, case, repeat, env.rank))  # fmt: skip
             gathered = session.ops.gather_objects(result)
             if folder is not None:
-                row = folder.add_case(case, gathered, scenario, repeat)
+                row = folder.add_case(case, _reported(case, gathered, repeat), scenario, repeat)
                 finished += 1
                 if on_case is not None:
                     on_case(row, finished, total)

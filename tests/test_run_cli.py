@@ -2,6 +2,7 @@
 
 import json
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -197,3 +198,19 @@ def test_resume_after_a_crash_finishes_without_the_crash(tmp_path):
     assert "crash/hang faults of the original run are not applied again" in resumed.output
     assert len(json.loads(resumed.stdout)["cases"]) == 1
     assert "failure" not in json.loads((run_dir / "meta.json").read_text())
+
+
+def test_impl_runs_another_ring_under_the_same_sweep_and_check(tmp_path):
+    result = _run("--world", "2", "--seq", "64", "--heads", "2", "--head-dim", "8", "--layout", "zigzag",
+                  "--impl", "ringbench", "--impl", "torch-ring:alltoall", "--kernel", "torch", "--iters", "2",
+                  "--warmup", "1", "--out", str(tmp_path), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    by_impl = {case["impl"]: case for case in document["cases"]}
+    assert set(by_impl) == {"ringbench", "torch-ring:alltoall"} and all(c["passed"] for c in by_impl.values())
+    assert by_impl["torch-ring:alltoall"]["bwd_max_abs_err"] < 5e-5
+    events = pd.read_parquet(Path(document["run_dir"]) / "events.parquet")
+    theirs = events[events["case_id"] == by_impl["torch-ring:alltoall"]["case_id"]]
+    assert {"iteration", "compute"} <= set(theirs["kind"])  # per-step spans from the profiler capture
+    assert "-torch-ring_alltoall-" in by_impl["torch-ring:alltoall"]["case_id"]
+    assert "-torch-ring" not in by_impl["ringbench"]["case_id"]  # ringbench's own ids are unchanged

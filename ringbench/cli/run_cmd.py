@@ -110,6 +110,11 @@ def register(app: typer.Typer) -> None:
         kernel: Annotated[
             list[str], typer.Option(help="torch, math, triton, emulated:GFLOPS.", rich_help_panel=AXES_PANEL)
         ] = [],  # noqa: B006
+        impl: Annotated[
+            list[str],
+            typer.Option(help="ringbench, torch-ring, ring-attention-pytorch, ..., module:function.",
+                         rich_help_panel=AXES_PANEL),
+        ] = [],  # noqa: B006
         backward: Annotated[
             bool | None,
             typer.Option("--backward/--no-backward", help="Time the backward ring.", rich_help_panel=RUN_PANEL),
@@ -202,7 +207,7 @@ def register(app: typer.Typer) -> None:
                 base = recorded_scenario(resume) if resume is not None else DEFAULT_SCENARIO
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
-                layout=layout, buffer=buffer, order=order, kernel=kernel, backward=backward, iters=iters,
+                layout=layout, buffer=buffer, order=order, kernel=kernel, impl=impl, backward=backward, iters=iters,
                 warmup=warmup, check=check, timeout=timeout, repeat=repeat, faults=fault,
                 topology=str(topology) if topology else None, emulate_links=emulate_links or None,
             ).validate()  # fmt: skip

@@ -32,7 +32,7 @@ from ringbench.atomic import write_bytes
 from ringbench.errors import UsageError
 from ringbench.fmt import native
 from ringbench.gate.match import MUST_MATCH_META
-from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, SampleSet
+from ringbench.gate.samples import AXIS_DEFAULTS, MATCH_FIELDS, CaseSamples, SampleSet
 
 BASELINE_FORMAT = "ringbench-baseline"
 BASELINE_VERSION = 1
@@ -93,7 +93,7 @@ def _read_v1(document: dict, source: str) -> SampleSet:
     for index, case in enumerate(document.get("cases", [])):
         try:
             repeats = tuple(np.asarray(repeat, dtype=float) for repeat in case["repeats"] if len(repeat))
-            axes = {name: native(case["axes"].get(name)) for name in MATCH_FIELDS}
+            axes = {name: native(case["axes"].get(name, AXIS_DEFAULTS.get(name))) for name in MATCH_FIELDS}
             cases.append(
                 CaseSamples(
                     axes=axes,

@@ -24,6 +24,7 @@ from ringbench.store import RunData
 # injected faults are kept with the axes; whether they take part in matching is decided in match.py (only when a
 # side mixes fault sets: they are otherwise one run-level setting per side, reported rather than matched).
 MATCH_FIELDS = (*CASE_AXES, "faults")
+AXIS_DEFAULTS = {"impl": "ringbench"}  # what an axis was before records carried it
 
 SAMPLE_COLUMNS = ("case_id", "repeat", "iteration", "step_ms")
 
@@ -104,6 +105,8 @@ def _case_rows(cases: pd.DataFrame) -> pd.DataFrame:
     for name, default in (*((axis, None) for axis in MATCH_FIELDS), ("emulated", False), ("status", "ok")):
         if name not in rows:
             rows[name] = default
+    for name, default in AXIS_DEFAULTS.items():  # axes added after a record was written
+        rows[name] = rows[name].where(rows[name].notna(), default)
     if "repeat" not in rows:
         rows["repeat"] = -1  # applies to every repeat of the case
     return rows

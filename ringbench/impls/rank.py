@@ -15,8 +15,8 @@ like the runner's per-rank result: ``rows`` (``iteration`` rows, fwd and bwd, ho
 ``check_note``, ``peak_mem_mb``, ``memory_method``, ``impl``, ``profile``.
 
 With ``profile_path`` every timed iteration runs under the PyTorch profiler inside a ``ringbench:iteration K``
-range and the trace is written there; once every rank's trace is written, ``profile_events`` (one call, in the
-parent) turns them into the case's events rows (ringbench.traces: the importer), iteration rows included.
+range and the trace is written there; once every rank's trace is written, the parent turns them into the case's
+events rows (ringbench.traces.captures, through the importer), iteration rows included.
 """
 
 from __future__ import annotations
@@ -112,14 +112,4 @@ def run_impl_case(
     return result
 
 
-def profile_events(trace_paths, case_id: str, *, compute_patterns: tuple[str, ...] = ()):
-    """The events rows of a case from its ranks' profiler traces (one per rank): spans and iteration rows, times
-    relative to the first profiled iteration, iterations numbered as in the ``ringbench:iteration K`` markers."""
-    from ringbench.markers import ITERATION_MARKER
-    from ringbench.traces.importer import reconstruct
-
-    rebuilt = reconstruct(trace_paths, iteration_marker=ITERATION_MARKER, compute_patterns=compute_patterns)
-    return rebuilt.events.assign(case_id=case_id)
-
-
-__all__ = ["profile_events", "run_impl_case"]
+__all__ = ["run_impl_case"]

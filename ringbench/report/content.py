@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ringbench.analysis.findings import RunAnalysis, label_line, verdict_lines
+from ringbench.analysis.implementations import implementations_table
 from ringbench.analysis.stragglers import (
     CONSISTENCY,
     LINK_MARGIN,
@@ -266,6 +267,30 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
             },
         )
     )
+    cases = analysis.run.cases
+    if "impl" in cases and cases["impl"].fillna("ringbench").nunique() > 1:
+        tables.append(
+            _table(
+                "Implementations side by side",
+                implementations_table(cases),
+                {
+                    "impl": ("implementation", ""),
+                    "world": ("world", ".0f"),
+                    "seq": ("seq", ".0f"),
+                    "mask": ("mask", ""),
+                    "layout": ("layout", ""),
+                    "step_ms": ("step ms", ".2f"),
+                    "step_ms_p10": ("p10", ".2f"),
+                    "step_ms_p90": ("p90", ".2f"),
+                    "tokens_per_s": ("tokens/s", ",.0f"),
+                    "exposed_comm_frac": ("exposed share", ".1%"),
+                    "peak_mem_mb": ("peak MiB", ".0f"),
+                    "fwd_max_abs_err": ("fwd err", ".1e"),
+                    "bwd_max_abs_err": ("bwd err", ".1e"),
+                },
+                note="Each implementation on the same workload, fastest first; errors against float64.",
+            )
+        )
     return tables
 
 
