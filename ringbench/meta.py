@@ -68,6 +68,7 @@ KEYS = (
     MetaKey("launch_seconds", _LIST, frozenset({"run"}), "wall time of each local launch (one per process group)"),
     MetaKey("failure", _TEXT, frozenset({"run"}), "why the run ended early (a rank died or stalled)"),
     MetaKey("emulated_auto", _DICT, frozenset({"run"}), "case id -> the rate (GFLOP/s) emulated:auto chose"),
+    MetaKey("emulated_auto_gflops", _NUM, frozenset({"run"}), "the one rate emulated:auto runs the whole run at"),
     MetaKey("check_notes", _DICT, frozenset({"run"}), "case id -> what the float64 check left out (budget)"),
     MetaKey("profile", _DICT, frozenset({"run"}), "profiler captures (run --profile): dir and timed iteration"),
     MetaKey("probe", _DICT, frozenset({"probe"}), "the probe's latency and bandwidth matrices"),

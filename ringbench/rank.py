@@ -7,6 +7,7 @@ to rank 0 when launched externally) as a dict: this rank's event rows on the ali
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import socket
 from dataclasses import dataclass
@@ -65,6 +66,10 @@ class RunSettings:
     """A 1-rank ring exchanges with itself."""
     check_budget_s: float = CHECK_BUDGET_S
     """Seconds the check may take per case and rank before it samples rows."""
+    emulated_auto_gflops: float | None = None
+    """The one rate ``emulated:auto`` runs at in this run, calibrated before any case is timed."""
+    calibrate_auto: bool = False
+    """Calibrate that rate at the start of this launch (every emulated:auto case is in it) and report it."""
 
     def __post_init__(self) -> None:
         from ringbench.errors import bad_value
@@ -178,7 +183,7 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     )  # fmt: skip
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
-        emulated_gflops = _calibrate_rate(ctx, session, q, k, v, case.backward)
+        emulated_gflops = settings.emulated_auto_gflops or _calibrate_rate(ctx, session, q, k, v, case.backward)
         kernel = ctx.kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
     profiled = settings.iters - 1 if profile_path is not None else None
     origin = None
@@ -292,6 +297,35 @@ def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunS
     }
 
 
+def calibrate_auto(session: RankSession, cases: list[Case], settings: RunSettings) -> float | None:
+    """``emulated:auto``'s one rate for these cases: the lowest any of them allows (None without such a case).
+
+    One rate for a whole run, so that every case models the same machine and comparing two cases compares the
+    ring, not two calibrations. Every rank measures its own blocks of each case at once (contention included).
+    """
+    rates = []
+    for case in cases:
+        if not getattr(get_kernel(case.kernel), "auto", False) or case.impl != "ringbench":
+            continue
+        env = session.env
+        q, k, v, _ = rank_shards(seed=settings.seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
+                                 seq=case.seq, dtype=case.dtype, layout=case.layout, world=env.world, rank=env.rank,
+                                 device=env.device)  # fmt: skip
+        ctx = build_context(q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.ring,
+                            kernel="torch", timeout_s=settings.timeout, timeline=session.timeline)  # fmt: skip
+        try:
+            rates.append(_calibrate_rate(ctx, session, q, k, v, case.backward))
+        finally:
+            if ctx.comm is not None:
+                ctx.comm.close()
+    return min(rates) if rates else None
+
+
+def calibration_worker(worker_ctx, cases: list[Case], settings: RunSettings) -> float | None:
+    """Entry point inside each local rank of the calibration launch (ringbench.sweep)."""
+    return calibrate_auto(open_session(worker_ctx.env), cases, settings)
+
+
 def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float:
     """``emulated:auto``: every rank measures its blocks at once (contention included); all take the lowest rate."""
     session.ops.barrier()
@@ -330,7 +364,13 @@ def _row(iteration, phase, rank, ring, start, end) -> dict:
 def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: RunSettings, repeat: int) -> int:
     """Entry point inside each local rank: run the cases, streaming each result to the parent."""
     session = open_session(worker_ctx.env, on_stall=worker_ctx.abort)
-    for done, (index, case) in enumerate(cases):
+    stored = 0
+    if settings.calibrate_auto and settings.emulated_auto_gflops is None:
+        rate = calibrate_auto(session, [case for _, case in cases], settings)
+        settings = dataclasses.replace(settings, emulated_auto_gflops=rate)
+        worker_ctx.send({"emulated_auto_gflops": rate, "rank": session.env.rank})
+        stored = 1
+    for done, (index, case) in enumerate(cases, start=stored):
         worker_ctx.wait_stored(done)  # the parent stores the previous case before we time the next one
         result = run_case(case, session=session, progress=worker_ctx.progress, settings=settings,
                           case_index=index, repeat=repeat, profile_path=profile_path(settings, case, repeat,

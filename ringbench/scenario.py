@@ -296,6 +296,12 @@ def _as_tuple(path: str, name: str, value) -> tuple:
     return (value,)
 
 
+def shipped_scenarios() -> list[str]:
+    """The names of the scenarios installed with ringbench (scenarios/*.yaml)."""
+    folder = resources.files("ringbench.scenarios")
+    return sorted(item.name.removesuffix(".yaml") for item in folder.iterdir() if item.name.endswith(".yaml"))
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """A scenario file by path, or by name from the shipped scenarios (``default``, ``masks``, ...)."""
     path_str = str(path)
@@ -307,7 +313,13 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         text = file.read_text()
     except FileNotFoundError:
-        raise UsageError(f"scenario={path_str!r} is not allowed: no such file (or shipped scenario name)") from None
+        names = shipped_scenarios()
+        stem = Path(path_str).stem
+        hint = f" (`ringbench run {stem}` runs the shipped one)" if stem in names else ""
+        raise UsageError(
+            f"scenario={path_str!r} is not allowed: no such file; expected a YAML file or a shipped scenario name: "
+            f"{', '.join(names)}{hint}"
+        ) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise UsageError(f"scenario={path_str!r} is not readable ({type(exc).__name__})") from None
     return _parse(text, path_str)

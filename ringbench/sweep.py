@@ -100,6 +100,7 @@ def execute(
     if folder is None:
         folder = ResultsFolder.create(out, scenario.name, collect_metadata(scenario, command=command, trace=trace))
     settings = _with_profile(settings, folder, profile, cases)
+    settings = _with_auto_rate(settings, folder, scenario, cases, device)
     _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device)
     return folder
 
@@ -112,6 +113,31 @@ def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool, c
         return settings
     folder.meta["profile"] = {"dir": "profile", "iteration": settings.iters - 1}  # ringbench's: the last timed one
     return dataclasses.replace(settings, profile_dir=str(folder.run_dir / "profile"), profile=profile)
+
+
+def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, cases, device) -> RunSettings:
+    """emulated:auto: one rate for the whole run, measured before any case is timed (kept on resume)."""
+    from ringbench.kernels import get_kernel
+    from ringbench.rank import calibration_worker
+
+    auto = [case for case in cases if getattr(get_kernel(case.kernel), "auto", False) and case.impl == "ringbench"]
+    if not auto:
+        return settings
+    rate = folder.meta.get("emulated_auto_gflops")
+    if rate is None and len({case.world for case in auto}) == 1:
+        return dataclasses.replace(settings, calibrate_auto=True)  # in the one launch, before its first case
+    if rate is None:
+        rates = []
+        for world in sorted({case.world for case in auto}):
+            group = [case for case in auto if case.world == world]
+            per_rank = launch_local(world, calibration_worker, (group, settings), timeout_s=scenario.timeout,
+                                    device=device, case_names=[c.case_id for c in group])  # fmt: skip
+            rates += [r for r in per_rank if r is not None]
+        rate = min(rates)
+        folder.meta["emulated_auto_gflops"] = rate
+        folder.save_meta()
+    folder.notes.append(f"emulated:auto runs every emulated case of this run at {rate:g} GFLOP/s (measured here)")
+    return dataclasses.replace(settings, emulated_auto_gflops=rate)
 
 
 def _reported(case: Case, per_rank: list[dict], repeat: int) -> list[dict]:
@@ -136,7 +162,15 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
         by_id = {case.case_id: case for _, case in group_cases}
 
         def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id) -> bool:
-            nonlocal finished
+            nonlocal finished, settings
+            if "emulated_auto_gflops" in result:  # the launch calibrated emulated:auto: keep it for the rest
+                if rank == 0:
+                    rate = result["emulated_auto_gflops"]
+                    settings = dataclasses.replace(settings, emulated_auto_gflops=rate, calibrate_auto=False)
+                    folder.meta["emulated_auto_gflops"] = rate
+                    folder.notes.append(f"emulated:auto runs every emulated case at {rate:g} GFLOP/s (measured here)")
+                    folder.save_meta()
+                return rank == 0  # one calibration item per launch (rank 0's) counts as stored
             pending[result["case_id"]].append(result)
             if len(pending[result["case_id"]]) < world:
                 return False
@@ -173,7 +207,14 @@ def _execute_launched(scenario, cases, settings, *, out, command, on_case, devic
         meta = collect_metadata(scenario, command=command, trace=settings.trace) | {"launcher": env.launcher}
         folder = ResultsFolder.create(out, scenario.name, meta)
         settings = _with_profile(settings, folder, profile, cases)
-    settings = session.ops.all_objects(settings)[0]  # rank 0's, with its profile folder
+    settings = session.ops.all_objects(settings)[0]
+    from ringbench.rank import calibrate_auto
+
+    rate = calibrate_auto(session, cases, settings)  # every rank calls it: it is collective
+    if rate is not None:
+        settings = dataclasses.replace(settings, emulated_auto_gflops=rate)
+        if folder is not None:
+            folder.meta["emulated_auto_gflops"] = rate  # rank 0's, with its profile folder
     total = len(cases) * scenario.repeat
     finished = 0
     for repeat in range(scenario.repeat):

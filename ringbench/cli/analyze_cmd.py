@@ -1,4 +1,4 @@
-"""`ringbench analyze RUN_DIR [--json]`: the verdict of a stored run, in words or as one JSON document."""
+"""`ringbench analyze RUN_DIR [--json]`: the answers and the verdict of a stored run."""
 
 from __future__ import annotations
 
@@ -7,29 +7,33 @@ from typing import Annotated
 
 import typer
 
-from ringbench.cli.common import cli_errors, emit_json, stdout
+from ringbench.cli.common import JsonOption, Output, QuietOption, cli_errors
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
         "analyze",
-        help="Verdict of a run: the straggler (rank or hop) and its cost per iteration, exposed communication, "
-        "imbalance, worst numerical error. Simulated/emulated runs and injected faults are labelled.",
+        help="Answers and verdict of a run: the comparison each varied axis was run for, the straggler (rank or "
+        "hop) and its cost per iteration, exposed communication, imbalance, worst numerical error. Simulated and "
+        "emulated runs and injected faults are labelled.",
     )
     def _analyze(
         run_dir: Annotated[Path, typer.Argument(help="A results/<run-id>/ folder.", show_default=False)],
-        json_out: Annotated[
-            bool, typer.Option("--json", help="One JSON document on stdout (straggler_rank, slow_hop, cases, ...).")
-        ] = False,
+        json_out: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
+        from ringbench.analysis.answers import answers
         from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
         from ringbench.store import load_run
 
+        out = Output(json=json_out, quiet=quiet)
         with cli_errors():
             analysis = analyze(load_run(run_dir))
-        if json_out:
-            emit_json(verdict_document(analysis))
-            return
-        stdout.print(f"run {analysis.run.run_id}", markup=False)
+            block = answers(analysis, str(run_dir))
+        out.print(f"run {analysis.run.run_id}")
+        for line in block.lines():
+            out.print(f"  {line}")
+        out.print("verdict:")
         for line in verdict_lines(analysis):
-            stdout.print(f"  {line}", markup=False)
+            out.print(f"  {line}")
+        out.emit(verdict_document(analysis) | {"answers": block.document()})

@@ -1,28 +1,116 @@
-"""`ringbench` entry point. Each command lives in its own module, which exposes ``register(app)``."""
+"""`ringbench` entry point. Each command lives in its own module, which exposes ``register(app)``.
+
+Every command shares these behaviours (one group class, so nothing depends on a command remembering them):
+``-h``/``--help``; ``ringbench --version``; shell completion (``--install-completion``); a usage error (an
+unknown option, a bad number, a missing argument) is one line on stderr with a hint and exit code 2, never a box;
+and help shows names for values (``RUN_DIR``, ``N``), never Python types.
+"""
 
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
+
+from ringbench.cli.common import CONTEXT_SETTINGS
+
+# Typer vendors its own copy of click in some versions: take the exception classes from Typer, not from click.
+_USAGE_ERROR = next(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
+
+
+def _metavar(param) -> str:
+    name = (param.name or "value").upper()
+    if param.param_type_name == "argument":
+        return name
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return ""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return "N" if annotation in (int, list[int]) else "X" if annotation in (float, list[float]) else name
+
+
+def _tidy(command) -> None:
+    """Values named like a man page (RUN_DIR, N, FILE); flags and arguments without a Python type; usage lines
+    ``RUN_DIR`` / ``[SCENARIO]`` rather than Typer's ``{run_dir}``."""
+    for param in command.params:
+        if param.metavar is None:
+            param.metavar = _metavar(param)
+        if param.param_type_name == "argument":
+            shown = param.metavar + ("..." if param.nargs != 1 else "")
+            param._usage_display_name = lambda shown=shown, required=param.required: shown if required else f"[{shown}]"
+            param.display_type_rich = lambda ctx: None
+    original = command.get_help_option
+
+    def help_option(ctx, original=original):
+        option = original(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _tidy(sub)
+
+
+class RingbenchGroup(TyperGroup):
+    """Usage errors as one line with a hint (exit 2), in every command."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        _tidy(self)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _USAGE_ERROR as exc:
+            path = exc.ctx.command_path if exc.ctx is not None else "ringbench"
+            sys.stderr.write(f"error: {exc.format_message()} (see: {path} -h)\n")
+            code = exc.exit_code
+        except typer.Abort:
+            sys.stderr.write("interrupted\n")
+            code = 130
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
     name="ringbench",
+    cls=RingbenchGroup,
     help="Benchmark and profile ring attention: exact rings, per-step records, reports, CI gate, ring-order advice.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from ringbench import __version__
+
+        typer.echo(f"ringbench {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True)
+    ] = False,
+) -> None:
+    """Benchmark and profile ring attention: exact rings, per-step records, reports, CI gate, ring-order advice."""
+
 
 # Order here is the order in `--help`.
 COMMAND_MODULES = (
     "run_cmd",
+    "simulate_cmd",
     "analyze_cmd",
-    "check_timeline_cmd",
-    "import_cmd",
     "report_cmd",
     "compare_cmd",
     "baseline_cmd",
+    "check_timeline_cmd",
+    "import_cmd",
     "topo_cmd",
     "recommend_cmd",
     "probe_cmd",

@@ -11,12 +11,13 @@ from typing import Annotated
 
 import typer
 
-from ringbench.cli.common import cli_errors, console
+from ringbench.cli.common import CONTEXT_SETTINGS, Output, QuietOption, cli_errors
 
 baseline_app = typer.Typer(
     name="baseline",
     help="Save a run as a compact, versioned baseline file for `ringbench compare`.",
     no_args_is_help=True,
+    context_settings=CONTEXT_SETTINGS,
 )
 
 
@@ -24,6 +25,7 @@ baseline_app = typer.Typer(
 def save(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/<run-id>).")],
     path: Annotated[Path, typer.Argument(help="The baseline file to write (JSON), e.g. baselines/ring.json.")],
+    quiet: QuietOption = False,
 ) -> None:
     """Write RUN_DIR's must-match metadata, case axes and per-iteration samples to PATH."""
     from ringbench.gate.baseline import write_baseline
@@ -35,10 +37,8 @@ def save(
         written = write_baseline(samples, path)
     size = written.stat().st_size
     total = sum(case.n_samples for case in samples.cases)
-    console.print(
-        f"saved {len(samples.cases)} cases ({total} samples) from run {samples.run_id} to {written} ({size} bytes)",
-        markup=False,
-        soft_wrap=True,
+    Output(quiet=quiet).print(
+        f"saved {len(samples.cases)} cases ({total} samples) from run {samples.run_id} to {written} ({size} bytes)"
     )
 
 

@@ -10,10 +10,9 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 
-from ringbench.cli.common import cli_errors, console, emit_json, stdout
+from ringbench.cli.common import JsonOption, Output, QuietOption, cli_errors
 
 _LEGEND = (
     "pairs: spans matched across recorder and profiler; missing: spans on one side only; |Δ| and tol in ms,\n"
@@ -64,28 +63,26 @@ def register(app: typer.Typer) -> None:
         run_dir: Annotated[
             Path, typer.Argument(help="A results/<run-id>/ folder with a profile/.", show_default=False)
         ],
-        json_out: Annotated[
-            bool, typer.Option("--json", help="One JSON document on stdout (passed, tolerances, kinds, cases).")
-        ] = False,
+        json_out: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
         from ringbench.analysis.timeline_check import check_timeline, timeline_document
         from ringbench.store import load_run
 
+        out = Output(json=json_out, quiet=quiet)
         with cli_errors():
             check = check_timeline(load_run(run_dir))
-        if json_out:
-            emit_json(timeline_document(check))
-        else:
-            stdout.print(_table(check))
-            stdout.print(_LEGEND, markup=False)
-            failed = check.by_case[~check.by_case["passed"]]
-            for case_id in failed["case_id"].unique():
-                kinds = ", ".join(failed[failed["case_id"] == case_id]["kind"])
-                stdout.print(f"case {case_id}: beyond tolerance in {kinds}", markup=False)
-            if check.emulated:
-                stdout.print("emulated compute: the profiler sees the modelled time as 'ringbench:emulated pad'")
-            verdict = "agree within tolerance" if check.passed else "DISAGREE beyond tolerance"
-            stdout.print(f"recorder and profiler {verdict}", style="bold green" if check.passed else "bold red")
+        verdict = "agree within tolerance" if check.passed else "DISAGREE beyond tolerance"
+        out.print(f"recorder and profiler {verdict}", style="bold green" if check.passed else "bold red")
+        out.print(_table(check))
+        out.print(_LEGEND)
+        failed = check.by_case[~check.by_case["passed"]]
+        for case_id in failed["case_id"].unique():
+            kinds = ", ".join(failed[failed["case_id"] == case_id]["kind"])
+            out.print(f"case {case_id}: beyond tolerance in {kinds}")
+        if check.emulated:
+            out.print("emulated compute: the profiler sees the modelled time as 'ringbench:emulated pad'")
         for note in check.notes:
-            console.print(f"[yellow]note:[/] {escape(note)}", markup=True, highlight=False, soft_wrap=True)
+            out.note(note)
+        out.emit(timeline_document(check))
         raise typer.Exit(0 if check.passed else 1)

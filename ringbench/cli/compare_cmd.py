@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from ringbench.cli.common import cli_errors, console, emit_json, fail
+from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, cli_errors, fail
 
 _THRESHOLDS = "Thresholds"
-_OUTPUT = "Output"
 
 
 def _parse_percent(value: str) -> float:
@@ -65,12 +63,14 @@ def register(app: typer.Typer) -> None:
         markdown: Annotated[
             Path | None,
             typer.Option(
-                "--markdown", metavar="FILE", help="Also write a Markdown report (PR comment).", rich_help_panel=_OUTPUT
+                "--markdown",
+                metavar="FILE",
+                help="Also write a Markdown report (PR comment).",
+                rich_help_panel=OUTPUT_PANEL,
             ),
         ] = None,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.", rich_help_panel=_OUTPUT)
-        ] = False,
+        json_output: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
         """Compare two runs (or baseline files) case by case; exit 1 when any case regressed."""
         from ringbench.gate.compare import compare
@@ -96,12 +96,11 @@ def register(app: typer.Typer) -> None:
             if markdown is not None:
                 markdown.parent.mkdir(parents=True, exist_ok=True)
                 markdown.write_text(render_markdown(result))
-        console.print(render_table(result))
+        out = Output(json=json_output, quiet=quiet)
+        out.print(headline(result), style="bold red" if result.regressed else "bold green")
+        out.print(render_table(result))
         for line in notes(result):
-            console.print(f"[yellow]note:[/] {escape(line)}", markup=True, highlight=False, soft_wrap=True)
-        console.print(summary_line(result), markup=False, soft_wrap=True)
-        style = "bold red" if result.regressed else "bold green"
-        console.print(headline(result), style=style, markup=False, soft_wrap=True)
-        if json_output:
-            emit_json(comparison_document(result))
+            out.note(line)
+        out.print(summary_line(result))
+        out.emit(comparison_document(result))
         raise typer.Exit(result.exit_code)

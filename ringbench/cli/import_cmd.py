@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ringbench.cli.common import cli_errors, console, emit_json, stdout
+from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, cli_errors
+from ringbench.fmt import ring_text
 
 
 def register(app: typer.Typer) -> None:
@@ -29,7 +30,9 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Argument(help="Trace files (.json / .json.gz), or folders holding them.", show_default=False),
         ],
-        out: Annotated[Path, typer.Option("--out", help="Where the record's folder is created.")] = Path("results"),
+        out_dir: Annotated[
+            Path, typer.Option("--out", help="Where the record's folder is created.", rich_help_panel=OUTPUT_PANEL)
+        ] = Path("results"),
         iteration_marker: Annotated[
             Optional[str],
             typer.Option(
@@ -45,29 +48,28 @@ def register(app: typer.Typer) -> None:
                 help="A regular expression naming attention ops or kernels, added to the default list (repeatable).",
             ),
         ] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+        json_out: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
         import sys
 
         from ringbench.traces.importer import import_traces
 
+        out = Output(json=json_out, quiet=quiet)
         with cli_errors():
-            result = import_traces(traces, out=out, iteration_marker=iteration_marker,
+            result = import_traces(traces, out=out_dir, iteration_marker=iteration_marker,
                                    compute_patterns=tuple(compute_pattern or ()),
                                    command=" ".join(["ringbench", *sys.argv[1:]]))  # fmt: skip
         case = result.cases.iloc[0]
         rate = result.trace_bytes / 1e6 / result.seconds if result.seconds > 0 else float("nan")
-        if json_out:
-            emit_json({"run_dir": str(result.run_dir), "ring": result.ring, "world": int(case["world"]),
-                       "iterations": int(case["iters"]), "step_ms": float(case["step_ms"]),
-                       "exposed_comm_frac": float(case["exposed_comm_frac"]), "seconds": result.seconds,
-                       "trace_mb": result.trace_bytes / 1e6, "notes": list(result.notes)})  # fmt: skip
-        else:
-            stdout.print(f"imported {len(result.meta['imported']['traces'])} traces ({result.trace_bytes / 1e6:.1f} MB "
-                         f"in {result.seconds:.1f} s, {rate:.1f} MB/s) -> {result.run_dir}", markup=False)  # fmt: skip
-            stdout.print(f"ring {'-'.join(map(str, result.ring))}; {int(case['iters'])} iteration(s); step "
-                         f"{case['step_ms']:.2f} ms (median); exposed communication "
-                         f"{100 * case['exposed_comm_frac']:.1f}%", markup=False)  # fmt: skip
-            stdout.print(f"next: ringbench analyze {result.run_dir}", markup=False)
+        out.print(f"imported {len(result.meta['imported']['traces'])} traces ({result.trace_bytes / 1e6:.1f} MB "
+                  f"in {result.seconds:.1f} s, {rate:.1f} MB/s) -> {result.run_dir}")  # fmt: skip
+        out.print(f"ring {ring_text(result.ring)}; {int(case['iters'])} iteration(s); step "
+                  f"{case['step_ms']:.2f} ms (median); exposed communication {100 * case['exposed_comm_frac']:.1f}%")  # fmt: skip
+        out.print(f"next: ringbench analyze {result.run_dir}")
         for note in result.notes:
-            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+            out.note(note)
+        out.emit({"run_dir": str(result.run_dir), "ring": result.ring, "world": int(case["world"]),
+                  "iterations": int(case["iters"]), "step_ms": float(case["step_ms"]),
+                  "exposed_comm_frac": float(case["exposed_comm_frac"]), "seconds": result.seconds,
+                  "trace_mb": result.trace_bytes / 1e6, "notes": list(result.notes)})  # fmt: skip

@@ -18,7 +18,16 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ringbench.cli.common import cli_errors, console, emit_json
+from ringbench.cli.common import (
+    DEFAULT_TIMEOUT_S,
+    OUTPUT_PANEL,
+    TIMEOUT_HELP,
+    JsonOption,
+    Output,
+    QuietOption,
+    TopologyOption,
+    cli_errors,
+)
 
 MAX_MATRIX_COLUMNS = 16
 
@@ -36,31 +45,29 @@ def _matrix_table(title: str, matrix, fmt: str) -> Table:
     return table
 
 
-def _render(result, run_dir: Path) -> None:
+def _render(result, run_dir: Path, out) -> None:
     import numpy as np
 
     from ringbench.experiments.probe import format_bytes
 
     sizes = ", ".join(format_bytes(size) for size in result.sizes)
     where = f"emulated links from {result.emulated_from}" if result.emulated_from else f"{result.backend}"
-    console.print(
+    out.print(
         f"probe: {result.world} ranks ({result.launcher}, {where}); sizes {sizes}; "
-        f"{result.repeats} repeats per pair and size; {result.elapsed_s:.1f} s",
-        markup=False,
+        f"{result.repeats} repeats per pair and size; {result.elapsed_s:.1f} s"
     )
     if result.world <= MAX_MATRIX_COLUMNS:
-        console.print(_matrix_table("latency, us (half round trip, median)", result.latency_us, "{:,.1f}"))
+        out.print(_matrix_table("latency, us (half round trip, median)", result.latency_us, "{:,.1f}"))
         title = f"bandwidth, GB/s ({format_bytes(result.sizes[-1])} messages)"
-        console.print(_matrix_table(title, result.bandwidth_gbps, "{:.3g}"))
+        out.print(_matrix_table(title, result.bandwidth_gbps, "{:.3g}"))
     off = ~np.eye(result.world, dtype=bool)
     lat, bw = result.latency_us[off], result.bandwidth_gbps[off]
-    console.print(
+    out.print(
         f"latency {lat.min():,.1f}-{lat.max():,.1f} us (median {float(np.median(lat)):,.1f}); "
-        f"bandwidth {bw.min():.3g}-{bw.max():.3g} GB/s",
-        markup=False,
+        f"bandwidth {bw.min():.3g}-{bw.max():.3g} GB/s"
     )
-    console.print(f"wrote {run_dir}/ (meta.json, probe.parquet, probe_heatmap.png)", markup=False)
-    console.print(f"next: ringbench recommend {run_dir}", markup=False)
+    out.print(f"wrote {run_dir}/ (meta.json, probe.parquet, probe_heatmap.png)")
+    out.print(f"next: ringbench recommend {run_dir}")
 
 
 def register(app: typer.Typer) -> None:
@@ -71,36 +78,43 @@ def register(app: typer.Typer) -> None:
     def probe(
         world: Annotated[
             Optional[int],
-            typer.Option(help="Local ranks (default: the --emulate-links topology's devices, else 2)."),
+            typer.Option(help="Local ranks (default: the --topology's devices, else 2).", show_default=False),
         ] = None,
         sizes: Annotated[
             str, typer.Option(help="Message sizes: smallest gives latency, largest bandwidth (e.g. 8,64KiB,1MiB).")
         ] = "8,64KiB,1MiB",
-        repeats: Annotated[int, typer.Option(help="Timed round trips per pair and size (median kept).")] = 5,
-        timeout: Annotated[float, typer.Option(help="Seconds any wait may take.")] = 30.0,
-        out: Annotated[Path, typer.Option(help="Results folder (the probe writes out/<run-id>/).")] = Path("results"),
+        repeat: Annotated[int, typer.Option(help="Timed round trips per pair and size (median kept).")] = 5,
+        timeout: Annotated[float, typer.Option(help=TIMEOUT_HELP)] = DEFAULT_TIMEOUT_S,
+        topology: TopologyOption = None,
         emulate_links: Annotated[
-            Optional[Path],
+            bool,
             typer.Option(
-                "--emulate-links",
-                metavar="TOPOLOGY",
-                help="Inject this topology's link costs (YAML or nvidia-smi text) as delays: probe an emulated cluster.",
+                "--emulate-links", help="Inject the --topology's link costs as delays: probe an emulated cluster."
             ),
-        ] = None,
+        ] = False,
         device: Annotated[Optional[str], typer.Option(help="cpu or cuda (default: cuda with a GPU per rank).")] = None,
-        json_output: Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.")] = False,
+        out_dir: Annotated[
+            Path,
+            typer.Option(
+                "--out", help="Results folder (the probe writes out/<run-id>/).", rich_help_panel=OUTPUT_PANEL
+            ),
+        ] = Path("results"),
+        json_output: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
+        from ringbench.errors import bad_value
         from ringbench.experiments.probe import run_probe, save_probe
 
+        out = Output(json=json_output, quiet=quiet)
         with cli_errors():
+            if emulate_links and topology is None:
+                raise bad_value("emulate_links", True, "only together with --topology FILE")
             result = run_probe(
-                world, sizes=sizes, repeats=repeats, timeout_s=timeout, device=device,
-                emulate_links=str(emulate_links) if emulate_links is not None else None,
+                world, sizes=sizes, repeats=repeat, timeout_s=timeout, device=device,
+                emulate_links=str(topology) if emulate_links else None,
             )  # fmt: skip
             if result is None:  # a non-zero rank of a torchrun / SLURM launch: rank 0 writes
                 return
-            run_dir = save_probe(result, out, command=shlex.join(["ringbench", *sys.argv[1:]]))
-        if json_output:
-            emit_json({"run_dir": str(run_dir), **result.to_dict()})
-            return
-        _render(result, run_dir)
+            run_dir = save_probe(result, out_dir, command=shlex.join(["ringbench", *sys.argv[1:]]))
+        _render(result, run_dir, out)
+        out.emit({"run_dir": str(run_dir), **result.to_dict()})

@@ -14,8 +14,9 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ringbench.cli.common import cli_errors, console, emit_json
-from ringbench.cli.topo_cmd import TOPOLOGY_HELP, styled
+from ringbench.cli.common import JsonOption, Output, QuietOption, TopologyOption, cli_errors
+from ringbench.cli.topo_cmd import styled
+from ringbench.fmt import ring_text
 
 # Beyond this many hops, list class counts rather than every hop.
 MAX_HOP_ROWS = 32
@@ -29,18 +30,19 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{styled(label)}×{count}" for label, count in sorted(counts.items()))
 
 
-def render(recommendation, topology) -> None:
+def render(recommendation, topology, out) -> None:
     r = recommendation
-    console.print(f"Topology: {topology.describe()}")
+    print_ = out.console.print if not out.quiet else (lambda *a, **k: None)
+    print_(f"Topology: {topology.describe()}")
     if r.all_equivalent:
-        console.print(
+        print_(
             f"Every ring order is equivalent on this topology ({r.equivalence_reason}): "
-            f"reordering gains nothing; keep {'-'.join(map(str, r.current_order))}."
+            f"reordering gains nothing; keep {ring_text(r.current_order)}."
         )
     else:
         verdict = "already optimal" if r.current_is_optimal else "can be improved"
-        console.print(f"Current ring {'-'.join(map(str, r.current_order))} {verdict}; method: {r.method}.")
-        console.print(f"[bold]Recommended ring: {r.order_arg}[/]")
+        print_(f"Current ring {ring_text(r.current_order)} {verdict}; method: {r.method}.")
+        print_(f"[bold]Recommended ring: {r.order_arg}[/]")
     if r.hops and len(r.hops) <= MAX_HOP_ROWS and not r.all_equivalent:
         table = Table(title="hops (ring position p sends to p+1)")
         table.add_column("p", justify="right")
@@ -48,23 +50,23 @@ def render(recommendation, topology) -> None:
         table.add_column("recommended")
         for current, new in zip(r.current_hops, r.hops, strict=True):
             table.add_row(str(new.position), _hop_cell(current), _hop_cell(new))
-        console.print(table)
+        print_(table)
     elif r.hops and not r.all_equivalent:
-        console.print(f"Hop classes, current:     {_counts(r.hop_class_counts(current=True))}")
-        console.print(f"Hop classes, recommended: {_counts(r.hop_class_counts())}")
+        print_(f"Hop classes, current:     {_counts(r.hop_class_counts(current=True))}")
+        print_(f"Hop classes, recommended: {_counts(r.hop_class_counts())}")
     if r.hops and r.all_equivalent:
-        console.print(
+        print_(
             f"Every hop: {styled(r.worst_hop_class)}, {r.worst_hop_us:,.0f} us per {r.message_bytes / 2**20:g} MiB message."
         )
     elif r.hops:
-        console.print(
+        print_(
             f"Worst hop: current {styled(r.current_worst_hop_class)} ({r.current_worst_hop_us:,.0f} us) -> "
             f"recommended {styled(r.worst_hop_class)} ({r.worst_hop_us:,.0f} us); "
             f"predicted speedup of communication per ring step ×{r.predicted_speedup:.2f} "
             f"({r.predicted_step_change_pct:+.0f}%)."
         )
         if r.total_us < r.current_total_us * (1 - 1e-9):
-            console.print(
+            print_(
                 f"Total over hops: {r.current_total_us:,.0f} -> {r.total_us:,.0f} us "
                 f"({(r.total_us / r.current_total_us - 1) * 100:+.0f}%; hop classes {_counts(r.hop_class_counts(current=True))}"
                 f" -> {_counts(r.hop_class_counts())})"
@@ -74,11 +76,11 @@ def render(recommendation, topology) -> None:
                     else "."
                 )
             )
-        console.print(f"[dim]Model: {r.model}.[/]")
-    console.print(f"Launch: ringbench run --order {r.order_arg} ...")
+        print_(f"[dim]Model: {r.model}.[/]")
+    print_(f"Launch: ringbench run --order {r.order_arg} ...")
     visible = "; ".join(f"{host}: CUDA_VISIBLE_DEVICES={devices}" for host, devices in r.cuda_visible_devices)
     note = "" if r.cuda_visible_devices_exact else " (not equivalent alone: the ring interleaves hosts; use --order)"
-    console.print(f"    or, keeping the identity order, with CUDA_DEVICE_ORDER=PCI_BUS_ID, {visible}{note}")
+    print_(f"    or, keeping the identity order, with CUDA_DEVICE_ORDER=PCI_BUS_ID, {visible}{note}")
 
 
 def register(app: typer.Typer) -> None:
@@ -90,7 +92,7 @@ def register(app: typer.Typer) -> None:
         run_dir: Annotated[
             Optional[Path], typer.Argument(help="A results run directory whose meta.json records the topology.")
         ] = None,
-        topology: Annotated[Optional[Path], typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
+        topology: TopologyOption = None,
         current: Annotated[
             Optional[str],
             typer.Option(help="The order to compare with: identity, reverse, stride:K, random:SEED or 0-3-1-2."),
@@ -98,7 +100,8 @@ def register(app: typer.Typer) -> None:
         message_mib: Annotated[
             Optional[float], typer.Option(help="Reference message per hop in MiB (default: the topology's, 32).")
         ] = None,
-        json_output: Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.")] = False,
+        json_output: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
         from ringbench.errors import bad_value
         from ringbench.topology import recommend as recommend_order
@@ -111,7 +114,6 @@ def register(app: typer.Typer) -> None:
                     raise bad_value("message_mib", message_mib, "a number > 0")
                 loaded = loaded.with_message_bytes(max(1, round(message_mib * 1024 * 1024)))
             result = recommend_order(loaded, current)
-        if json_output:
-            emit_json({**result.to_dict(), "topology": loaded.describe()})
-            return
-        render(result, loaded)
+        out = Output(json=json_output, quiet=quiet)
+        render(result, loaded, out)
+        out.emit({**result.to_dict(), "topology": loaded.describe()})

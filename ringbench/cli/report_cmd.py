@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ringbench.cli.common import cli_errors, console, stdout
+from ringbench.cli.common import OUTPUT_PANEL, Output, QuietOption, cli_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -17,13 +17,16 @@ def register(app: typer.Typer) -> None:
     )
     def _report(
         run_dir: Annotated[Path, typer.Argument(help="A results/<run-id>/ folder.", show_default=False)],
-        out: Annotated[Path, typer.Option("--out", help="Parent folder of the report folder.")] = Path("reports"),
+        out_dir: Annotated[
+            Path, typer.Option("--out", help="Parent folder of the report folder.", rich_help_panel=OUTPUT_PANEL)
+        ] = Path("reports"),
+        quiet: QuietOption = False,
     ) -> None:
         from ringbench.report import write_report
         from ringbench.store import load_run
 
+        out = Output(quiet=quiet)
         with cli_errors():
-            run = load_run(run_dir)
-            folder = write_report(run, out)
-        console.print(f"report written: {folder}/ (report.html, report.md, trace.json, figures/)", markup=False)
-        stdout.print(str(folder / "report.html"), markup=False)
+            folder = write_report(load_run(run_dir), out_dir)
+        out.progress(f"wrote {folder}/ (report.html, report.md, trace.json, figures/)")
+        out.print(str(folder / "report.html"))

@@ -7,10 +7,13 @@ torchrun (one process per GPU):
     torchrun --nproc-per-node 8 -m ringbench run scenarios/orderings.yaml
 SLURM (MASTER_ADDR / MASTER_PORT exported by the batch script):
     srun --ntasks-per-node 8 python -m ringbench run scenarios/scaling.yaml
+
+Progress (one line per finished case) goes to stderr; the table and the answers to stdout.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import sys
@@ -21,39 +24,63 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ringbench.cli.common import cli_errors, console, emit_json
+from ringbench.cli.common import (
+    OUTPUT_PANEL,
+    TIMEOUT_HELP,
+    JsonOption,
+    Output,
+    QuietOption,
+    TopologyOption,
+    cli_errors,
+    diag,
+)
 from ringbench.fmt import json_value, number
+from ringbench.scenario import DEFAULT_SCENARIO
 
 AXES_PANEL = "Sweep axes (repeatable; the cartesian product is run)"
 RUN_PANEL = "Run settings"
-OUT_PANEL = "Output"
+SHOWN_AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel",
+              "impl")  # fmt: skip
+
+
+def _default(name: str) -> str:
+    """The embedded default scenario's value, as --help shows it."""
+    value = getattr(DEFAULT_SCENARIO, name)
+    return ", ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def _axis(help_text: str, name: str):
+    return typer.Option(help=f"{help_text} (default: {_default(name)})", rich_help_panel=AXES_PANEL)
 
 
 def _fmt(value: float, digits: int = 2) -> str:
     return number(value, f".{digits}f", missing="n/a")
 
 
-def _case_line(row: dict, done: int, total: int) -> str:
+def case_line(row: dict, done: int, total: int) -> str:
+    """One finished case, for the progress stream."""
     label = " [emulated]" if row["emulated"] else ""
-    check = "" if math.isnan(row["fwd_max_abs_err"]) else ("  check ok" if row["passed"] else "  [red]CHECK FAILED[/]")
+    check = "" if math.isnan(row["fwd_max_abs_err"]) else ("  check ok" if row["passed"] else "  CHECK FAILED")
     kernel = row["kernel"]
     rate = row.get("emulated_gflops")
     if kernel == "emulated:auto" and rate is not None and not math.isnan(rate):
-        kernel += f" (chose {rate:g} GFLOP/s)"
+        kernel += f" ({rate:g} GFLOP/s)"
+    if row.get("impl", "ringbench") != "ringbench":
+        kernel += f", impl {row['impl']}"
     if row.get("check_note"):
-        check += f" [{row['check_note']}]"
+        check += f" [{row['check_note']})"
+    exposed = "no communication (1 rank)" if int(row["world"]) == 1 else (
+        f"exposed comm {_fmt(100 * row['exposed_comm_frac'], 1)}%")  # fmt: skip
     return (
         f"[{done}/{total}] {row['mask']}/{row['layout']}/{row['buffer']}/{row['order']} w={row['world']} "
         f"S={row['seq']} {kernel}{label}: step {_fmt(row['step_ms'])} ms "
-        f"(p10 {_fmt(row['step_ms_p10'])}, p90 {_fmt(row['step_ms_p90'])}), "
-        f"exposed comm {_fmt(100 * row['exposed_comm_frac'], 1)}%{check}"
+        f"(p10 {_fmt(row['step_ms_p10'])}, p90 {_fmt(row['step_ms_p90'])}), {exposed}{check}"
     )
 
 
-def _summary_table(cases, emulated: bool, faults: list[str]) -> Table:
+def summary_table(cases, emulated: bool, faults: list[str]) -> Table:
     """One row per (case, repeat); axes that are the same for every row go into the title."""
-    varying = [axis for axis in ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer",
-                                 "order", "kernel") if cases[axis].nunique() > 1]  # fmt: skip
+    varying = [axis for axis in SHOWN_AXES if axis in cases and cases[axis].astype(str).nunique() > 1]
     constant = [axis for axis in ("world", "seq", "heads", "head_dim", "dtype") if axis not in varying]
     first = cases.iloc[0]
     title = "ringbench run: " + ", ".join(f"{axis}={first[axis]}" for axis in constant)
@@ -77,9 +104,10 @@ def _summary_table(cases, emulated: bool, faults: list[str]) -> Table:
             err_text = "unchecked"
         else:
             err_text = f"{max(row['fwd_max_abs_err'], bwd):.1e}" + ("" if row["passed"] else " FAIL")
+        exposed = "– (1 rank)" if int(row["world"]) == 1 else f"{_fmt(100 * row['exposed_comm_frac'], 1)}%"
         table.add_row(
             label, _fmt(row["step_ms"]), f"{_fmt(row['step_ms_p10'], 1)}–{_fmt(row['step_ms_p90'], 1)}",
-            f"{_fmt(100 * row['exposed_comm_frac'], 1)}%", f"{row['tokens_per_s']:,.0f}", err_text,
+            exposed, f"{row['tokens_per_s']:,.0f}", err_text,
         )  # fmt: skip
     return table
 
@@ -88,68 +116,80 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
         scenario: Annotated[
-            str | None, typer.Argument(help="Scenario YAML file or shipped name (default, masks, ...).")
+            str | None,
+            typer.Argument(
+                help="Scenario YAML file or shipped name (default, masks, buffers, ...).", show_default=False
+            ),
         ] = None,
-        world: Annotated[list[int], typer.Option(help="Ranks.", rich_help_panel=AXES_PANEL)] = [],  # noqa: B006
-        seq: Annotated[list[int], typer.Option(help="Total sequence length S.", rich_help_panel=AXES_PANEL)] = [],  # noqa: B006
-        heads: Annotated[list[int], typer.Option(help="Attention heads.", rich_help_panel=AXES_PANEL)] = [],  # noqa: B006
-        head_dim: Annotated[list[int], typer.Option(help="Head dimension.", rich_help_panel=AXES_PANEL)] = [],  # noqa: B006
-        batch: Annotated[list[int], typer.Option(help="Batch size.", rich_help_panel=AXES_PANEL)] = [],  # noqa: B006
+        world: Annotated[list[int], _axis("Ranks.", "world")] = [],  # noqa: B006
+        seq: Annotated[list[int], _axis("Total sequence length S.", "seq")] = [],  # noqa: B006
+        heads: Annotated[list[int], _axis("Attention heads.", "heads")] = [],  # noqa: B006
+        head_dim: Annotated[list[int], _axis("Head dimension.", "head_dim")] = [],  # noqa: B006
+        batch: Annotated[list[int], _axis("Batch size.", "batch")] = [],  # noqa: B006
         dtype: Annotated[
-            list[str], typer.Option(help="float32, float64, bfloat16, float16.", rich_help_panel=AXES_PANEL)
+            list[str], _axis("float32 (fp32), float64 (fp64), bfloat16 (bf16), float16 (fp16).", "dtype")
         ] = [],  # noqa: B006
-        mask: Annotated[list[str], typer.Option(help="none, causal, causal-naive.", rich_help_panel=AXES_PANEL)] = [],  # noqa: B006
-        layout: Annotated[
-            list[str], typer.Option(help="contiguous, zigzag, striped.", rich_help_panel=AXES_PANEL)
-        ] = [],  # noqa: B006
-        buffer: Annotated[list[str], typer.Option(help="sync, double, allgather.", rich_help_panel=AXES_PANEL)] = [],  # noqa: B006
-        order: Annotated[
-            list[str],
-            typer.Option(help="identity, reverse, random:SEED, stride:K, or 0-3-1-2.", rich_help_panel=AXES_PANEL),
-        ] = [],  # noqa: B006
+        mask: Annotated[list[str], _axis("none, causal, causal-naive.", "mask")] = [],  # noqa: B006
+        layout: Annotated[list[str], _axis("contiguous, zigzag, striped.", "layout")] = [],  # noqa: B006
+        buffer: Annotated[list[str], _axis("sync, double, allgather.", "buffer")] = [],  # noqa: B006
+        order: Annotated[list[str], _axis("identity, reverse, random:SEED, stride:K, or 0-3-1-2.", "order")] = [],  # noqa: B006
         kernel: Annotated[
-            list[str], typer.Option(help="torch, math, triton, emulated:GFLOPS.", rich_help_panel=AXES_PANEL)
+            list[str], _axis("torch, math, triton, emulated:GFLOPS, emulated:auto, modelled:GFLOPS.", "kernel")
         ] = [],  # noqa: B006
         impl: Annotated[
-            list[str],
-            typer.Option(help="ringbench, torch-ring, ring-attention-pytorch, ..., module:function.",
-                         rich_help_panel=AXES_PANEL),
+            list[str], _axis("ringbench, torch-ring, ring-attention-pytorch, ..., module:function.", "impl")
         ] = [],  # noqa: B006
         backward: Annotated[
             bool | None,
-            typer.Option("--backward/--no-backward", help="Time the backward ring.", rich_help_panel=RUN_PANEL),
+            typer.Option(
+                "--backward/--no-backward",
+                help=f"Time the backward ring. (default: {str(DEFAULT_SCENARIO.backward).lower()})",
+                rich_help_panel=RUN_PANEL,
+            ),
         ] = None,
-        iters: Annotated[int | None, typer.Option(help="Timed iterations per case.", rich_help_panel=RUN_PANEL)] = None,
-        warmup: Annotated[int | None, typer.Option(help="Warm-up iterations.", rich_help_panel=RUN_PANEL)] = None,
+        iters: Annotated[
+            int | None,
+            typer.Option(help=f"Timed iterations per case. (default: {_default('iters')})", rich_help_panel=RUN_PANEL),
+        ] = None,
+        warmup: Annotated[
+            int | None,
+            typer.Option(help=f"Warm-up iterations. (default: {_default('warmup')})", rich_help_panel=RUN_PANEL),
+        ] = None,
         check: Annotated[
             bool | None,
-            typer.Option("--check/--no-check", help="Compare with float64 attention.", rich_help_panel=RUN_PANEL),
+            typer.Option(
+                "--check/--no-check",
+                help=f"Compare with float64 attention. (default: {str(DEFAULT_SCENARIO.check).lower()})",
+                rich_help_panel=RUN_PANEL,
+            ),
         ] = None,
         timeout: Annotated[
             float | None,
-            typer.Option(help="Seconds any distributed wait may take (default 60).", rich_help_panel=RUN_PANEL),
+            typer.Option(help=f"{TIMEOUT_HELP} (default: {_default('timeout')})", rich_help_panel=RUN_PANEL),
         ] = None,
         repeat: Annotated[
             int | None,
-            typer.Option(help="Fresh process groups per case (noise for the CI gate).", rich_help_panel=RUN_PANEL),
+            typer.Option(
+                help=f"Fresh process groups per case (noise for the CI gate). (default: {_default('repeat')})",
+                rich_help_panel=RUN_PANEL,
+            ),
         ] = None,
         fault: Annotated[
             list[str],
             typer.Option(
-                help="slow-rank:R:F, slow-link:S:D:MS, jitter:MS, crash:R:STEP, hang:R:STEP.", rich_help_panel=RUN_PANEL
+                help="slow-rank:R:F, slow-link:S:D:MS, jitter:MS, crash:R:STEP, hang:R:STEP (repeatable).",
+                rich_help_panel=RUN_PANEL,
             ),
         ] = [],  # noqa: B006
-        topology: Annotated[
-            Path | None,
-            typer.Option(
-                help="Topology file (nvidia-smi topo -m text or YAML) of the ranks.", rich_help_panel=RUN_PANEL
-            ),
-        ] = None,
+        no_fault: Annotated[
+            bool, typer.Option("--no-fault", help="Clear the scenario's faults.", rich_help_panel=RUN_PANEL)
+        ] = False,
+        topology: TopologyOption = None,
         emulate_links: Annotated[
             bool,
             typer.Option(
                 "--emulate-links",
-                help="Inject the topology's link costs as transfer delays.",
+                help="Inject the --topology's link costs as transfer delays.",
                 rich_help_panel=RUN_PANEL,
             ),
         ] = False,
@@ -161,45 +201,44 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--loopback",
-                help="A 1-rank ring still exchanges its blocks with itself (the one-GPU test of the transfer path).",
+                help="A 1-rank ring exchanges its blocks with itself (the one-GPU transfer test).",
                 rich_help_panel=RUN_PANEL,
             ),
         ] = False,
-        out: Annotated[Path, typer.Option(help="Results folder.", rich_help_panel=OUT_PANEL)] = Path("results"),
+        out_dir: Annotated[Path, typer.Option("--out", help="Results folder.", rich_help_panel=OUTPUT_PANEL)] = Path(
+            "results"
+        ),
         resume: Annotated[
             Path | None,
-            typer.Option(help="Continue this run directory: run only its missing cases.", rich_help_panel=OUT_PANEL),
+            typer.Option(help="Continue this run directory: run only its missing cases.", rich_help_panel=OUTPUT_PANEL),
         ] = None,
         no_trace: Annotated[
             bool,
             typer.Option(
-                "--no-trace", help="Record iteration times only, no per-step spans.", rich_help_panel=OUT_PANEL
+                "--no-trace", help="Record iteration times only, no per-step spans.", rich_help_panel=OUTPUT_PANEL
             ),
         ] = False,
         report: Annotated[
-            bool, typer.Option("--report", help="Also write reports/<run-id>/.", rich_help_panel=OUT_PANEL)
+            bool, typer.Option("--report", help="Also write reports/<run-id>/.", rich_help_panel=OUTPUT_PANEL)
         ] = False,
         profile: Annotated[
             bool,
             typer.Option(
                 "--profile",
-                help="Capture the last timed iteration of each case with the PyTorch profiler (results/<run>/profile/;"
-                " compare with `ringbench check-timeline`).",
-                rich_help_panel=OUT_PANEL,
+                help="Capture the last timed iteration of each case with the PyTorch profiler "
+                "(results/<run>/profile/; compare with `ringbench check-timeline`).",
+                rich_help_panel=OUTPUT_PANEL,
             ),
         ] = False,
-        json_out: Annotated[
-            bool,
-            typer.Option(
-                "--json", help="One JSON document on stdout (human output on stderr).", rich_help_panel=OUT_PANEL
-            ),
-        ] = False,
+        json_out: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
-        """Run rings across a sweep; write results/<run-id>/ (events, cases, metadata)."""
-        from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
+        """Run rings across a sweep; write results/<run-id>/ (events, cases, metadata); print the answers."""
+        from ringbench.scenario import load_scenario
         from ringbench.store import load_run
         from ringbench.sweep import execute, recorded_scenario
 
+        out = Output(json=json_out, quiet=quiet)
         with cli_errors():
             if scenario:
                 base = load_scenario(scenario)
@@ -210,61 +249,68 @@ def register(app: typer.Typer) -> None:
                 layout=layout, buffer=buffer, order=order, kernel=kernel, impl=impl, backward=backward, iters=iters,
                 warmup=warmup, check=check, timeout=timeout, repeat=repeat, faults=fault,
                 topology=str(topology) if topology else None, emulate_links=emulate_links or None,
-            ).validate()  # fmt: skip
+            )  # fmt: skip
+            if no_fault:  # the scenario's faults go; those given with --fault stay
+                chosen = dataclasses.replace(chosen, faults=tuple(fault))
+            chosen.validate()
             cases = chosen.cases()
             total = len(cases) * chosen.repeat
             emulated = any(c.emulated for c in cases) or chosen.emulate_links
-            console.print(
-                f"ringbench: scenario [bold]{chosen.name}[/] ({chosen.source}), {total} case(s)"
-                + (" — [yellow]EMULATED compute[/]" if emulated else "")
-                + (f" — [yellow]faults: {', '.join(chosen.faults)}[/]" if chosen.faults else "")
+            out.progress(
+                f"ringbench: scenario {chosen.name} ({chosen.source}), {total} case(s)"
+                + (" — EMULATED compute" if emulated else "")
+                + (f" — faults: {', '.join(chosen.faults)}" if chosen.faults else "")
             )
+            if all(c.world == 1 for c in cases) and not loopback:
+                out.progress("note: a 1-rank ring has no communication; only compute is measured")
             with Progress(
                 TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=console, transient=True,
+                TimeElapsedColumn(), console=diag, transient=True, disable=quiet,
             ) as progress:  # fmt: skip
                 task = progress.add_task("cases", total=total)
 
                 def on_case(row: dict, done: int, total_cases: int) -> None:
-                    progress.console.print(_case_line(row, done, total_cases), highlight=False)
+                    if not quiet:
+                        progress.console.print(case_line(row, done, total_cases), markup=False, highlight=False)
                     progress.update(task, completed=done)
 
                 state = execute(
-                    chosen, out=out, resume=resume, trace=not no_trace, on_case=on_case, device=device,
+                    chosen, out=out_dir, resume=resume, trace=not no_trace, on_case=on_case, device=device,
                     command=shlex.join(["ringbench", *sys.argv[1:]]), profile=profile, loopback=loopback,
                 )  # fmt: skip
             if state is None:  # a non-zero rank under torchrun / SLURM: rank 0 reports
                 return
             for note in state.notes:
-                console.print(note)
-            console.print(_summary_table(state.cases, emulated, list(chosen.faults)))
+                out.note(note)
             run_data = load_run(state.run_dir)
-            verdict = _verdict(run_data)
-            if verdict:
-                console.print(f"verdict: {verdict}")
-            console.print(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
+            block = _answers(run_data, state.run_dir)
+            out.print(summary_table(state.cases, emulated, list(chosen.faults)))
+            for line in block.lines() if block is not None else []:
+                out.print(line)
+            out.progress(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
             if report:
                 from ringbench.report.writer import write_report
 
                 report_dir = write_report(run_data, Path("reports"))
-                console.print(f"wrote {report_dir}/ (report.html, report.md, trace.json, figures)")
-            if json_out:
-                emit_json({"run_dir": str(state.run_dir), "emulated": emulated, "cases": _json_cases(state.cases)})
+                out.progress(f"wrote {report_dir}/ (report.html, report.md, trace.json, figures)")
+            out.emit({"run_dir": str(state.run_dir), "emulated": emulated, "cases": json_cases(state.cases),
+                      "answers": block.document() if block is not None else None})  # fmt: skip
             failed = state.cases[~state.cases["passed"].astype(bool)]
             if len(failed):
-                console.print(f"[red]error:[/] {len(failed)} case(s) failed the correctness check")
+                diag.print(f"error: {len(failed)} case(s) failed the correctness check", markup=False)
                 raise typer.Exit(1)
 
 
-def _verdict(run_data) -> str | None:
-    from ringbench.analysis.findings import verdict_line
+def _answers(run_data, run_dir):
+    from ringbench.analysis.answers import answers
+    from ringbench.analysis.findings import analyze
 
-    if not run_data.events["kind"].isin(["compute", "wait"]).any():
-        return "not available: --no-trace recorded iteration times only"
-    return verdict_line(run_data)
+    if run_data.events.empty:
+        return None
+    return answers(analyze(run_data), str(run_dir))
 
 
-def _json_cases(cases) -> list[dict]:
+def json_cases(cases) -> list[dict]:
     records = []
     for row in cases.to_dict("records"):
         clean = json_value(row)

@@ -7,13 +7,10 @@ ringbench topo --topology cluster.yaml --json
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
-
 import typer
 from rich.table import Table
 
-from ringbench.cli.common import cli_errors, console, emit_json, fail
+from ringbench.cli.common import JsonOption, Output, QuietOption, TopologyOption, cli_errors, fail
 
 # Beyond this many devices a matrix stops being readable: show class counts per host pair instead.
 MAX_MATRIX_COLUMNS = 32
@@ -29,7 +26,6 @@ CLASS_STYLES = {
     "measured": "blue",
 }
 
-TOPOLOGY_HELP = "`nvidia-smi topo -m` output, a YAML topology, or a run directory (format detected)"
 NVML_HINT = (
     "NVML is unavailable here (no NVIDIA driver or GPU); pass --topology FILE "
     "(saved `nvidia-smi topo -m` output or a YAML topology, see docs/topology.md)"
@@ -65,8 +61,9 @@ def link_table(topology) -> Table:
 def register(app: typer.Typer) -> None:
     @app.command("topo", help="Show the link class between every pair of GPUs (from --topology FILE, else NVML).")
     def topo(
-        topology: Annotated[Optional[Path], typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
-        json_output: Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.")] = False,
+        topology: TopologyOption = None,
+        json_output: JsonOption = False,
+        quiet: QuietOption = False,
     ) -> None:
         from ringbench.topology import collect_nvml_topology, load_topology
 
@@ -74,7 +71,6 @@ def register(app: typer.Typer) -> None:
             loaded = load_topology(topology) if topology is not None else collect_nvml_topology()
         if loaded is None:
             raise fail(NVML_HINT, 2)
-        if json_output:
-            emit_json({**loaded.to_dict(), "classes": loaded.label_matrix()})
-            return
-        console.print(link_table(loaded))
+        out = Output(json=json_output, quiet=quiet)
+        out.print(link_table(loaded))
+        out.emit({**loaded.to_dict(), "classes": loaded.label_matrix()})

@@ -33,6 +33,7 @@ DEFAULT_AXES: dict[str, object] = {
     "order": "identity",
     "kernel": "sdpa",
     "backward": True,
+    "impl": "ringbench",
 }
 
 DEFAULT_META: dict[str, object] = {

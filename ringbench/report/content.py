@@ -268,7 +268,7 @@ def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
         )
     )
     cases = analysis.run.cases
-    if "impl" in cases and cases["impl"].fillna("ringbench").nunique() > 1:
+    if "impl" in cases and cases["impl"].astype(object).fillna("ringbench").nunique() > 1:
         tables.append(
             _table(
                 "Implementations side by side",

@@ -1,0 +1,304 @@
+"""Answers first: the few lines that end a run and head every report.
+
+A sweep is run to answer questions: is zigzag faster than contiguous here, how much does double buffering hide,
+which rank or hop holds the ring back. ``answers(analysis)`` gives, one line each:
+
+  headline     the most important finding (a straggler, else the largest difference a varied axis made)
+  comparisons  for every sweep axis that varied, what it was run for: the ratio of median step times between
+               cases that differ only in that axis, with its interval, e.g. "layout: zigzag 1.45x faster than
+               contiguous (1.39-1.51), causal, 4 ranks"; "double hides 64% of the communication"
+  straggler    the culprit with its case and cost, "none" (in the cases that could be judged), or "inconclusive"
+  caveats      emulation, oversubscribed cores, faults, unchecked numerics: one line
+  next         the command to run next
+
+Ratios. Within one *context* (the cases that agree on every other axis), the ratio is median(step of the slower
+value) / median(step of the faster one) over timed iterations, and its interval the 5th-95th percentile of the
+same ratio over 1000 seeded bootstrap resamples of each side's iterations. Only contexts whose step times can be
+trusted count (no saturated emulation, no oversubscribed real compute, enough iterations: analysis/confidence.py);
+with several, the line gives their geometric mean and the range of the per-context ratios.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ringbench.fmt import number
+from ringbench.metrics import step_times
+from ringbench.schema import CASE_AXES
+
+AXES = tuple(axis for axis in CASE_AXES if axis != "backward")
+RESAMPLES = 1000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Comparison:
+    """What one varied axis did: ``faster`` beat ``slower`` by ``ratio`` (>= 1) in ``contexts`` contexts."""
+
+    axis: str
+    faster: str
+    slower: str
+    ratio: float
+    low: float
+    high: float
+    contexts: int
+    context: str  # the other axes, when they are the same in every context compared
+    note: str = ""  # e.g. what double buffering hid
+
+    def line(self) -> str:
+        spread = "range" if self.contexts > 1 else "90% interval"
+        where = f", {self.context}" if self.context else ""
+        over = f" over {self.contexts} contexts" if self.contexts > 1 else ""
+        if self.ratio < 1.005:
+            text = (
+                f"{self.axis}: {self.faster} and {self.slower} equally fast "
+                f"({spread} {_x(self.low)}–{_x(self.high)}{over})"
+            )
+        else:
+            text = (
+                f"{self.axis}: {self.faster} {_x(self.ratio)} faster than {self.slower} "
+                f"({spread} {_x(self.low)}–{_x(self.high)}{over}){where}"
+            )
+        return text + (f"; {self.note}" if self.note else "")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Answers:
+    headline: str
+    comparisons: tuple[Comparison, ...]
+    straggler: str
+    caveats: str
+    next_step: str
+
+    def lines(self) -> list[str]:
+        """The block, one line each, in the order a reader needs them."""
+        lines = [self.headline, *(c.line() for c in self.comparisons), f"straggler: {self.straggler}"]
+        if self.caveats:
+            lines.append(f"caveats: {self.caveats}")
+        lines.append(f"next: {self.next_step}")
+        return lines
+
+    def document(self) -> dict:
+        """The JSON form (``--json``)."""
+        return {
+            "headline": self.headline,
+            "comparisons": [
+                {
+                    "axis": c.axis,
+                    "faster": c.faster,
+                    "slower": c.slower,
+                    "ratio": c.ratio,
+                    "low": c.low,
+                    "high": c.high,
+                    "contexts": c.contexts,
+                    "context": c.context,
+                    "note": c.note,
+                    "line": c.line(),
+                }
+                for c in self.comparisons
+            ],
+            "straggler": self.straggler,
+            "caveats": self.caveats,
+            "next": self.next_step,
+        }
+
+
+def _x(ratio: float) -> str:
+    return f"{number(ratio, '.2f', missing='?')}×"
+
+
+def varied_axes(cases: pd.DataFrame) -> list[str]:
+    """The sweep axes with more than one value among the cases, in the record's axis order."""
+    return [axis for axis in AXES if axis in cases and cases[axis].astype(str).nunique() > 1]
+
+
+def case_labels(cases: pd.DataFrame) -> dict[str, str]:
+    """A short label per case: the values of the varied axes only (the full id stays in tables and tooltips)."""
+    distinct = cases.drop_duplicates("case_id")
+    varied = varied_axes(distinct)
+    labels = {}
+    for row in distinct.to_dict("records"):
+        parts = [f"{row[a]} ranks" if a == "world" else f"S={row[a]}" if a == "seq" else str(row[a]) for a in varied]
+        labels[str(row["case_id"])] = " · ".join(parts) or str(row.get("kernel", row["case_id"]))
+    return labels
+
+
+def _ratio_interval(slow: np.ndarray, fast: np.ndarray, seed: int) -> tuple[float, float, float]:
+    rng = np.random.default_rng(seed)
+    point = float(np.median(slow) / np.median(fast))
+    a = np.median(rng.choice(slow, size=(RESAMPLES, len(slow))), axis=1)
+    b = np.median(rng.choice(fast, size=(RESAMPLES, len(fast))), axis=1)
+    low, high = np.percentile(a / b, [5, 95])
+    return point, float(low), float(high)
+
+
+def compare_axis(axis: str, cases: pd.DataFrame, samples: pd.DataFrame, judged: set[str], overlap: dict) -> list:
+    """The comparisons one varied axis makes: each other value against the axis's first value (as swept)."""
+    cases = cases.drop_duplicates("case_id")
+    others = [a for a in AXES if a in cases and a != axis]
+    values = list(dict.fromkeys(cases[axis].astype(str)))
+    per_case = {cid: frame["step_ms"].to_numpy(float) for cid, frame in samples.groupby("case_id")}
+    out = []
+    base = values[0]
+    for value in values[1:]:
+        ratios, lows, highs, contexts = [], [], [], []
+        for _, group in cases.groupby(others, dropna=False, sort=False):
+            pick = {str(v): str(cid) for v, cid in zip(group[axis].astype(str), group["case_id"], strict=True)}
+            if base not in pick or value not in pick or not {pick[base], pick[value]} <= judged:
+                continue
+            a, b = per_case.get(pick[base]), per_case.get(pick[value])
+            if a is None or b is None or not len(a) or not len(b):
+                continue
+            seed = len(ratios)
+            ratio, low, high = _ratio_interval(b, a, seed)  # value over base: > 1 means base was faster
+            ratios.append(ratio)
+            lows.append(low)
+            highs.append(high)
+            contexts.append(group.iloc[0])
+        if not ratios:
+            continue
+        mean = float(np.exp(np.mean(np.log(ratios))))
+        low, high = (lows[0], highs[0]) if len(ratios) == 1 else (min(ratios), max(ratios))
+        faster, slower = (base, value) if mean >= 1 else (value, base)
+        if mean < 1:
+            mean, low, high = 1 / mean, 1 / high, 1 / low
+        note = ""
+        if axis == "buffer" and "double" in (faster, slower) and overlap.get("double") is not None:
+            note = f"double hides {number(100 * overlap['double'], '.0f')}% of the communication"
+        out.append(Comparison(axis=axis, faster=faster, slower=slower, ratio=mean, low=low, high=high,
+                              contexts=len(ratios), context=_shared_context(contexts, others), note=note))  # fmt: skip
+    return out
+
+
+def _shared_context(rows: list[pd.Series], others: list[str]) -> str:
+    """The other axes' values that every compared context shares, in a few words."""
+    if not rows:
+        return ""
+    frame = pd.DataFrame(rows)
+    words = []
+    for axis in ("mask", "world", "kernel", "buffer", "layout", "dtype"):
+        if axis in others and axis in frame and frame[axis].astype(str).nunique() == 1:
+            value = frame[axis].iloc[0]
+            words.append(f"{value} ranks" if axis == "world" else str(value))
+    return ", ".join(words)
+
+
+def answers(analysis, run_dir: str | None = None) -> Answers:
+    """The answers block of an analysed run (analysis.findings.RunAnalysis)."""
+    from ringbench.analysis.findings import label_line, straggler_sentence
+
+    run = analysis.run
+    cases = run.cases.drop_duplicates("case_id") if len(run.cases) else run.cases
+    summary = analysis.summary
+    judged = set(summary.loc[summary["confidence"] == "conclusive", "case_id"].astype(str)) if len(summary) else set()
+    comparable = _comparable(analysis.confidence)
+    samples = step_times(run.events) if len(run.events) else pd.DataFrame(columns=["case_id", "step_ms"])
+    overlap = {}
+    if len(analysis.overlap_buffers):
+        overlap = dict(zip(analysis.overlap_buffers["buffer"], analysis.overlap_buffers["overlap_efficiency"],
+                           strict=True))  # fmt: skip
+    comparisons = []
+    for axis in varied_axes(cases) if len(cases) else []:
+        comparisons += compare_axis(axis, cases, samples, comparable, overlap)
+    comparisons.sort(key=lambda c: -c.ratio)
+
+    top = analysis.headline()
+    labels = case_labels(cases) if len(cases) else {}
+    world_one = len(cases) and (cases["world"].astype(int) == 1).all()
+    material = top is not None and _cost_share(top) >= MATERIAL_SHARE
+    if world_one:
+        straggler = "not applicable: a 1-rank ring has no communication (compute only)"
+    elif top is not None:
+        straggler = _straggler_line(top, labels.get(str(top["case_id"]), str(top["case_id"])), len(summary) > 1)
+    elif straggler_sentence(None, analysis):
+        judged_count = len(judged)
+        straggler = f"none (in {judged_count} case(s) that could be judged)" if judged_count < len(summary) else "none"
+    else:
+        straggler = "inconclusive: no case could be judged (see caveats)"
+
+    if material:
+        headline = (
+            f"{_culprit(top)} holds the ring back: costs {number(top['cost_ms'], '.1f')} ms per iteration "
+            f"({number(100 * _cost_share(top), '.0f')}% of the step)"
+        )
+    elif comparisons:
+        best = comparisons[0]
+        headline = f"{best.faster} is {_x(best.ratio)} faster than {best.slower} ({best.axis})"
+    elif world_one:
+        headline = "1 rank: no communication to measure; compute only"
+    elif len(summary) and not judged:
+        headline = "Inconclusive: no case could be judged, so nothing is named (the caveats say why)"
+    else:
+        fracs = summary["exposed_comm_frac"].dropna() if len(summary) else pd.Series(dtype=float)
+        share = f"{number(100 * fracs.median(), '.1f')}%" if len(fracs) else "n/a"
+        headline = f"No straggler found; exposed communication {share} of step time"
+
+    caveats = _caveats(analysis, label_line(analysis))
+    target = run_dir or str(run.path)
+    if len(summary) and not judged:
+        next_step = "ringbench run ... --kernel emulated:auto   (nothing here could be judged; see the caveats)"
+    else:
+        next_step = f"ringbench report {target}   (then open reports/<run-id>/report.html)"
+    return Answers(headline=headline, comparisons=tuple(comparisons), straggler=straggler, caveats=caveats,
+                   next_step=next_step)  # fmt: skip
+
+
+MATERIAL_SHARE = 0.03  # a culprit heads the answers when it costs at least this share of its case's step
+
+
+def _cost_share(row) -> float:
+    cost, step = float(row.get("cost_ms") or 0.0), float(row.get("step_ms") or 0.0)
+    return cost / step if step > 0 and cost == cost else 0.0
+
+
+def _straggler_line(row, label: str, several: bool) -> str:
+    where = f" in {label}" if several else ""
+    ratio = number(row["ratio"], ".2f")
+    if row["straggler_kind"] == "compute":
+        what = f"{ratio}× the other ranks' compute per unit of work"
+    else:
+        what = f"transfer {ratio}× the other hops' per byte (upstream waits excluded; no rank blamed)"
+    cost = number(row["cost_ms"], ".1f")
+    hidden = " (hidden behind compute)" if _cost_share(row) < MATERIAL_SHARE else ""
+    return f"{_culprit(row)}{where}: {what}; costs the ring {cost} ms per iteration{hidden}"
+
+
+# Reasons that spoil the step times themselves (not only the attribution of a straggler): such cases are not compared.
+TIMING_REASONS = ("saturated", "oversubscribed", "iterations")
+
+
+def _comparable(confidence: pd.DataFrame) -> set[str]:
+    """Cases whose step times can be compared: none of TIMING_REASONS applies (untraced or clock caveats do not
+    change a step time measured on one host)."""
+    if confidence is None or confidence.empty:
+        return set()
+    keep = [not set(codes or ()) & set(TIMING_REASONS) for codes in confidence["reason_codes"]]
+    return set(confidence.loc[keep, "case_id"].astype(str))
+
+
+def _culprit(row) -> str:
+    if row["straggler_kind"] == "compute":
+        return f"rank {int(row['straggler_rank'])} (compute)"
+    return f"hop {int(row['slow_hop_src'])} → {int(row['slow_hop_dst'])} (link)"
+
+
+def _caveats(analysis, label: str | None) -> str:
+    parts = []
+    if label:
+        parts.append(label.split(";")[0])
+    summary = analysis.summary
+    unjudged = int((summary["confidence"] == "inconclusive").sum()) if len(summary) else 0
+    if unjudged:
+        parts.append(f"{unjudged} of {len(summary)} case(s) could not be judged (analyze says why)")
+    if analysis.faults:
+        parts.append("injected faults: " + ", ".join(analysis.faults))
+    if analysis.worst_error.empty:
+        parts.append("numerics not checked")
+    elif not bool(analysis.worst_error.iloc[0]["passed"]):
+        parts.append("a case FAILED its numerical check")
+    return "; ".join(parts)
+
+
+__all__ = ["Answers", "Comparison", "answers", "case_labels", "varied_axes"]

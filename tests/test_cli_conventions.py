@@ -1,0 +1,89 @@
+"""What every command shares: output streams, -h, --version, one-line usage errors, names for values, and the
+answers block that ends a run (its shape is pinned here)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_one_line_error, invoke
+
+from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
+
+DATA = Path(__file__).parent / "data" / "topology"
+TINY = ["--world", "2", "--seq", "64", "--heads", "1", "--head-dim", "8", "--iters", "3", "--warmup", "1"]
+
+
+def test_results_go_to_stdout_and_json_owns_it():
+    result = invoke("topo", "--topology", str(DATA / "dgx_a100_nv12.txt"))
+    assert result.exit_code == 0 and "NV12" in result.stdout and result.stderr == ""
+    as_json = invoke("topo", "--topology", str(DATA / "dgx_a100_nv12.txt"), "--json")
+    assert json.loads(as_json.stdout)["classes"] and "NV12" in as_json.stderr  # the table moved to stderr
+    quiet = invoke("topo", "--topology", str(DATA / "dgx_a100_nv12.txt"), "-q")
+    assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["run", "analyze", "report", "compare", "topo", "recommend", "probe", "import",
+                                     "check-timeline", "baseline"])  # fmt: skip
+def test_every_command_has_short_help_and_names_values_not_types(command):
+    result = invoke(command, "-h")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "Usage: ringbench" in text
+    assert not re.search(r"<(bool|str|int|float|path|list\[\w+\])>", text), text
+    assert "{" not in text.split("\n")[1], text  # usage line: RUN_DIR, not {run_dir}
+
+
+def test_version_and_one_line_usage_errors():
+    version = invoke("--version")
+    assert version.exit_code == 0 and version.stdout.startswith("ringbench ")
+    for args, fragment in ((["run", "--frobnicate"], "No such option: --frobnicate"),
+                           (["run", "--iters", "many"], "Invalid value for '--iters'"),
+                           (["analyze"], "Missing argument 'RUN_DIR'"),
+                           (["bogus"], "No such command 'bogus'")):  # fmt: skip
+        assert_one_line_error(invoke(*args), fragment, "-h)")
+
+
+def test_run_help_shows_the_defaults_of_the_embedded_scenario():
+    text = invoke("run", "-h").stdout
+    assert f"(default: {DEFAULT_SCENARIO.world[0]})" in text and f"(default: {DEFAULT_SCENARIO.iters})" in text
+
+
+def test_dtype_aliases_and_shipped_names():
+    from ringbench.scenario import Scenario
+
+    assert Scenario(dtype=("bf16", "fp32")).dtype == ("bfloat16", "float32")
+    with pytest.raises(ValueError, match=r"shipped scenario name: buffers, default, .*stragglers"):
+        load_scenario("scenarios/no_such_one.yaml")
+
+
+def test_the_end_of_a_run_is_a_short_block_of_answers(tmp_path):
+    """The shape: table, then headline, one comparison per varied axis, straggler, caveats, next -- on stdout."""
+    result = invoke("run", "--world", "2", "--seq", "1024", "--heads", "2", "--head-dim", "32", "--iters", "4",
+                    "--warmup", "1", "--layout", "contiguous", "--layout", "zigzag", "--buffer", "double",
+                    "--kernel", "emulated:auto", "--no-check", "--out", str(tmp_path), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    answers = json.loads(result.stdout)["answers"]
+    shown = [line for line in result.stderr.splitlines() if line.strip()]  # --json: human output on stderr
+    start = shown.index(answers["headline"])
+    block = shown[start:]
+    assert block[0] == answers["headline"]
+    comparisons = block[1 : block.index(next(line for line in block if line.startswith("straggler: ")))]
+    assert [c["line"] for c in answers["comparisons"]] == comparisons
+    assert all(line.startswith("layout: ") for line in comparisons)  # the one axis that varied
+    assert block[len(comparisons) + 1].startswith("straggler: ")
+    block = block[: block.index(next(line for line in block if line.startswith("next: "))) + 1]
+    assert block[-1] == f"next: {answers['next']}" and all(len(line) < 400 for line in block)
+    assert "[1/2]" in result.stderr  # progress on stderr
+
+
+def test_no_fault_clears_a_scenarios_faults_and_one_rank_says_so(tmp_path):
+    stragglers = load_scenario("stragglers")
+    assert stragglers.faults
+    result = invoke("run", "stragglers", "--no-fault", "--world", "1", "--seq", "64", "--iters", "3", "--warmup", "1",
+                    "--kernel", "emulated:20", "--out", str(tmp_path), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert all(case["faults"] == "" for case in document["cases"])
+    assert "a 1-rank ring has no communication" in result.stderr
+    assert document["answers"]["straggler"].startswith("not applicable")
