@@ -94,11 +94,11 @@ def _device_args(dry: bool) -> list[str]:
 
 def check_loopback(dry: bool, out: Path) -> Check:
     check = Check("loopback")
-    shape = ["--seq", "1024", "--heads", "2", "--head-dim", "32"] if dry else [
-        "--seq", "16384", "--heads", "16", "--head-dim", "128", "--dtype", "bfloat16"]  # fmt: skip
+    shape = ["--seq", "256", "--heads", "2", "--head-dim", "32", "--iters", "2", "--warmup", "1"] if dry else [
+        "--seq", "16384", "--heads", "16", "--head-dim", "128", "--dtype", "bfloat16", "--iters", "4", "--warmup", "2"]  # fmt: skip
     command = _ringbench("run", "--world", "1", "--loopback", *_device_args(dry), *shape, "--buffer", "sync",
-                         "--buffer", "double", "--buffer", "allgather", "--mask", "causal", "--kernel", "torch", "--layout", "contiguous",
-                         "--iters", "4", "--warmup", "2", "--out", str(out), "--json")  # fmt: skip
+                         "--buffer", "double", "--buffer", "allgather", "--mask", "causal", "--kernel", "torch",
+                         "--layout", "contiguous", "--out", str(out), "--json")  # fmt: skip
     code, output, check.seconds = _run(command, timeout_s=240, env={"TORCH_NCCL_ENABLE_TIMING": "1"})
     document = _json_tail(output)
     cases = document.get("cases", [])
@@ -126,11 +126,11 @@ def check_timeline(dry: bool, out: Path) -> Check:
     check = Check("timeline")
     # GPU: a 1 GiB K/V block (B=1, H=64, S=32768, D=128, bf16) travels through NCCL's SendRecv while the flash
     # kernel computes causal attention over it (tens of ms): the transfer must show as hidden both ways.
-    shape = ["--world", "2", "--seq", "2048", "--heads", "2", "--head-dim", "32", "--kernel", "emulated:2"] if dry else [
+    shape = ["--world", "2", "--seq", "1024", "--heads", "2", "--head-dim", "32", "--kernel", "emulated:2"] if dry else [
         "--world", "1", "--loopback", "--seq", "32768", "--heads", "64", "--head-dim", "128", "--dtype", "bfloat16",
         "--kernel", "torch"]  # fmt: skip
     command = _ringbench("run", *_device_args(dry), *shape, "--buffer", "double", "--mask", "causal", "--layout", "contiguous", "--no-check",
-                         "--iters", "3", "--warmup", "2", "--profile", "--out", str(out), "--json")  # fmt: skip
+                         "--iters", "2", "--warmup", "1", "--profile", "--out", str(out), "--json")  # fmt: skip
     code, output, seconds = _run(command, timeout_s=240)
     run_dir = _json_tail(output).get("run_dir")
     if code != 0 or not run_dir:
@@ -155,7 +155,7 @@ def check_timeline(dry: bool, out: Path) -> Check:
 def check_calibration(dry: bool, out: Path) -> Check:
     check = Check("calibration")
     rate = "2" if dry else "50000"  # GFLOP/s: slow enough that the real arithmetic stays well under the model
-    shape = ["--seq", "1024", "--heads", "2", "--head-dim", "32"] if dry else [
+    shape = ["--seq", "512", "--heads", "2", "--head-dim", "32"] if dry else [
         "--seq", "8192", "--heads", "16", "--head-dim", "128", "--dtype", "bfloat16"]  # fmt: skip
     command = _ringbench("run", "--world", "1", "--loopback", *_device_args(dry), *shape, "--kernel",
                          f"emulated:{rate}", "--buffer", "double", "--mask", "none", "--layout", "contiguous", "--no-check", "--iters", "4",

@@ -78,7 +78,10 @@ def test_a_saturated_measurement_is_inconclusive_or_names_the_injected_rank(tmp_
 @pytest.mark.parametrize("buffer", ["double", "sync"])
 def test_the_straggler_cost_is_what_the_fault_adds_to_the_step(tmp_path, buffer):
     # scenarios/stragglers.yaml on 4 ranks: rank 2 computes 1.5x slower (forward, emulated compute).
-    scenario = load_scenario("stragglers").with_overrides(world=[4], buffer=[buffer], iters=6, warmup=1)
+    # A pinned emulated rate: the faulted and the clean run must model the same machine (emulated:auto would
+    # calibrate each run on its own).
+    scenario = load_scenario("stragglers").with_overrides(world=[4], buffer=[buffer], kernel=["emulated:1"], iters=6,
+                                                          warmup=1)  # fmt: skip
     faulty = verdict_document(_analysis(tmp_path / "fault", scenario))
     clean = verdict_document(_analysis(tmp_path / "clean", dataclasses.replace(scenario, faults=())))
     assert (faulty["straggler_kind"], faulty["straggler_rank"], faulty["confidence"]) == ("compute", 2, "conclusive")
