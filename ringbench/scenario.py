@@ -276,7 +276,7 @@ DEFAULT_SCENARIO = Scenario(
         "against float64 single-device attention."
     ),
     world=(4,),
-    seq=(2048,),
+    seq=(1024,),
     heads=(2,),
     head_dim=(32,),
     mask=("causal",),
