@@ -1,11 +1,9 @@
-"""Reports: files, self-containment, escaping, the Perfetto trace, extra sections, `ringbench report`, a browser."""
+"""Reports: files, self-containment, escaping, the Perfetto trace, `ringbench report` (browser: test_report_browser.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,18 +24,24 @@ def report(tmp_path_factory) -> Path:
     return write_report(load_run(FIXTURE), out)
 
 
-def test_report_files_and_verdict_first(report):
+def test_report_files_and_answers_first(report):
     assert report.name == "sim_w4_slow_rank"
     for name in ("report.html", "report.md", "trace.json"):
         assert (report / name).stat().st_size > 0
-    assert len(list((report / "figures").glob("*.png"))) == 6
+    names = sorted(p.stem for p in (report / "figures").glob("*.png"))
+    per_case = ["compute_wait", "hops", "ring", "timeline"]
+    # Both cases could be judged: each gets its figures; the fixture's errors are synthetic, so errors.png is drawn.
+    assert names == sorted(["step_time", "overlap", "errors", *(f"case{n}_{f}" for n in (1, 2) for f in per_case)])
     html = (report / "report.html").read_text()
-    assert html.index('id="label"') < html.index('id="verdict"') < html.index("<img")
+    assert html.index('id="label"') < html.index('id="contents"') < html.index('id="answers"')
+    assert html.index('id="answers"') < html.index('id="verdict"') < html.index("<img")
     assert "SIMULATED" in html and "slow_rank:rank=2,factor=2" in html
     assert "Straggler: rank 2 (compute)" in html
-    assert html.count('src="data:image/png;base64,') == 6
+    assert html.count('src="data:image/png;base64,') == len(names)
     md = (report / "report.md").read_text()
-    assert "Straggler: rank 2 (compute)" in md and "| case |" in md
+    assert "Straggler: rank 2 (compute)" in md and "| # | case | kernel |" in md
+    assert md.index("## Answers") < md.index("## Verdict") < md.index("![")
+    assert all(f"](figures/{name}.png)" in md for name in names)
 
 
 def test_html_is_self_contained(report):
@@ -86,51 +90,3 @@ def test_cli_report(tmp_path):
     assert (tmp_path / "sim_w4_slow_rank" / "report.html").exists()
     bad = CliRunner().invoke(app, ["report", str(tmp_path / "missing")])
     assert bad.exit_code == 2
-
-
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-CHECK = """<script>window.addEventListener("load", () => {
-  const bad = [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length;
-  const mark = document.createElement("div"); mark.id = "rb-check";
-  mark.textContent = "images=" + document.images.length + " broken=" + bad; document.body.appendChild(mark);
-  if (bad) console.error("broken images: " + bad);
-});</script>"""
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_report_renders_in_headless_chromium(report, tmp_path):
-    # A copy with a checker script appended: the report itself carries no script.
-    page = tmp_path / "page.html"
-    page.write_text((report / "report.html").read_text().replace("</body>", CHECK + "</body>"))
-    command = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom", page.as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
-    assert done.returncode == 0, done.stderr[-2000:]
-    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
-    assert console == []
-    assert "images=6 broken=0" in done.stdout
-    assert "Straggler: rank 2 (compute)" in done.stdout and 'id="verdict"' in done.stdout
-
-
-REAL = Path(__file__).parent / "data" / "analysis" / "real_w8_slow_link"
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_report_of_a_real_emulated_run_renders_and_is_labelled(tmp_path):
-    folder = write_report(load_run(REAL), tmp_path / "reports")
-    html = (folder / "report.html").read_text()
-    assert "EMULATED compute" in html and "injected faults: slow-link:2:3:1.92" in html
-    assert "Slow hop: 2 -&gt; 3 (link)" in html and "no rank blamed" in html
-    page = tmp_path / "page.html"
-    page.write_text(html.replace("</body>", CHECK + "</body>"))
-    command = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom", page.as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "images=6 broken=0" in done.stdout and "EMULATED compute" in done.stdout

@@ -114,13 +114,17 @@ def varied_axes(cases: pd.DataFrame) -> list[str]:
     return [axis for axis in AXES if axis in cases and cases[axis].astype(str).nunique() > 1]
 
 
+UNITS = {"world": "{} ranks", "seq": "S={}", "heads": "{} heads", "head_dim": "D={}", "batch": "B={}",
+         "order": "order {}"}  # fmt: skip
+
+
 def case_labels(cases: pd.DataFrame) -> dict[str, str]:
     """A short label per case: the values of the varied axes only (the full id stays in tables and tooltips)."""
     distinct = cases.drop_duplicates("case_id")
     varied = varied_axes(distinct)
     labels = {}
     for row in distinct.to_dict("records"):
-        parts = [f"{row[a]} ranks" if a == "world" else f"S={row[a]}" if a == "seq" else str(row[a]) for a in varied]
+        parts = [UNITS.get(axis, "{}").format(row[axis]) for axis in varied]
         labels[str(row["case_id"])] = " · ".join(parts) or str(row.get("kernel", row["case_id"]))
     return labels
 

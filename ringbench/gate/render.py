@@ -147,11 +147,85 @@ def render_table(comparison: Comparison) -> Table:
     return table
 
 
+MAX_ANSWER_LINES = 10  # comparisons listed in the answers block; the table below lists every case
+
+
+def _change_line(comparison: Comparison, case: CaseComparison) -> str:
+    if case.verdict == Verdict.NO_DATA:
+        return f"no data: {_label(comparison, case.axes)}: one side has no timed iteration"
+    return (
+        f"{case.verdict.value}: {_label(comparison, case.axes)}: {describe_change(case.ratio, case.significant)}, "
+        f"{case.baseline_ms:.4g} → {case.current_ms:.4g} ms (ratio {case.ratio:.3f} {_interval(case)}, "
+        f"p {case.p_value:.1g})"
+    )
+
+
+def _caveats(comparison: Comparison) -> str:
+    parts = []
+    if comparison.baseline.emulated or comparison.current.emulated:
+        parts.append("EMULATED compute (step times are modelled)")
+    for name, side in (("baseline", comparison.baseline), ("current", comparison.current)):
+        if side.caveats:
+            parts.append(f"INCONCLUSIVE timings in {len(side.caveats)} {name} case(s)")
+    if comparison.differences:
+        parts.append(f"{len(comparison.differences)} difference(s) between the sides (notes below)")
+    if comparison.mismatches:
+        parts.append(f"{len(comparison.mismatches)} must-match field(s) differ (allowed)")
+    for side, cases in (("baseline", comparison.only_baseline), ("current", comparison.only_current)):
+        if cases:
+            parts.append(f"{len(cases)} case(s) only in the {side}, not compared")
+    return "; ".join(parts)
+
+
+def _next_step(comparison: Comparison) -> str:
+    current, baseline = comparison.current, comparison.baseline
+    if comparison.regressed:
+        if current.kind == "run":
+            return (
+                f"ringbench report {current.source}   (where the time went: its cases in detail); if the slowdown "
+                "is unexpected, rerun both sides with --repeat 3"
+            )
+        return "rerun the current side and compare its run directory (a baseline file carries no spans)"
+    if any(case.verdict == Verdict.NO_DATA for case in comparison.cases):
+        return f"ringbench analyze {current.source}   (some cases have no timed iteration on one side)"
+    if comparison.summary.improvements and current.kind == "run" and baseline.kind != "run":
+        return f"ringbench baseline save {current.source} {baseline.source}   (to keep the improvement as the baseline)"
+    return "nothing to do: the gate passes"
+
+
+def answers_lines(comparison: Comparison) -> list[str]:
+    """The answers block of a comparison, in the shape that ends `ringbench run`: the headline (the gate's
+    verdict), one line per comparison that matters (regressions first, then improvements, then cases without
+    data), how many cases did not change, the caveats and the next command."""
+    order = {Verdict.REGRESSION: 0, Verdict.IMPROVEMENT: 1, Verdict.NO_DATA: 2}
+    matters = sorted(
+        (case for case in comparison.cases if case.verdict in order),
+        key=lambda c: (order[c.verdict], -abs(c.ratio - 1.0) if c.ratio == c.ratio else 0.0),
+    )
+    lines = [headline(comparison)]
+    lines += [_change_line(comparison, case) for case in matters[:MAX_ANSWER_LINES]]
+    if len(matters) > MAX_ANSWER_LINES:
+        lines.append(f"... and {len(matters) - MAX_ANSWER_LINES} more (every case is in the table)")
+    unchanged = sum(case.verdict == Verdict.NO_CHANGE for case in comparison.cases)
+    if unchanged:
+        who = f"all {unchanged} case(s)" if unchanged == len(comparison.cases) else f"the other {unchanged} case(s)"
+        lines.append(f"{who}: no significant change beyond {comparison.config.max_regression:.0%}")
+    caveats = _caveats(comparison)
+    if caveats:
+        lines.append(f"caveats: {caveats}")
+    lines.append(f"next: {_next_step(comparison)}")
+    return lines
+
+
 def render_markdown(comparison: Comparison) -> str:
-    """A PR comment: headline, summary, notes, the case table, and how to read it."""
+    """A PR comment: the answers block (headline, what changed, caveats, next), then the summary, notes, the case
+    table, and how to read it."""
     level = f"{comparison.config.confidence:.0%} CI"
     icon = ":x:" if comparison.regressed else ":white_check_mark:"
-    lines = [f"### {icon} ringbench performance gate: {headline(comparison)}", "", summary_line(comparison), ""]
+    block = answers_lines(comparison)
+    lines = [f"### {icon} ringbench performance gate: {block[0]}", ""]
+    lines += [f"- {line}" for line in block[1:]]
+    lines += ["", summary_line(comparison), ""]
     lines += [f"- {line}" for line in (*_sides(comparison), *notes(comparison))]
     lines += [
         "",

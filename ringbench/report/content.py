@@ -1,7 +1,11 @@
-"""What a report says, independent of its format: labels, verdict, figures, tables and extra sections.
+"""What a report says, independent of its format: the answers, the verdict, sections of figures and tables.
 
-Both report.html and report.md render one ``ReportContent``, so the two always carry the same verdicts and the
-same tables. Cells are plain strings here; each renderer escapes them for its format.
+Both report.html and report.md render one ``ReportContent``, so the two always carry the same words. The page, in
+order: the label (SIMULATED / EMULATED, faults), the answers block (the same one that ends ``ringbench run``), the
+verdict, the step time per case, the cases table, the cases that matter in detail (case_sections.py), overlap,
+numerics, implementations, extra sections (placement) and the run's metadata (run_info.py). Cells are plain
+strings, or ``Cell`` for a short text with its full form (HTML ``title``) and an in-page link; each renderer
+escapes them for its format.
 """
 
 from __future__ import annotations
@@ -10,49 +14,76 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ringbench.analysis.answers import AXES, answers, case_labels, varied_axes
 from ringbench.analysis.findings import RunAnalysis, label_line, verdict_lines
 from ringbench.analysis.implementations import implementations_table
-from ringbench.analysis.stragglers import (
-    CONSISTENCY,
-    LINK_MARGIN,
-    LINK_MIN_EXCESS,
-    MIN_EXTRA_SHARE,
-    RANK_MARGIN,
-    UNIT_QUANTILE,
-)
 from ringbench.fmt import number
 from ringbench.report import figures
+from ringbench.vocab import TOLERANCE
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A table cell with more to say: ``title`` (the full text, a tooltip in HTML) and ``href`` (an anchor)."""
+
+    text: str
+    title: str = ""
+    href: str = ""
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True, slots=True)
 class Table:
     title: str
     columns: list[str]
-    rows: list[list[str]]
+    rows: list[list[str | Cell]]
     note: str = ""
     highlight: tuple[int, ...] = ()  # indices of rows to emphasise (e.g. flagged hops)
+    key_value: bool = False  # a two-column field/value list (the run's metadata)
+    monospace: tuple[int, ...] = ()  # indices of columns of identifiers (full case ids)
 
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """A titled part of the report after the main tables (e.g. placement): summary lines, tables, notes."""
+    """A titled part of the report: a lead sentence, lines, figures, tables, notes and sub-sections, in order."""
 
     title: str
     lines: tuple[str, ...] = ()
     tables: tuple[Table, ...] = ()
     notes: tuple[str, ...] = ()
+    figures: tuple[figures.Png, ...] = ()
+    anchor: str = ""
+    lead: str = ""
+    children: tuple[Section, ...] = ()
+
+    @property
+    def slug(self) -> str:
+        """The anchor, or one made from the title (extra sections come without one)."""
+        if self.anchor:
+            return self.anchor
+        words = "".join(c if c.isalnum() else " " for c in self.title.lower()).split()
+        return "-".join(words[:6]) or "section"
 
 
 @dataclass(slots=True)
 class ReportContent:
     run_id: str
     label: str | None
-    verdict: list[str]
-    figures: list[figures.Png] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
-    meta: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about the report itself (e.g. the trace was capped)
+
+    @property
+    def figures(self) -> list[figures.Png]:
+        """Every figure of the report, in page order."""
+
+        def walk(sections):
+            for section in sections:
+                yield from section.figures
+                yield from walk(section.children)
+
+        return list(walk(self.sections))
 
 
 def fmt(value, spec: str = ".2f") -> str:
@@ -62,13 +93,18 @@ def fmt(value, spec: str = ".2f") -> str:
     return number(value, spec, missing="–")
 
 
-def _table(title: str, frame: pd.DataFrame, columns: dict[str, tuple[str, str]], note: str = "") -> Table:
-    """columns: source column -> (header, format spec)."""
+def frame_rows(frame: pd.DataFrame, columns: dict[str, tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """columns: source column -> (header, format spec); returns (headers, formatted rows)."""
     rows = [[fmt(row[c], spec) for c, (_, spec) in columns.items()] for _, row in frame.iterrows()]
-    return Table(title, [header for header, _ in columns.values()], rows, note)
+    return [header for header, _ in columns.values()], rows
 
 
-def _culprit(row) -> str:
+def table(title: str, frame: pd.DataFrame, columns: dict[str, tuple[str, str]], note: str = "") -> Table:
+    headers, rows = frame_rows(frame, columns)
+    return Table(title, headers, rows, note)
+
+
+def culprit_text(row) -> str:
     if row["straggler_kind"] == "compute":
         return f"rank {int(row['straggler_rank'])} (compute)"
     if row["straggler_kind"] == "link":
@@ -84,223 +120,229 @@ def ring_of(analysis: RunAnalysis, case_id: str) -> list[int]:
     return [int(r) for r in rows.drop_duplicates().sort_values("ring_position")["rank"]]
 
 
+@dataclass(frozen=True, slots=True)
+class Cases:
+    """The cases in table order with what every section says of them: number, short label, axes."""
+
+    frame: pd.DataFrame  # analysis.summary with number, label, kernel, impl, emulated, judged, case row axes
+    varied: list[str]
+
+    def number(self, case_id: str) -> int:
+        return int(self.frame.loc[self.frame["case_id"] == case_id, "number"].iloc[0])
+
+    def label(self, case_id: str) -> str:
+        return str(self.frame.loc[self.frame["case_id"] == case_id, "label"].iloc[0])
+
+
+def _cases(analysis: RunAnalysis) -> Cases:
+    summary = analysis.summary.copy()
+    summary["case_id"] = summary["case_id"].astype(str)
+    cases = analysis.run.cases.assign(case_id=analysis.run.cases["case_id"].astype(str)).drop_duplicates("case_id")
+    varied = varied_axes(cases) if len(cases) else []
+    extra = [c for c in (*AXES, "emulated") if c in cases and c not in summary]
+    frame = summary.merge(cases[["case_id", *extra]], on="case_id", how="left") if len(cases) else summary
+    labels = case_labels(cases) if len(cases) else {}
+    frame["label"] = [labels.get(cid, cid) for cid in frame["case_id"]]
+    seen: dict[str, int] = {}
+    for index, label in enumerate(frame["label"]):  # cases that differ only outside the sweep axes
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:
+            frame.loc[index, "label"] = f"{label} ({seen[label]})"
+    frame["number"] = range(1, len(frame) + 1)
+    frame["emulated"] = frame.get("emulated", pd.Series(False, index=frame.index)).fillna(False).astype(bool)
+    frame["judged"] = frame["confidence"] == "conclusive"
+    return Cases(frame=frame, varied=varied)
+
+
 def build_content(analysis: RunAnalysis) -> ReportContent:
+    from ringbench.report.case_sections import case_sections
     from ringbench.report.placement import placement_section
+    from ringbench.report.run_info import run_section
 
     run = analysis.run
     label = label_line(analysis)
+    content = ReportContent(run_id=run.run_id, label=label)
+    cases = _cases(analysis)
+    block = answers(analysis, str(run.path)).lines()
+    detail = case_sections(analysis, cases)
+    if block and block[-1].startswith("next: ringbench report"):  # this is that report: point into it instead
+        below = "read the cases in detail below; " if detail.children else ""
+        block[-1] = f"next: {below}open trace.json (next to this report) in https://ui.perfetto.dev for every span"
     verdict = [line for line in verdict_lines(analysis) if line != label]  # the label has its own banner
-    content = ReportContent(run_id=run.run_id, label=label, verdict=verdict)
+    content.sections.append(Section("Answers", lead=block[0] if block else "", lines=tuple(block[1:]),
+                                    anchor="answers"))  # fmt: skip
+    content.sections.append(Section("Verdict", lines=tuple(verdict), anchor="verdict"))
+    chart = figures.step_time_chart(_chart_rows(cases))
+    if chart:
+        png = figures.Png("step_time", "Median step time per case, p10–p90", chart)
+        content.sections.append(Section("Step time per case", figures=(png,), anchor="step-time"))
+    content.sections.append(_cases_section(analysis, cases, {c.anchor for c in detail.children}))
+    if detail.children or detail.lines:
+        content.sections.append(detail)
+    content.sections += _run_level_sections(analysis)
     placement = placement_section(run, analysis.hops)
-    content.sections = [placement] if placement is not None else []
-    focus = analysis.focus_case()
-    top = analysis.headline()
-    if focus is not None:
-        ring = ring_of(analysis, focus)
-        iteration = figures.representative_iteration(run.events, focus)
-        straggler = None if top is None or top["straggler_kind"] != "compute" else int(top["straggler_rank"])
-        hop = None if top is None or top["straggler_kind"] != "link" else (top["slow_hop_src"], top["slow_hop_dst"])
-        shown = f"case {focus}" + (f", iteration {int(iteration['iteration'].iloc[0])}" if len(iteration) else "")
-        candidates = [
-            ("timeline", f"Per-rank timeline ({shown})", lambda: figures.timeline(iteration, analysis.transfers, ring)),
-            ("ring", f"Ring and hop latency ({shown})", lambda: figures.ring_diagram(analysis.hops, ring, focus, straggler, hop)),
-            ("hops", f"Hop latency heatmap (case {focus})", lambda: figures.hop_heatmap(analysis.hops, focus)),
-            ("compute_wait", f"Compute vs wait per rank (case {focus})", lambda: figures.compute_wait_bars(analysis.overlap_steps, ring, focus)),
-        ]  # fmt: skip
-    else:
-        candidates = []
-    candidates += [
-        ("overlap", "Overlap efficiency per buffer strategy", lambda: figures.overlap_bars(analysis.overlap_buffers)),
-        ("errors", "Error against world size", lambda: figures.error_by_world(analysis.numerics)),
-    ]
-    for name, title, draw in candidates:
-        data = draw()
-        if data:
-            content.figures.append(figures.Png(name, title, data))
-    if focus is not None and len(analysis.summary) > 1:
-        content.notes.append(f"Per-case figures and tables show case {focus} (the headline straggler's, or the first).")
-    content.tables = _tables(analysis, focus)
-    content.meta = _meta(run)
+    if placement is not None:
+        content.sections.append(placement)
+    content.sections.append(run_section(run))
     return content
 
 
-def _tables(analysis: RunAnalysis, focus: str | None) -> list[Table]:
-    summary = analysis.summary.copy()
-    summary["culprit"] = summary.apply(_culprit, axis=1) if len(summary) else []
-    summary["exposed_pct"] = summary["exposed_comm_frac"] * 100
-    summary["overlap_pct"] = summary["overlap_efficiency"] * 100
-    why = [
-        f"{row['case_id']}: {'; '.join(row['inconclusive_reasons'])}"
-        for _, row in summary.iterrows()
-        if row["confidence"] == "inconclusive" and isinstance(row["inconclusive_reasons"], list)
+def _chart_rows(cases: Cases) -> pd.DataFrame:
+    """The step-time chart's rows: one panel per kernel when the kernel varied, sorted by the varied axes."""
+    frame = cases.frame.copy()
+    by_kernel = "kernel" in cases.varied
+    within = [a for a in cases.varied if a != "kernel"] if by_kernel else list(cases.varied)
+    frame["panel"] = ""
+    if by_kernel:  # titled by the kernel and whatever else its cases share
+        for _, part in frame.groupby(frame["kernel"].astype(str), sort=False):
+            same = [str(part[a].iloc[0]) for a in within if part[a].astype(str).nunique() == 1]
+            frame.loc[part.index, "panel"] = " · ".join([str(part["kernel"].iloc[0]), *same])
+    for axis in within:  # the sweep's order of values, not the alphabet's
+        order = {value: i for i, value in enumerate(dict.fromkeys(frame[axis].astype(str)))}
+        frame[f"_{axis}"] = frame[axis].astype(str).map(order)
+    panels = {value: i for i, value in enumerate(dict.fromkeys(frame["panel"]))}
+    frame["_panel"] = frame["panel"].map(panels)
+    frame = frame.sort_values(["_panel", *(f"_{a}" for a in within), "number"], kind="stable")
+    frame["group"] = frame[within[0]].astype(str) if within else ""
+    if by_kernel:  # inside a kernel's panel, the kernel need not be repeated
+        labels = {}
+        for _, part in frame.groupby("panel", sort=False):
+            labels.update(case_labels(part.assign(**{"kernel": ""})) if len(within) else {})
+        frame["label"] = [labels.get(cid) or lbl for cid, lbl in zip(frame["case_id"], frame["label"], strict=True)]
+    frame["label"] = [f"{n}. {lbl}" for n, lbl in zip(frame["number"], frame["label"], strict=True)]
+    return frame
+
+
+def _cases_section(analysis: RunAnalysis, cases: Cases, detailed: set[str]) -> Section:
+    frame = cases.frame.copy()
+    frame["culprit"] = frame.apply(culprit_text, axis=1) if len(frame) else []
+    frame["exposed_pct"] = frame["exposed_comm_frac"] * 100
+    frame["overlap_pct"] = frame["overlap_efficiency"] * 100
+    frame["spread"] = [
+        f"{fmt(a, '.1f')}–{fmt(b, '.1f')}" for a, b in zip(frame["step_ms_p10"], frame["step_ms_p90"], strict=True)
     ]
-    tables = [
-        _table(
-            "Cases",
-            summary,
-            {
-                "case_id": ("case", ""),
-                "buffer": ("buffer", ""),
-                "world": ("world", ".0f"),
-                "mask": ("mask", ""),
-                "layout": ("layout", ""),
-                "step_ms": ("iteration ms", ".2f"),
-                "confidence": ("confidence", ""),
-                "culprit": ("culprit", ""),
-                "ratio": ("x peers", ".2f"),
-                "cost_ms": ("cost ms/iter", ".2f"),
-                "exposed_pct": ("exposed comm % (critical path)", ".1f"),
-                "overlap_pct": ("hidden comm %", ".0f"),
-                "imbalance": ("imbalance", ".2f"),
-                "predicted_imbalance": ("plan imbalance", ".2f"),
-                "fwd_max_abs_err": ("fwd err", ".1e"),
-                "bwd_max_abs_err": ("bwd err", ".1e"),
-                "faults": ("faults", ""),
-            },
-            "Figures as defined in ringbench/metrics.py (docs/results.md); exposed comm: wait time on the critical "
-            "path. Inconclusive: the timings cannot support naming a rank or a hop"
-            + (" (" + " | ".join(why) + ")" if why else "."),
-        )
-    ]
-    if focus is not None:
-        st = analysis.stragglers[analysis.stragglers["case_id"] == focus].copy()
-        st["who"] = [
-            f"rank {r}" if k == "rank" else f"hop {a} -> {b}"
-            for k, r, a, b in zip(st["resource"], st["rank"], st["src"], st["dst"], strict=True)
-        ]
-        st["share_pct"] = st["cp_share"] * 100
-        st["consistency_pct"] = st["consistency"] * 100
-        tables.append(
-            _table(
-                f"Ranks and links against their peers (case {focus})",
-                st,
-                {
-                    "who": ("resource", ""),
-                    "unit": ("unit", ""),
-                    "unit_time": ("median", ".4g"),
-                    "peer_unit_time": ("peers' median", ".4g"),
-                    "ratio": ("ratio", ".2f"),
-                    "share_pct": ("critical path %", ".1f"),
-                    "cost_ms": ("cost ms/iter", ".2f"),
-                    "consistency_pct": ("iterations slower %", ".0f"),
-                    "extra_ms": ("extra ms/iter", ".2f"),
-                    "flagged": ("flagged", ""),
-                },
-                f"Unit time: per iteration the p{UNIT_QUANTILE * 100:.0f} of the spans, then the median over iterations. "
-                f"Flagged: ratio >= {1 + RANK_MARGIN:.2f} (ranks) or >= {1 + LINK_MARGIN:.2f} (links), slower in "
-                f">= {CONSISTENCY * 100:.0f}% of iterations, extra time >= {MIN_EXTRA_SHARE * 100:.0f}% of the "
-                f"iteration (links: and >= {LINK_MIN_EXCESS * 100:.0f}% of a step's compute per transfer); a flagged "
-                "rank takes precedence over its links. Cost: critical-path time x (1 - 1/ratio).",
-            )
-        )
-        hops = analysis.hops[analysis.hops["case_id"] == focus].copy()
-        hops["hop"] = hops["src"].astype(str) + " -> " + hops["dst"].astype(str)
-        hops["mb"] = hops["bytes"] / 1e6
-        tables.append(
-            _table(
-                f"Hops (case {focus}; medians)",
-                hops,
-                {
-                    "phase": ("phase", ""),
-                    "exchange": ("exchange", ""),
-                    "hop": ("hop", ""),
-                    "mb": ("MB", ".2f"),
-                    "recv_ms": ("recv ms (naive)", ".3f"),
-                    "upstream_wait_ms": ("upstream wait ms", ".3f"),
-                    "transfer_ms": ("transfer ms", ".3f"),
-                    "transfer_ms_p10": ("p10", ".3f"),
-                    "transfer_ms_p90": ("p90", ".3f"),
-                    "bandwidth_gbps": ("GB/s", ".2f"),
-                },
-                "transfer = recv end - max(recv post, sender's post); upstream wait = time before the sender posted. "
-                "exchange: kv = the K/V block, dkv = the backward's dK/dV accumulator.",
-            )
-        )
-        bal = analysis.balance_ranks[analysis.balance_ranks["case_id"] == focus].copy()
-        bal["work_pct"], bal["time_pct"] = bal["work_share"] * 100, bal["time_share"] * 100
-        tables.append(
-            _table(
-                f"Balance (case {focus}; per iteration, medians)",
-                bal,
-                {
-                    "rank": ("rank", ".0f"),
-                    "full": ("full", ".0f"),
-                    "causal": ("causal", ".0f"),
-                    "partial": ("partial", ".0f"),
-                    "skip": ("skip", ".0f"),
-                    "gflop": ("GFLOP", ".2f"),
-                    "compute_ms": ("compute ms", ".2f"),
-                    "work_pct": ("work %", ".1f"),
-                    "time_pct": ("time %", ".1f"),
-                },
-                "Pair counts per phase from the mask plan (skip = world - computed steps).",
-            )
-        )
+    columns = {"kernel": ("kernel", "")}
+    if "impl" in frame and frame["impl"].astype(object).fillna("ringbench").nunique() > 1:
+        columns["impl"] = ("impl", "")
+    columns |= {
+        "step_ms": ("step ms", ".2f"),
+        "spread": ("p10–p90", ""),
+        "confidence": ("confidence", ""),
+        "culprit": ("culprit", ""),
+        "ratio": ("x peers", ".2f"),
+        "cost_ms": ("cost ms/iter", ".2f"),
+        "exposed_pct": ("exposed comm %", ".1f"),
+        "overlap_pct": ("hidden comm %", ".0f"),
+        "imbalance": ("imbalance", ".2f"),
+        "predicted_imbalance": ("plan imbalance", ".2f"),
+        "fwd_max_abs_err": ("fwd err", ".1e"),
+        "bwd_max_abs_err": ("bwd err", ".1e"),
+    }
+    if frame["faults"].fillna("").astype(str).str.len().gt(0).any():
+        columns["faults"] = ("faults", "")
+    headers, body = frame_rows(frame, columns)
+    rows = []
+    for (_, row), cells in zip(frame.iterrows(), body, strict=True):
+        anchor = f"case-{row['number']}"
+        number = Cell(str(row["number"]), href=f"#{anchor}" if anchor in detailed else "")
+        rows.append([number, Cell(str(row["label"]), title=str(row["case_id"])), *cells])
+    reasons = {}
+    for _, row in frame.iterrows():
+        if row["confidence"] == "inconclusive" and isinstance(row["inconclusive_reasons"], list):
+            reasons.setdefault("; ".join(row["inconclusive_reasons"]), []).append(str(row["number"]))
+    why = " | ".join(f"case {', '.join(numbers)}: {text}" for text, numbers in reasons.items())
+    note = (
+        "case: the axes that varied (full ids below; hover for the id). Figures as defined in ringbench/metrics.py (docs/results.md); "
+        "exposed comm: wait time on the critical path; x peers and cost: the culprit's. Inconclusive: the timings "
+        "cannot support naming a rank or a hop" + (f" ({why})." if why else ".")
+    )
+    main = Table("", ["#", "case", *headers], rows, note)  # the section is its title
+    ids = Table("Case ids", ["#", "case", "case id"],
+                [[str(n), str(lbl), str(cid)] for n, lbl, cid in zip(frame["number"], frame["label"],
+                                                                    frame["case_id"], strict=True)],
+                monospace=(2,))  # fmt: skip
+    shared = _shared_axes(analysis.run.cases, cases.varied)
+    lines = (f"Every case: {shared}",) if shared else ()
+    return Section("Cases", lines=lines, tables=(main, ids), anchor="cases")
+
+
+SHARED_ORDER = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel",
+                "impl", "backward")  # fmt: skip
+
+
+def _shared_axes(cases: pd.DataFrame, varied: list[str]) -> str:
+    """The sweep axes every case shares, in a few words (the table's labels carry the ones that varied)."""
+    if cases.empty:
+        return ""
+    first = cases.iloc[0]
+    words = {
+        "world": lambda v: f"{v} ranks",
+        "seq": lambda v: f"S={v}",
+        "heads": lambda v: (
+            f"{v} heads" + (f" × {first['head_dim']}" if "head_dim" in first and "head_dim" not in varied else "")
+        ),
+        "head_dim": lambda v: f"head dim {v}",
+        "batch": lambda v: f"batch {v}",
+        "mask": lambda v: "no mask" if str(v) == "none" else f"{v} mask",
+        "order": lambda v: f"order {v}",
+        "impl": lambda v: f"implementation {v}",
+        "backward": lambda v: "forward and backward" if str(v).lower() in ("true", "1") else "forward only",
+    }
+    parts = []
+    for axis in SHARED_ORDER:
+        if axis not in cases or axis in varied or pd.isna(first[axis]) or (axis, first[axis]) == ("impl", "ringbench"):
+            continue
+        if axis == "head_dim" and "heads" not in varied:
+            continue  # said with the heads: "8 heads × 64"
+        parts.append(words.get(axis, str)(first[axis]))
+    return ", ".join(parts)
+
+
+def _run_level_sections(analysis: RunAnalysis) -> list[Section]:
+    sections = []
     buf = analysis.overlap_buffers.copy()
-    buf["eff_pct"], buf["exp_pct"] = buf["overlap_efficiency"] * 100, buf["exposed_comm_frac"] * 100
-    tables.append(
-        _table(
-            "Overlap per buffer strategy",
-            buf,
-            {
-                "buffer": ("buffer", ""),
-                "cases": ("cases", ".0f"),
-                "comm_ms": ("comm ms", ".2f"),
-                "exposed_ms": ("exposed ms", ".2f"),
-                "eff_pct": ("hidden %", ".0f"),
-                "exp_pct": ("exposed share of iteration %", ".1f"),
-            },
-        )
-    )
-    tables.append(
-        _table(
-            "Numerics (max |ring - float64 reference|)",
-            analysis.numerics,
-            {
-                "world": ("world", ".0f"),
-                "dtype": ("dtype", ""),
-                "cases": ("cases", ".0f"),
-                "checked": ("checked", ".0f"),
-                "fwd_max_abs_err": ("fwd", ".2e"),
-                "bwd_max_abs_err": ("bwd", ".2e"),
-                "passed": ("passed", ""),
-            },
-        )
-    )
+    if len(buf):
+        buf["eff_pct"], buf["exp_pct"] = buf["overlap_efficiency"] * 100, buf["exposed_comm_frac"] * 100
+        chart = figures.overlap_bars(buf)
+        overlap = table("Per buffer strategy", buf, {
+            "buffer": ("buffer", ""),
+            "cases": ("cases", ".0f"),
+            "comm_ms": ("comm ms", ".2f"),
+            "exposed_ms": ("exposed ms", ".2f"),
+            "eff_pct": ("hidden %", ".0f"),
+            "exp_pct": ("exposed share of iteration %", ".1f"),
+        })  # fmt: skip
+        pngs = (figures.Png("overlap", "Overlap efficiency per buffer strategy", chart, half=True),) if chart else ()
+        sections.append(Section("Overlap", figures=pngs, tables=(overlap,), anchor="overlap"))
+    numerics = table("Max |ring - float64 reference| per world size and dtype", analysis.numerics, {
+        "world": ("world", ".0f"),
+        "dtype": ("dtype", ""),
+        "cases": ("cases", ".0f"),
+        "checked": ("checked", ".0f"),
+        "fwd_max_abs_err": ("fwd", ".2e"),
+        "bwd_max_abs_err": ("bwd", ".2e"),
+        "passed": ("passed", ""),
+    })  # fmt: skip
+    chart = figures.error_figure(analysis.numerics, TOLERANCE)
+    pngs = (figures.Png("errors", "Error against the float64 reference", chart, half=True),) if chart else ()
+    unchecked = () if chart else ("No case was checked against the float64 reference (run --check), so no figure.",)
+    sections.append(Section("Numerics", figures=pngs, tables=(numerics,), notes=unchecked, anchor="numerics"))
     cases = analysis.run.cases
     if "impl" in cases and cases["impl"].astype(object).fillna("ringbench").nunique() > 1:
-        tables.append(
-            _table(
-                "Implementations side by side",
-                implementations_table(cases),
-                {
-                    "impl": ("implementation", ""),
-                    "world": ("world", ".0f"),
-                    "seq": ("seq", ".0f"),
-                    "mask": ("mask", ""),
-                    "layout": ("layout", ""),
-                    "step_ms": ("step ms", ".2f"),
-                    "step_ms_p10": ("p10", ".2f"),
-                    "step_ms_p90": ("p90", ".2f"),
-                    "tokens_per_s": ("tokens/s", ",.0f"),
-                    "exposed_comm_frac": ("exposed share", ".1%"),
-                    "peak_mem_mb": ("peak MiB", ".0f"),
-                    "fwd_max_abs_err": ("fwd err", ".1e"),
-                    "bwd_max_abs_err": ("bwd err", ".1e"),
-                },
-                note="Each implementation on the same workload, fastest first; errors against float64.",
-            )
-        )
-    return tables
-
-
-def _meta(run) -> list[tuple[str, str]]:
-    meta = run.meta
-    rows = [("run id", run.run_id), ("results", str(run.path))]
-    for key in ("created", "command", "hosts", "versions", "devices", "clock_residual_ns", "faults", "kernel"):
-        if key in meta:
-            value = meta[key]
-            rows.append((key, " ".join(value) if key == "command" and isinstance(value, list) else fmt(value)))
-    rows.append(("events", f"{len(run.events):,}"))
-    rows.append(("cases", f"{len(run.cases):,}"))
-    return rows
+        impls = table("Implementations side by side", implementations_table(cases), {
+            "impl": ("implementation", ""),
+            "world": ("world", ".0f"),
+            "seq": ("seq", ".0f"),
+            "mask": ("mask", ""),
+            "layout": ("layout", ""),
+            "step_ms": ("step ms", ".2f"),
+            "step_ms_p10": ("p10", ".2f"),
+            "step_ms_p90": ("p90", ".2f"),
+            "tokens_per_s": ("tokens/s", ",.0f"),
+            "exposed_comm_frac": ("exposed share", ".1%"),
+            "peak_mem_mb": ("peak MiB", ".0f"),
+            "fwd_max_abs_err": ("fwd err", ".1e"),
+            "bwd_max_abs_err": ("bwd err", ".1e"),
+        }, note="Each implementation on the same workload, fastest first; errors against float64.")  # fmt: skip
+        sections.append(Section("Implementations", tables=(impls,), anchor="implementations"))
+    return sections

@@ -1,214 +1,223 @@
-"""Figures of the report, drawn from analysis tables (never from raw events beyond one chosen iteration).
+"""Run-level figures of the report (step time per case, overlap, numerics) and the style every figure shares.
 
-Each function returns PNG bytes, or None when its table is empty. Matplotlib runs headless: figures are built
-on ``matplotlib.figure.Figure`` (the Agg canvas), never through pyplot's global state.
+Each function returns PNG bytes, or None when there is nothing to show (``.figure(...)`` gives the Figure).
+Matplotlib runs headless: figures are built on ``matplotlib.figure.Figure`` (the Agg canvas), never through
+pyplot's global state. The per-case figures (timeline, ring, hops, compute vs wait) are in case_figures.py.
+
+Resolution: figures are saved at ``DPI`` = 2 x 96 and shown at half their pixel size (report.html sets the image's
+width), so a label of ``MIN_FONT_PT`` points is that size on screen at 100% zoom and stays sharp on a 2x display.
 """
 
 from __future__ import annotations
 
+import functools
 import io
-import math
+import struct
 from dataclasses import dataclass
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyArrowPatch
+from matplotlib.patches import Patch
 
-from ringbench.analysis.hops import hop_matrix
-
-COLORS = {"compute": "#4C72B0", "transfer": "#DD8452", "wait": "#C44E52", "hidden": "#55A868", "path": "#8172B3"}
+DPI = 192
+MIN_FONT_PT = 9
+STYLE = {
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "xtick.labelsize": MIN_FONT_PT,
+    "ytick.labelsize": MIN_FONT_PT,
+    "legend.fontsize": MIN_FONT_PT,
+    "figure.titlesize": 11,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "text.parse_math": False,  # labels come from the run: a "$" in a case name is a dollar sign, not TeX
+}
+COLORS = {
+    "compute": "#4C72B0",
+    "transfer": "#DD8452",
+    "transfer_dkv": "#B07AA1",
+    "wait": "#5A5A5A",  # grey: red is kept for the culprit
+    "hidden": "#55A868",
+    "unjudged": "#A7B0BA",
+}
 HIGHLIGHT = "#D62728"
+MAX_BARS = 80  # cases drawn in the step-time chart (the cases table lists every one)
 
 
 @dataclass(frozen=True, slots=True)
 class Png:
-    """One rendered figure: a file stem, a caption, and the PNG bytes."""
+    """One rendered figure: a file stem, a caption, the PNG bytes; ``half``: may sit beside another figure."""
 
     name: str
     title: str
     data: bytes
+    half: bool = False
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels, from the PNG header."""
+        return struct.unpack(">II", self.data[16:24])
 
 
-def _png(fig: Figure) -> bytes:
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """What a case's figures highlight: a rank (compute) or a hop (link), or neither."""
+
+    rank: int | None = None
+    hop: tuple[int, int] | None = None
+
+    @property
+    def text(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank} (compute)"
+        return f"hop {self.hop[0]} → {self.hop[1]} (link)" if self.hop else "none"
+
+    def touches(self, rank: int) -> bool:
+        return rank == self.rank or (self.hop is not None and rank in self.hop)
+
+
+def rendered(draw):
+    """``draw`` builds a Figure (or None: nothing to show) under the report's style (labels of at least MIN_FONT_PT);
+    the decorated function returns its PNG bytes, and ``.figure(...)`` the Figure itself (tests read its axes)."""
+
+    @functools.wraps(draw)
+    def figure(*args, **kwargs) -> Figure | None:
+        with matplotlib.rc_context(STYLE):
+            return draw(*args, **kwargs)
+
+    @functools.wraps(draw)
+    def to_png(*args, **kwargs) -> bytes | None:
+        fig = figure(*args, **kwargs)
+        return None if fig is None else png(fig)
+
+    to_png.figure = figure
+    return to_png
+
+
+def png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=DPI)  # every figure has a layout engine: no second, "tight" draw
     return buffer.getvalue()
 
 
-def representative_iteration(events: pd.DataFrame, case_id: str) -> pd.DataFrame:
-    """Events of the median-length iteration of repeat 0 of a case (what the timeline draws: one iteration)."""
-    rows = events[(events["case_id"] == case_id) & (events["repeat"] == events["repeat"].min())]
-    if rows.empty:
-        return rows
-    spans = rows.groupby("iteration")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
-    length = (spans["end_ns"] - spans["start_ns"]).sort_values(kind="stable")
-    chosen = length.index[len(length) // 2]
-    return rows[rows["iteration"] == chosen]
+@rendered
+def step_time_chart(rows: pd.DataFrame) -> Figure | None:
+    """Median step time per case with p10–p90 error bars, one horizontal bar per case.
 
-
-def timeline(iteration: pd.DataFrame, xfers: pd.DataFrame, ring: list[int]) -> bytes | None:
-    """Per-rank timeline of one iteration: compute, the link's transfer into the rank, exposed wait."""
-    if iteration.empty:
-        return None
-    origin = iteration["start_ns"].min()
-    keys = ["case_id", "repeat", "iteration"]
-    moved = xfers.merge(iteration[keys].drop_duplicates(), on=keys)
-    fig = Figure(figsize=(11, 0.55 * len(ring) + 1.6))
-    ax = fig.subplots()
-    lanes = {"compute": -0.30, "transfer": 0.0, "wait": 0.30}  # the y axis is inverted: compute on top
-    for y, rank in enumerate(ring):
-        mine = iteration[iteration["rank"] == rank]
-        for kind, frame, start, end in (
-            ("compute", mine[mine["kind"] == "compute"], "start_ns", "end_ns"),
-            ("transfer", moved[moved["dst"] == rank], "transfer_start_ns", "recv_end_ns"),
-            ("wait", mine[mine["kind"] == "wait"], "start_ns", "end_ns"),
-        ):
-            if frame.empty:
-                continue
-            x0 = (frame[start].to_numpy(float) - origin) / 1e6
-            width = (frame[end].to_numpy(float) - frame[start].to_numpy(float)) / 1e6
-            bars = [(a, w) for a, w in zip(x0, width, strict=True) if w > 0]
-            ax.broken_barh(
-                bars,
-                (y + lanes[kind] - 0.13, 0.26),
-                facecolors=COLORS[kind],
-                edgecolor="white",
-                linewidth=0.4,
-                label=kind,
-            )
-        for _, row in mine[mine["kind"] == "compute"].iterrows() if len(ring) <= 16 else []:
-            x = (row["start_ns"] - origin) / 1e6
-            ax.text(x, y - 0.47, str(int(row["step"])), fontsize=6, color="#333333", va="center")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, ncols=3)
-    ax.set_yticks(range(len(ring)), [f"rank {r}" for r in ring])
-    ax.invert_yaxis()
-    ax.set_xlabel("ms since the iteration began (numbers: ring step of each compute)")
-    ax.set_title(f"Timeline of iteration {int(iteration['iteration'].iloc[0])} (ranks in ring order)")
-    ax.grid(axis="x", alpha=0.3)
-    return _png(fig)
-
-
-def hop_heatmap(hops: pd.DataFrame, case_id: str) -> bytes | None:
-    """src x dst heatmap of the median transfer time (forward phase), annotated in ms."""
-    matrix = hop_matrix(hops, case_id)
-    if matrix.empty:
-        return None
-    values = matrix.to_numpy(float)
-    n = len(matrix)
-    fig = Figure(figsize=(1.0 + 0.55 * n, 0.8 + 0.5 * n))
-    ax = fig.subplots()
-    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis")
-    for (i, j), value in np.ndenumerate(values):
-        if not math.isnan(value):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color="white")
-    ax.set_xticks(range(n), matrix.columns)
-    ax.set_yticks(range(n), matrix.index)
-    ax.set_xlabel("dst rank")
-    ax.set_ylabel("src rank")
-    ax.set_title("Median transfer time per hop (ms, fwd)")
-    fig.colorbar(image, ax=ax, shrink=0.8)
-    return _png(fig)
-
-
-def ring_diagram(
-    hops: pd.DataFrame, ring: list[int], case_id: str, straggler_rank: int | None, slow_hop: tuple | None
-) -> bytes | None:
-    """Ranks around a circle in ring order; each hop labelled with its median transfer ms; culprit in red."""
-    if not ring:
-        return None
-    matrix = hop_matrix(hops, case_id) if len(hops) else pd.DataFrame()
-    n = len(ring)
-    angle = np.pi / 2 - 2 * np.pi * np.arange(n) / n
-    xy = np.c_[np.cos(angle), np.sin(angle)]
-    fig = Figure(figsize=(5.2, 5.2))
-    ax = fig.subplots()
-    for p in range(n):
-        src, dst = ring[p], ring[(p + 1) % n]
-        if n == 1:
-            break
-        slow = slow_hop is not None and (src, dst) == tuple(slow_hop)
-        arrow = FancyArrowPatch(
-            xy[p] * 0.86, xy[(p + 1) % n] * 0.86, connectionstyle="arc3,rad=-0.18", arrowstyle="-|>",
-            mutation_scale=14, lw=3.0 if slow else 1.2, color=HIGHLIGHT if slow else "#555555",
-        )  # fmt: skip
-        ax.add_patch(arrow)
-        ms = matrix.at[src, dst] if src in matrix.index and dst in matrix.columns else float("nan")
-        mid = (xy[p] + xy[(p + 1) % n]) / 2 * 1.12
-        label = "n/a" if math.isnan(ms) else f"{ms:.2f} ms"
-        ax.text(*mid, label, ha="center", va="center", fontsize=8, color=HIGHLIGHT if slow else "#222222")
-    for p, rank in enumerate(ring):
-        bad = straggler_rank is not None and rank == straggler_rank
-        ax.scatter(*xy[p], s=700, color=HIGHLIGHT if bad else COLORS["compute"], zorder=3)
-        ax.text(*xy[p], str(rank), ha="center", va="center", color="white", fontsize=10, weight="bold", zorder=4)
-    ax.set_xlim(-1.4, 1.4)
-    ax.set_ylim(-1.4, 1.4)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    culprit = f"rank {straggler_rank}" if straggler_rank is not None else None
-    culprit = culprit or (f"hop {slow_hop[0]} -> {slow_hop[1]}" if slow_hop else "none")
-    ax.set_title(f"Ring order and hop latency (fwd); culprit: {culprit}", fontsize=10)
-    return _png(fig)
-
-
-def compute_wait_bars(steps: pd.DataFrame, ring: list[int], case_id: str) -> bytes | None:
-    """Per rank: median per iteration of compute ms and of the time the rank sat waiting (on or off the path)."""
-    rows = steps[steps["case_id"] == case_id]
+    ``rows``, in display order: label, panel (one panel per value, each with its own scale: e.g. the kernel, since
+    emulated and real compute differ by orders of magnitude), group (a line separates groups), step_ms,
+    step_ms_p10, step_ms_p90, emulated, judged.
+    """
+    rows = rows[rows["step_ms"].notna()].head(MAX_BARS)
     if rows.empty:
         return None
-    per_iter = rows.groupby(["repeat", "iteration", "rank"])[["compute_ms", "waited_ms"]].sum()
-    per_rank = per_iter.groupby(level="rank").median().reindex(ring)
-    x = np.arange(len(ring))
-    fig = Figure(figsize=(max(5.0, 0.6 * len(ring) + 2), 3.4))
-    ax = fig.subplots()
-    ax.bar(x - 0.2, per_rank["compute_ms"], 0.4, label="compute", color=COLORS["compute"])
-    ax.bar(x + 0.2, per_rank["waited_ms"], 0.4, label="wait", color=COLORS["wait"])
-    ax.set_xticks(x, [str(r) for r in ring])
-    ax.set_xlabel("rank (ring order)")
-    ax.set_ylabel("ms per iteration (median)")
-    ax.set_title("Compute vs wait per rank")
-    ax.legend(fontsize=8)
-    return _png(fig)
+    panels = list(dict.fromkeys(rows["panel"]))
+    counts = [int((rows["panel"] == p).sum()) for p in panels]
+    fig = Figure(figsize=(10.5, 0.75 + 0.34 * len(rows) + 0.55 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, height_ratios=counts, squeeze=False)[:, 0]
+    for ax, panel in zip(axes, panels, strict=True):
+        part = rows[rows["panel"] == panel]
+        y = np.arange(len(part))
+        median = part["step_ms"].to_numpy(float)
+        low = np.clip(median - part["step_ms_p10"].fillna(part["step_ms"]).to_numpy(float), 0, None)
+        high = np.clip(part["step_ms_p90"].fillna(part["step_ms"]).to_numpy(float) - median, 0, None)
+        judged = part["judged"].to_numpy(bool)
+        colors = np.where(judged, COLORS["compute"], COLORS["unjudged"])
+        bars = ax.barh(y, median, 0.68, color=colors, xerr=[low, high], error_kw={"ecolor": "#333", "capsize": 3})
+        for bar, emulated in zip(bars, part["emulated"].to_numpy(bool), strict=True):
+            if emulated:
+                bar.set_hatch("///")
+                bar.set_edgecolor("white")
+        right = float(np.nanmax(median + high))
+        for yi, value, extra in zip(y, median, high, strict=True):
+            ax.text(value + extra + right * 0.01, yi, f"{value:,.1f} ms", va="center", fontsize=MIN_FONT_PT)
+        groups = part["group"].to_numpy()
+        for yi in range(1, len(part)):
+            if groups[yi] != groups[yi - 1]:
+                ax.axhline(yi - 0.5, color="#999", linewidth=0.8, linestyle=":")
+        ax.set_yticks(y, part["label"])
+        ax.set_ylim(len(part) - 0.5, -0.5)
+        ax.set_xlim(0, right * 1.16)
+        ax.grid(axis="x", alpha=0.3)
+        if len(panels) > 1 or panel:
+            ax.set_title(str(panel), loc="left", fontsize=10, weight="bold")
+    axes[-1].set_xlabel("median step time per iteration, ms (error bars: p10–p90 over iterations)")
+    handles = [Patch(color=COLORS["compute"], label="could be judged")]
+    if not rows["judged"].all():
+        handles.append(Patch(color=COLORS["unjudged"], label="could not be judged (see the cases table)"))
+    if rows["emulated"].any():
+        handles.append(
+            Patch(facecolor="#777", edgecolor="white", hatch="///", label="modelled compute (emulated or simulated)")
+        )
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    scales = " (one panel per kernel: each has its own scale)" if len(panels) > 1 else ""
+    fig.suptitle(f"Step time per case{scales}", x=0.0, ha="left")
+    return fig
 
 
-def overlap_bars(buffers: pd.DataFrame) -> bytes | None:
+@rendered
+def overlap_bars(buffers: pd.DataFrame) -> Figure | None:
     """Overlap efficiency (hidden / total communication) per buffer strategy."""
     if buffers.empty:
         return None
-    fig = Figure(figsize=(4.6, 3.2))
+    fig = Figure(figsize=(4.8, 3.2), layout="constrained")
     ax = fig.subplots()
     values = buffers["overlap_efficiency"].fillna(0.0).to_numpy() * 100
-    ax.bar(buffers["buffer"].astype(str), values, color=COLORS["hidden"])
+    ax.bar(buffers["buffer"].astype(str), values, color=COLORS["hidden"], width=0.6)
     for i, value in enumerate(values):
-        ax.text(i, value + 1, f"{value:.0f}%", ha="center", fontsize=8)
-    ax.set_ylim(0, 110)
+        ax.text(i, value + 2, f"{value:.0f}%", ha="center", fontsize=MIN_FONT_PT)
+    ax.set_ylim(0, 112)
+    ax.set_xlim(-0.8, len(values) - 0.2)  # one strategy: a bar, not a wall
     ax.set_ylabel("% of communication hidden")
     ax.set_title("Overlap efficiency per buffer strategy")
-    return _png(fig)
+    return fig
 
 
-def error_by_world(numerics: pd.DataFrame) -> bytes | None:
-    """Worst |error| against the float64 reference vs world size, one line per dtype and phase (log scale)."""
-    fig = Figure(figsize=(5.4, 3.4))
+@rendered
+def error_figure(numerics: pd.DataFrame, tolerance: dict[str, tuple[float, float]]) -> Figure | None:
+    """Worst |error| against the float64 reference (log scale) with each dtype's tolerance; None when nothing
+    was checked. One world size: bars per dtype and phase; several: one line per dtype and phase over world."""
+    checked = numerics[numerics["checked"] > 0] if len(numerics) else numerics
+    if checked.empty:
+        return None
+    worlds = sorted(int(w) for w in checked["world"].unique())
+    fig = Figure(figsize=(5.6, 3.4), layout="constrained")
     ax = fig.subplots()
-    drawn = False
-    for dtype, group in numerics.groupby("dtype"):
-        group = group.sort_values("world")
-        for phase, style in (("fwd", "-o"), ("bwd", "--s")):
-            values = group[f"{phase}_max_abs_err"].astype(float)
-            if values.notna().any() and (values > 0).any():
-                ax.plot(group["world"], values.where(values > 0), style, label=f"{dtype} {phase}")
-                drawn = True
-    if not drawn:
-        ax.text(0.5, 0.5, "no numerical checks in this run", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xticks([])
-        ax.set_yticks([])
+    if len(worlds) == 1:
+        labels, values, limits = [], [], []
+        for dtype, group in checked.groupby("dtype", sort=True):
+            for index, phase in enumerate(("fwd", "bwd")):
+                value = group[f"{phase}_max_abs_err"].astype(float).max()
+                if value == value:
+                    labels.append(f"{dtype} {phase}")
+                    values.append(max(value, 1e-30))  # an exact result still gets a (tiny) bar on the log axis
+                    limits.append(tolerance.get(str(dtype), (np.nan, np.nan))[index])
+        x = np.arange(len(values))
+        ax.bar(x, values, 0.55, color=COLORS["compute"], label="worst |ring - reference|")
+        ax.scatter(x, limits, marker="_", s=900, linewidths=2, color=HIGHLIGHT, zorder=3, label="tolerance")
+        for xi, value in zip(x, values, strict=True):
+            ax.text(xi, value * 1.25, f"{value:.1e}", ha="center", va="bottom", fontsize=MIN_FONT_PT)
+        known = [v for v in (*values, *limits) if v == v and v > 0]
+        ax.set_ylim(min(known) / 6, max(known) * 6)
+        ax.set_xlim(-0.7, len(values) - 0.3)
+        ax.set_xticks(x, labels)
+        ax.set_title(f"Error against the float64 reference ({worlds[0]} ranks)")
     else:
-        ax.set_yscale("log")
-        ax.legend(fontsize=8)
-        ax.set_xlabel("world size")
-        ax.set_ylabel("max |ring - reference|")
-    ax.set_title("Error against the float64 reference")
-    return _png(fig)
+        for dtype, group in checked.groupby("dtype", sort=True):
+            group = group.sort_values("world")
+            for phase, style in (("fwd", "-o"), ("bwd", "--s")):
+                values = group[f"{phase}_max_abs_err"].astype(float)
+                if (values > 0).any():
+                    ax.plot(group["world"], values.where(values > 0), style, label=f"{dtype} {phase}")
+            limit = tolerance.get(str(dtype), (np.nan, np.nan))[1]
+            ax.axhline(limit, color=HIGHLIGHT, linestyle=":", linewidth=1.2, label=f"{dtype} tolerance (bwd)")
+        ax.set_xticks(worlds, [str(w) for w in worlds])
+        ax.set_xlabel("world size (ranks)")
+        ax.set_title("Error against the float64 reference")
+    ax.set_yscale("log")
+    ax.set_ylabel("max |ring - reference|")
+    fig.legend(loc="outside lower center", ncols=3, frameon=False)
+    return fig

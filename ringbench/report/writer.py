@@ -42,6 +42,10 @@ def write_report(
         content.notes.append(f"trace.json holds the first whole iterations up to {trace_max_events:,} spans.")
     for figure in content.figures:
         write_bytes(folder / "figures" / f"{figure.name}.png", figure.data)
+    names = {f"{figure.name}.png" for figure in content.figures}
+    for stale in (folder / "figures").glob("*.png"):  # an earlier report of the run drew other cases
+        if stale.name not in names:
+            stale.unlink()
     write_bytes(folder / "trace.json", trace.encode())
     write_bytes(folder / "report.md", render_markdown(content).encode())
     write_bytes(folder / "report.html", render_html(content).encode())
