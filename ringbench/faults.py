@@ -1,6 +1,7 @@
 """Fault injection: slow ranks, slow links, jitter, crashes and hangs, parsed from one-line specs.
 
   slow-rank:RANK:FACTOR    that rank's block compute takes FACTOR times as long
+  slow-host:HOST:FACTOR    every rank on that host (hosts in order of first appearance) computes FACTOR times as long
   slow-link:SRC:DST:MS     each transfer from SRC to DST arrives MS milliseconds later
   jitter:MS                each transfer arrives up to MS milliseconds later (uniform, seeded per rank)
   crash:RANK:STEP          that rank's process dies at that forward ring step of the first timed iteration
@@ -21,8 +22,10 @@ from ringbench.errors import UsageError
 from ringbench.kernels.base import BlockKernel
 from ringbench.kernels.emulated import Pacer
 
-FAULT_HELP = "slow-rank:RANK:FACTOR, slow-link:SRC:DST:MS, jitter:MS, crash:RANK:STEP or hang:RANK:STEP"
-_ARITY = {"slow-rank": 2, "slow-link": 3, "jitter": 1, "crash": 2, "hang": 2}
+FAULT_HELP = (
+    "slow-rank:RANK:FACTOR, slow-host:HOST:FACTOR, slow-link:SRC:DST:MS, jitter:MS, crash:RANK:STEP or hang:RANK:STEP"
+)
+_ARITY = {"slow-rank": 2, "slow-host": 2, "slow-link": 3, "jitter": 1, "crash": 2, "hang": 2}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,7 +34,8 @@ class Fault:
     rank: int = -1  # slow-rank, crash, hang
     src: int = -1  # slow-link
     dst: int = -1
-    factor: float = 1.0  # slow-rank
+    factor: float = 1.0  # slow-rank, slow-host
+    host: int = -1  # slow-host
     ms: float = 0.0  # slow-link, jitter
     step: int = -1  # crash, hang
 
@@ -39,6 +43,8 @@ class Fault:
     def spec(self) -> str:
         if self.kind == "slow-rank":
             return f"slow-rank:{self.rank}:{self.factor:g}"
+        if self.kind == "slow-host":
+            return f"slow-host:{self.host}:{self.factor:g}"
         if self.kind == "slow-link":
             return f"slow-link:{self.src}:{self.dst}:{self.ms:g}"
         if self.kind == "jitter":
@@ -56,6 +62,9 @@ def parse_fault(spec: str, field: str = "fault") -> Fault:
         if kind == "slow-rank":
             fault = Fault(kind=kind, rank=int(parts[1]), factor=float(parts[2]))
             ok = fault.factor >= 1.0
+        elif kind == "slow-host":
+            fault = Fault(kind=kind, host=int(parts[1]), factor=float(parts[2]))
+            ok = fault.factor >= 1.0 and fault.host >= 0
         elif kind == "slow-link":
             fault = Fault(kind=kind, src=int(parts[1]), dst=int(parts[2]), ms=float(parts[3]))
             ok = fault.ms >= 0
@@ -68,11 +77,13 @@ def parse_fault(spec: str, field: str = "fault") -> Fault:
     except ValueError:
         raise UsageError(f"{field}={spec!r} is not allowed; expected {FAULT_HELP} with numbers") from None
     numbers_ok = math.isfinite(fault.factor) and math.isfinite(fault.ms)
-    ranks = (fault.src, fault.dst) if kind == "slow-link" else (fault.rank,) if kind != "jitter" else ()
+    ranks = (
+        (fault.src, fault.dst) if kind == "slow-link" else (fault.rank,) if kind not in ("jitter", "slow-host") else ()
+    )
     if not ok or not numbers_ok or any(rank < 0 for rank in ranks):
         raise UsageError(
-            f"{field}={spec!r} is not allowed; factors are finite and >= 1, delays finite and >= 0, steps and "
-            "ranks >= 0"
+            f"{field}={spec!r} is not allowed; factors are finite and >= 1, delays finite and >= 0, steps, ranks "
+            "and hosts >= 0"
         )
     if kind == "slow-link" and fault.src == fault.dst:
         raise UsageError(f"{field}={spec!r} is not allowed; a link joins two different ranks (SRC != DST)")

@@ -44,7 +44,9 @@ KEYS = (
     MetaKey("finished", _TEXT, _ALL, "ISO 8601 UTC time the last case was stored (absent: interrupted)"),
     MetaKey("command", _TEXT, _ALL, "the command line that made the folder"),
     MetaKey("world", _INT + _LIST, _ALL, "the world size, or the list of world sizes of a sweep"),
-    MetaKey("scenario", _DICT, frozenset({"run", "simulate"}), "the whole sweep (axes and settings): --resume reads it"),
+    MetaKey(
+        "scenario", _DICT, frozenset({"run", "simulate"}), "the whole sweep (axes and settings): --resume reads it"
+    ),
     MetaKey("scenario_source", _TEXT, frozenset({"run", "simulate"}), "the scenario file, or <embedded default>"),
     MetaKey("emulated", _BOOL, _ALL, "some compute or link time is modelled, not measured"),
     MetaKey("emulated_links", _BOOL, _ALL, "link costs of a topology were injected as delays"),
@@ -146,6 +148,17 @@ class RunMeta(dict):
     @property
     def profile(self) -> dict:
         return self.get("profile") or {}
+
+    @property
+    def bounded_cases(self) -> set[str]:
+        """Simulated cases whose events are bounded (per-step aggregates for all ranks, spans for some): per-rank
+        balance cannot be computed from them (docs/simulate.md, "Events at scale")."""
+        cases = (self.get("simulation") or {}).get("cases") or {}
+        return {
+            str(case_id)
+            for case_id, info in cases.items()
+            if isinstance(info, dict) and info.get("events") == "bounded"
+        }
 
     def ranks(self, world: int | str | None = None) -> dict:
         """What the ranks of one world size reported (``{}`` when not recorded); all of them with None."""

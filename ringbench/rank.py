@@ -83,7 +83,11 @@ class RunSettings:
         if not isinstance(self.faults, tuple):
             object.__setattr__(self, "faults", tuple(self.faults))
         for spec in self.faults:
-            parse_fault(spec)
+            if parse_fault(spec).kind == "slow-host":
+                raise UsageError(
+                    f"fault={spec!r} is not allowed in a run; expected slow-rank:R:F for each rank of that host "
+                    "(slow-host is a fault of `ringbench simulate`, which knows the hosts)"
+                )
 
     @classmethod
     def of(cls, scenario: Scenario, *, trace: bool = True, loopback: bool = False) -> RunSettings:

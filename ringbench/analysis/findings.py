@@ -143,8 +143,12 @@ def analyze(run: RunData) -> RunAnalysis:
     figures = case_figures(events, cases, path=path, tol_ns=tol_ns)
     steps = overlap_steps(events, xfers)
     per_case = overlap_cases(events, steps, cases, figures=figures)
+    bounded = run.meta.bounded_cases  # simulated at scale: only some ranks' spans are in the record
     ranks = balance_ranks(events, cases)
+    ranks = ranks[~ranks["case_id"].astype(str).isin(bounded)] if bounded and "case_id" in ranks else ranks
     balance = balance_cases(ranks, events, cases)
+    if bounded and len(balance) and "case_id" in balance:
+        balance = balance[~balance["case_id"].astype(str).isin(bounded)]
     summary = _summary(events, cases, figures, confidence, blame, per_case, balance)
     return RunAnalysis(
         run=run,

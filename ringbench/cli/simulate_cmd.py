@@ -53,8 +53,9 @@ def calibration_table(calibration) -> Table:
         cells = [number(costs.ms_per_gflop(phase, kind), ".4g") for phase in ("fwd", "bwd")]
         table.add_row(f"compute ms/GFLOP ({kind})", *cells, "")
     fit = calibration.compute_fit
-    table.add_row("kernel call ms", *(number(costs.call_ms.get(p), ".3f") for p in ("fwd", "bwd")),
-                  "residual " + ", ".join(f"{p} {100 * v['median_rel_residual']:.1f}%" for p, v in fit.items()))  # fmt: skip
+    residual = ", ".join(f"{p} {100 * v['median_rel_residual']:.1f}%" for p, v in fit.items())
+    calls = (number(costs.call_ms.get(p), ".3f") for p in ("fwd", "bwd"))
+    table.add_row("kernel call ms", *calls, f"residual {residual}")
     for buffer in ("double", "sync"):
         for step in ("enter_ms", "pre_ms", "mid_ms", "post_ms"):
             table.add_row(f"host {buffer} {step[:-3]} ms", *(number(costs.host(p, buffer)[step], ".3f")
@@ -90,8 +91,10 @@ def register(app: typer.Typer) -> None:
     def simulate(
         scenario: Annotated[
             Optional[str],
-            typer.Argument(help="Scenario YAML file or shipped name (its kernel axis is ignored).",
-                           show_default="the default sweep of run"),
+            typer.Argument(
+                help="Scenario YAML file or shipped name (its kernel axis is ignored).",
+                show_default="the default sweep of run",
+            ),
         ] = None,
         world: Annotated[list[int], _axis("Ranks (8 to 65,536 and beyond).")] = [],  # noqa: B006
         seq: Annotated[list[int], _axis("Total sequence length S.")] = [],  # noqa: B006
@@ -104,59 +107,100 @@ def register(app: typer.Typer) -> None:
         buffer: Annotated[list[str], _axis("sync, double, allgather.")] = [],  # noqa: B006
         order: Annotated[list[str], _axis("identity, reverse, random:SEED, stride:K, or 0-3-1-2.")] = [],  # noqa: B006
         backward: Annotated[
-            Optional[bool], typer.Option("--backward/--no-backward", help="Simulate the backward ring too.",
-                                         rich_help_panel=SIM_PANEL, show_default="yes")] = None,  # fmt: skip
+            Optional[bool],
+            typer.Option(
+                "--backward/--no-backward",
+                help="Simulate the backward ring too.",
+                rich_help_panel=SIM_PANEL,
+                show_default="yes",
+            ),
+        ] = None,
         fault: Annotated[
             list[str],
-            typer.Option(help="slow-rank:R:F, slow-host:H:F, slow-link:S:D:MS or jitter:MS (repeatable).",
-                         rich_help_panel=SIM_PANEL),
+            typer.Option(
+                help="slow-rank:R:F, slow-host:H:F, slow-link:S:D:MS or jitter:MS (repeatable).",
+                rich_help_panel=SIM_PANEL,
+            ),
         ] = [],  # noqa: B006
         iters: Annotated[int, typer.Option(help="Simulated iterations per case.", rich_help_panel=SIM_PANEL)] = 1,
-        seed: Annotated[Optional[int], typer.Option(help="Seed of the model's noise.", rich_help_panel=SIM_PANEL,
-                                                    show_default="0")] = None,  # fmt: skip
+        seed: Annotated[
+            Optional[int], typer.Option(help="Seed of the model's noise.", rich_help_panel=SIM_PANEL, show_default="0")
+        ] = None,
         calibrate_from: Annotated[
             Optional[Path],
-            typer.Option("--from", metavar="RUN_DIR", rich_help_panel=MODEL_PANEL,
-                         help="Calibrate on a measured run (real, emulated or imported): compute rates, links, "
-                              "host overheads, noise. Without it: the documented defaults."),
-        ] = None,  # fmt: skip
+            typer.Option(
+                "--from",
+                metavar="RUN_DIR",
+                rich_help_panel=MODEL_PANEL,
+                help="Calibrate on a measured run (real, emulated or imported): compute rates, links, "
+                "host overheads, noise. Without it: the documented defaults.",
+            ),
+        ] = None,
         like: Annotated[
             Optional[Path],
-            typer.Option(metavar="RUN_DIR", rich_help_panel=MODEL_PANEL,
-                         help="Predict this measured run: its cases, faults, topology and emulated rates."),
-        ] = None,  # fmt: skip
+            typer.Option(
+                metavar="RUN_DIR",
+                rich_help_panel=MODEL_PANEL,
+                help="Predict this measured run: its cases, faults, topology and emulated rates.",
+            ),
+        ] = None,
         compute_tflops: Annotated[
-            Optional[float], typer.Option(help="Nominal compute rate per rank, TFLOP/s (default 400).",
-                                          rich_help_panel=MODEL_PANEL)] = None,  # fmt: skip
+            Optional[float],
+            typer.Option(help="Nominal compute rate per rank, TFLOP/s (default 400).", rich_help_panel=MODEL_PANEL),
+        ] = None,
         link_gbps: Annotated[
-            Optional[float], typer.Option(help="Bandwidth between ranks without a topology, GB/s (default 100).",
-                                          rich_help_panel=MODEL_PANEL)] = None,  # fmt: skip
+            Optional[float],
+            typer.Option(
+                help="Bandwidth between ranks without a topology, GB/s (default 100).", rich_help_panel=MODEL_PANEL
+            ),
+        ] = None,
         topology: TopologyOption = None,
         emulate_links: Annotated[
-            bool, typer.Option("--emulate-links", rich_help_panel=MODEL_PANEL,
-                               help="The topology's links are emulated, as in run --topology FILE --emulate-links.")
-        ] = False,  # fmt: skip
+            bool,
+            typer.Option(
+                "--emulate-links",
+                rich_help_panel=MODEL_PANEL,
+                help="The topology's links are emulated, as in run --topology FILE --emulate-links.",
+            ),
+        ] = False,
         gpus_per_host: Annotated[
-            int, typer.Option(help="Ranks per host without a topology (what slow-host counts).",
-                              rich_help_panel=MODEL_PANEL)] = 8,  # fmt: skip
+            int,
+            typer.Option(
+                help="Ranks per host without a topology (what slow-host counts).", rich_help_panel=MODEL_PANEL
+            ),
+        ] = 8,
         scale: Annotated[
-            Optional[str], typer.Option(metavar="N,N,...", rich_help_panel=SIM_PANEL,
-                                        help="Scale view over these world sizes: step time, exposed communication "
-                                             "and efficiency per buffer and layout, blast radius of a slow rank.")
-        ] = None,  # fmt: skip
+            Optional[str],
+            typer.Option(
+                metavar="N,N,...",
+                rich_help_panel=SIM_PANEL,
+                help="Scale view over these world sizes: step time, exposed communication "
+                "and efficiency per buffer and layout, blast radius of a slow rank.",
+            ),
+        ] = None,
         fixed_seq: Annotated[
-            bool, typer.Option("--fixed-seq", rich_help_panel=SIM_PANEL,
-                               help="Scale view: keep S fixed (default: tokens per rank fixed).")] = False,  # fmt: skip
+            bool,
+            typer.Option(
+                "--fixed-seq",
+                rich_help_panel=SIM_PANEL,
+                help="Scale view: keep S fixed (default: tokens per rank fixed).",
+            ),
+        ] = False,
         max_events: Annotated[
-            int, typer.Option(help="Events per case above which the record is bounded (docs/simulate.md).",
-                              rich_help_panel=OUTPUT_PANEL)] = 1_000_000,  # fmt: skip
+            int,
+            typer.Option(
+                help="Events per case above which the record is bounded (docs/simulate.md).",
+                rich_help_panel=OUTPUT_PANEL,
+            ),
+        ] = 1_000_000,
         out: Annotated[Path, typer.Option(help="Results folder.", rich_help_panel=OUTPUT_PANEL)] = Path("results"),
         json_out: JsonOption = False,
         quiet: QuietOption = False,
     ) -> None:
         """Predict rings with a calibrated model; write results/<run-id>/ labelled SIMULATED."""
+        from ringbench.report.markdown import render_section
+        from ringbench.report.scale import scale_section
         from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
-        from ringbench.simulate.scale import scale_markdown
         from ringbench.simulate.sweep import SimRequest, run_simulation
 
         output = Output(json=json_out, quiet=quiet)
@@ -189,8 +233,9 @@ def register(app: typer.Typer) -> None:
                 output.note(note)
         rows = [r.row | {"events": "bounded" if r.bounded else "full"} for r in outcome.results]
         output.print(cases_table(rows))
-        if outcome.scale is not None:
-            output.print(scale_markdown(outcome.scale))
+        section = scale_section(outcome.scale)
+        if section is not None:
+            output.print("\n".join(line for line in render_section(section) if not line.startswith(("<a id", "!["))))
         output.print(f"wrote {outcome.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json) -- SIMULATED")
         output.emit(json_document(outcome))
 

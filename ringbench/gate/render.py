@@ -25,6 +25,15 @@ _STYLE = {
 }
 
 
+def _kind(side) -> str:
+    """What a side is, in words: a SIMULATED or EMULATED record says so wherever its numbers appear."""
+    if side.kind == "run" and side.meta.get("simulated"):
+        return "SIMULATED run"
+    if side.kind == "run" and side.emulated:
+        return "EMULATED run"
+    return side.kind
+
+
 def _fields(comparison: Comparison) -> tuple[str, ...]:
     everything = [c.axes for c in comparison.cases] + [
         c.axes for c in (*comparison.only_baseline, *comparison.only_current)
@@ -87,7 +96,7 @@ def notes(comparison: Comparison) -> list[str]:
 
 def _sides(comparison: Comparison) -> list[str]:
     return [
-        f"{name}: {side.source} ({side.kind}, run {side.run_id})"
+        f"{name}: {side.source} ({_kind(side)}, run {side.run_id})"
         for name, side in (("baseline", comparison.baseline), ("current", comparison.current))
     ]
 

@@ -158,6 +158,7 @@ def build_content(analysis: RunAnalysis) -> ReportContent:
     from ringbench.report.case_sections import case_sections
     from ringbench.report.placement import placement_section
     from ringbench.report.run_info import run_section
+    from ringbench.report.scale import scale_section
 
     run = analysis.run
     label = label_line(analysis)
@@ -183,6 +184,9 @@ def build_content(analysis: RunAnalysis) -> ReportContent:
     placement = placement_section(run, analysis.hops)
     if placement is not None:
         content.sections.append(placement)
+    scale = scale_section((run.meta.get("simulation") or {}).get("scale"))
+    if scale is not None:
+        content.sections.append(scale)
     content.sections.append(run_section(run))
     return content
 

@@ -1,0 +1,167 @@
+"""What things cost in the simulator: compute per FLOP and per call, links, host overheads, noise.
+
+``Costs`` is what calibration (calibrate.py) measures on a run and what the defaults stand in for without one.
+Compute: a block of ``work`` computed FLOPs (masked entries of a partial block included, as the kernels do them)
+takes ``call_ms + work / gflops * efficiency[kind]``; a rank slowed k times stretches the second term. Links:
+``latency + bytes / bandwidth`` per link class (``local`` without a topology). Host: fixed times between a ring
+step's events (entering the ring, before compute, between compute and the dK/dV post, after the step). Noise:
+lognormal compute and transfer times (coefficients of variation), and each rank's start of an iteration drawn
+from the measured spread of barrier exits.
+
+DEFAULTS are round figures of a current accelerator (not a measurement of any machine): 400 TFLOP/s of attention
+arithmetic, 10 us kernel calls, 100 GB/s and 5 us links between ranks without a topology, no noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from ringbench.errors import bad_value
+
+PHASES = ("fwd", "bwd")
+KINDS = ("full", "causal", "partial")
+HOST_STEPS = ("enter_ms", "pre_ms", "mid_ms", "post_ms")
+
+
+def _finite(name: str, value: object, *, positive: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        raise bad_value(name, value, "a finite number > 0" if positive else "a finite number >= 0")
+    return float(value)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LinkCost:
+    """One link class: latency and bandwidth in one direction."""
+
+    latency_us: float
+    """One-way latency of a message, microseconds."""
+    bandwidth_gbps: float
+    """Bytes per second / 1e9 (GB/s), one direction."""
+
+    def __post_init__(self) -> None:
+        _finite("latency_us", self.latency_us)
+        _finite("bandwidth_gbps", self.bandwidth_gbps, positive=True)
+
+    def ms(self, nbytes: float, share: float = 1.0) -> float:
+        """Transfer time of ``nbytes``, ms; ``share`` transfers divide the bandwidth."""
+        return self.latency_us / 1e3 + nbytes * share / (self.bandwidth_gbps * 1e6)
+
+
+DEFAULT_LINKS = {"local": LinkCost(latency_us=5.0, bandwidth_gbps=100.0)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Costs:
+    """The simulator's price list (calibrated on a run, or the documented defaults)."""
+
+    gflops: float = 400_000.0
+    """Nominal compute rate, GFLOP/s of computed attention FLOPs (emulated runs: the emulated kernel's rate)."""
+    efficiency: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: {phase: dict.fromkeys(KINDS, 1.0) for phase in PHASES}
+    )
+    """Measured / nominal time per FLOP, per phase and mask kind (1.0: exactly the nominal rate)."""
+    call_ms: Mapping[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.01))
+    """Fixed time per kernel call (launch, merge, accumulation), per phase."""
+    host_ms: Mapping[str, Mapping[str, Mapping[str, float]]] = field(
+        default_factory=lambda: {
+            phase: {buffer: dict.fromkeys(HOST_STEPS, 0.005) for buffer in ("sync", "double")} for phase in PHASES
+        }
+    )
+    """Per phase and buffer: enter_ms, pre_ms, mid_ms, post_ms (see engine.PhaseModel)."""
+    links: Mapping[str, LinkCost] = field(default_factory=lambda: dict(DEFAULT_LINKS))
+    """Per link class (``local``: ranks without a topology, or the transport under emulated links)."""
+    compute_cv: float = 0.0
+    """Coefficient of variation of compute times."""
+    link_cv: float = 0.0
+    """Coefficient of variation of transfer times."""
+    compute_noise: tuple[float, ...] = ()
+    """Measured quantiles (evenly spaced, 0 to 1) of compute time / its median; when given, compute noise is
+    drawn from them instead of a lognormal of ``compute_cv`` (heavy tails stay heavy)."""
+    link_noise: tuple[float, ...] = ()
+    """The same for transfer times."""
+    start_skew_ms: tuple[float, ...] = (0.0,)
+    """Measured starts of ranks after an iteration's first one, ms: each rank draws from these."""
+    gap_ms: float = 0.05
+    """From an iteration's last end to the next one's first start (the barrier)."""
+    source: str = "defaults"
+    """Where the costs come from: ``defaults`` or the calibrating run."""
+
+    def __post_init__(self) -> None:
+        _finite("gflops", self.gflops, positive=True)
+        for name in ("compute_cv", "link_cv", "gap_ms"):
+            _finite(name, getattr(self, name))
+        for name in ("compute_noise", "link_noise"):
+            for value in getattr(self, name):
+                _finite(name, value)
+        for phase in PHASES:
+            _finite(f"call_ms.{phase}", self.call_ms.get(phase, 0.0))
+            for kind in KINDS:
+                _finite(f"efficiency.{phase}.{kind}", self.efficiency[phase][kind], positive=True)
+        if "local" not in self.links:
+            raise bad_value("links", sorted(self.links), "a mapping with at least the 'local' class")
+        if not self.start_skew_ms:
+            raise bad_value("start_skew_ms", self.start_skew_ms, "at least one value (0.0: no skew)")
+
+    def ms_per_gflop(self, phase: str, kind: str, gflops: float | None = None) -> float:
+        """Time of one computed GFLOP of ``kind`` in ``phase``; ``gflops`` replaces the nominal rate."""
+        return self.efficiency[phase][kind] * 1e3 / (gflops or self.gflops)
+
+    def host(self, phase: str, buffer: str) -> dict[str, float]:
+        values = self.host_ms.get(phase, {}).get(buffer) or next(iter(self.host_ms.get(phase, {}).values()), {})
+        return {name: float(values.get(name, 0.0)) for name in HOST_STEPS}
+
+    def link(self, kind: str) -> LinkCost | None:
+        return self.links.get(kind)
+
+    def with_rate(self, gflops: float | None = None, link_gbps: float | None = None) -> Costs:
+        """The same costs at another nominal compute rate and/or local link bandwidth."""
+        costs = self
+        if gflops is not None:
+            costs = replace(costs, gflops=_finite("compute rate", gflops, positive=True))
+        if link_gbps is not None:
+            local = costs.links["local"]
+            links = dict(costs.links)
+            links["local"] = LinkCost(latency_us=local.latency_us, bandwidth_gbps=link_gbps)
+            costs = replace(costs, links=links)
+        return costs
+
+    def to_dict(self) -> dict:
+        """JSON-ready (what meta.json keeps under ``simulation.costs``)."""
+        return {
+            "gflops": self.gflops,
+            "efficiency": {phase: dict(kinds) for phase, kinds in self.efficiency.items()},
+            "call_ms": dict(self.call_ms),
+            "host_ms": {p: {b: dict(v) for b, v in bufs.items()} for p, bufs in self.host_ms.items()},
+            "links": {
+                name: {"latency_us": c.latency_us, "bandwidth_gbps": c.bandwidth_gbps} for name, c in self.links.items()
+            },
+            "compute_cv": self.compute_cv,
+            "link_cv": self.link_cv,
+            "compute_noise": list(self.compute_noise),
+            "link_noise": list(self.link_noise),
+            "start_skew_ms": list(self.start_skew_ms),
+            "gap_ms": self.gap_ms,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, document: Mapping) -> Costs:
+        """Inverse of ``to_dict`` (a stored calibration)."""
+        if not isinstance(document, Mapping):
+            raise bad_value("costs", type(document).__name__, "a mapping (a stored calibration)")
+        data = dict(document)
+        links_doc = data.pop("links", {})
+        skew = tuple(data.pop("start_skew_ms", (0.0,))) or (0.0,)
+        for name in ("compute_noise", "link_noise"):
+            data[name] = tuple(float(v) for v in data.get(name, ()))
+        try:
+            links = {name: LinkCost(**value) for name, value in dict(links_doc).items()}
+            return cls(**data, links=links or dict(DEFAULT_LINKS), start_skew_ms=skew)
+        except TypeError as exc:
+            raise bad_value("costs", str(exc), "the fields of a stored calibration") from None
+
+
+DEFAULTS = Costs()

@@ -1,0 +1,245 @@
+"""``SimConfig``: the simulator's timing-level interface (compute and link times given in ms), for tests and
+experiments that need a ring with exactly these costs. SIMULATED, not measured.
+
+A healthy full (query block, key block) pair computes in ``compute_ms`` (the backward ``bwd_compute_factor``
+times that), a K/V block crosses a link in ``link_ms`` (per hop: ``link_ms_by_hop``); a slow rank and a slow link
+stretch those. The backward rotates one message per step of twice the forward's bytes (K, V with dK, dV) -- the
+engine's real backward, with its separate dK/dV exchange, is what ``SimCase`` (ringbench simulate) models. No
+host overheads; every rank starts an iteration at once. It runs on the same engine (engine.py) and writes the
+same record; ``synthetic_errors`` fills the error columns with typical values (made up; NaN otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ringbench.errors import UsageError, bad_value
+from ringbench.kernels.base import block_flops
+from ringbench.schema import CASE_COLUMNS
+from ringbench.simulate.case import DTYPE_BYTES, SimCase, class_compute
+from ringbench.simulate.costs import Costs, LinkCost
+from ringbench.simulate.engine import Lane, Noise, PhaseModel
+from ringbench.simulate.events import full_events
+from ringbench.simulate.results import _row, run_data, write_run
+from ringbench.simulate.timeline import simulate_timeline
+from ringbench.store import RunData
+
+BUFFERS = ("sync", "double")
+MASKS = ("none", "causal", "causal-naive")
+LAYOUTS = ("contiguous", "zigzag", "striped")
+# Typical max-abs errors of the real ring against the float64 reference (DESIGN.md), for synthetic_errors only.
+_TYPICAL_ERROR = {"float64": 1e-15, "float32": 3e-7, "bfloat16": 8e-3, "float16": 1e-3}
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class SimConfig:
+    """One simulated case at the timing level. Times are milliseconds of a healthy rank / link."""
+
+    world: int = 4
+    """Number of ranks N."""
+    order: tuple[int, ...] | None = None
+    """Ranks in ring order (ring position p -> rank); None: identity."""
+    seq: int = 8192
+    heads: int = 8
+    head_dim: int = 64
+    batch: int = 1
+    dtype: str = "float32"
+    mask: str = "none"
+    """none | causal (skip fully masked pairs) | causal-naive (compute every pair)."""
+    layout: str = "contiguous"
+    buffer: str = "double"
+    backward: bool = True
+    iterations: int = 10
+    repeats: int = 1
+    compute_ms: float = 2.0
+    """Forward time of one fully visible (query block, key block) pair."""
+    bwd_compute_factor: float = 2.5
+    """Backward compute relative to forward (the FLOP ratio of the kernels' block_flops)."""
+    link_ms: float = 1.0
+    """Forward transfer time of one KV block on a healthy link (the backward moves twice the bytes)."""
+    link_ms_by_hop: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    """Per-hop overrides of link_ms, keyed by (src rank, dst rank)."""
+    slow_rank: int | None = None
+    slow_factor: float = 1.0
+    """Compute time multiplier of slow_rank (an injected compute straggler)."""
+    slow_link: tuple[int, int] | None = None
+    slow_link_extra_ms: float = 0.0
+    """Extra forward transfer time on slow_link (src, dst) (an injected link straggler)."""
+    jitter: float = 0.0
+    """Coefficient of variation of every duration (lognormal, mean 1)."""
+    gap_ms: float = 0.05
+    """Idle time of the barrier between iterations."""
+    synthetic_errors: bool = False
+    """Fill fwd/bwd_max_abs_err with typical values for the dtype (made up; otherwise NaN = not checked)."""
+    seed: int = 0
+    case_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.world < 1:
+            raise bad_value("world", self.world, "an integer >= 1")
+        if self.buffer not in BUFFERS:
+            raise bad_value("buffer", self.buffer, f"one of: {', '.join(BUFFERS)}")
+        if self.mask not in MASKS:
+            raise bad_value("mask", self.mask, f"one of: {', '.join(MASKS)}")
+        if self.layout not in LAYOUTS:
+            raise bad_value("layout", self.layout, f"one of: {', '.join(LAYOUTS)}")
+        if self.dtype not in DTYPE_BYTES:
+            raise bad_value("dtype", self.dtype, f"one of: {', '.join(DTYPE_BYTES)}")
+        if self.order is not None and sorted(self.order) != list(range(self.world)):
+            raise UsageError(f"order={self.order!r} is not a permutation of ranks 0..{self.world - 1}")
+        if self.iterations < 1 or self.repeats < 1:
+            raise bad_value("iterations", (self.iterations, self.repeats), "iterations >= 1 and repeats >= 1")
+        if self.slow_rank is not None and not 0 <= self.slow_rank < self.world:
+            raise bad_value("slow_rank", self.slow_rank, f"a rank in 0..{self.world - 1}")
+        if self.slow_link is not None and tuple(self.slow_link) not in set(self.hops()):
+            raise bad_value("slow_link", self.slow_link, f"a ring hop (src, dst), one of {self.hops()}")
+        if self.compute_ms < 0 or self.link_ms < 0 or self.jitter < 0 or self.slow_factor <= 0:
+            raise bad_value("compute_ms/link_ms/jitter/slow_factor", self, "non-negative times, positive factor")
+
+    @property
+    def ring(self) -> tuple[int, ...]:
+        return tuple(self.order) if self.order is not None else tuple(range(self.world))
+
+    def hops(self) -> list[tuple[int, int]]:
+        """The ring's links (src, dst) in ring order."""
+        ring = self.ring
+        return [(ring[p - 1], ring[p]) for p in range(1, self.world)] + (
+            [(ring[-1], ring[0])] if self.world > 1 else []
+        )
+
+    def faults(self) -> list[str]:
+        """Injected faults as canonical specs (ringbench.faults), the ``faults`` column of the cases table."""
+        specs = []
+        if self.slow_rank is not None and self.slow_factor != 1.0:
+            specs.append(f"slow-rank:{self.slow_rank}:{self.slow_factor:g}")
+        if self.slow_link is not None and self.slow_link_extra_ms > 0:
+            src, dst = self.slow_link
+            specs.append(f"slow-link:{src}:{dst}:{self.slow_link_extra_ms:g}")
+        return specs
+
+    @property
+    def name(self) -> str:
+        return self.case_id or f"sim-w{self.world}-{self.buffer}-{self.mask}-{self.layout}"
+
+    def sim_case(self, repeat: int = 0) -> SimCase:
+        """The case on the engine (``seq`` rounded down to what the layout divides: only bytes and FLOPs use it)."""
+        order = "-".join(map(str, self.ring))
+        parts = 2 * self.world if self.layout == "zigzag" else self.world
+        seq = max(parts, self.seq // parts * parts)
+        return SimCase(world=self.world, seq=seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
+                       dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=order,
+                       backward=self.backward, iterations=self.iterations, seed=self.seed * 7919 + repeat,
+                       faults=tuple(self.faults()))  # fmt: skip
+
+
+def _costs(cfg: SimConfig) -> Costs:
+    """Costs whose full pair computes in compute_ms (forward) and bwd_compute_factor x that (backward)."""
+    local = cfg.seq // cfg.world
+    pair_gflop = block_flops(cfg.batch, cfg.heads, local, local, cfg.head_dim, 1.0, False) / 1e9
+    gflops = pair_gflop * 1e3 / cfg.compute_ms if cfg.compute_ms > 0 else 1e18
+    bwd = cfg.bwd_compute_factor / 2.5
+    zero = {phase: {buffer: dict.fromkeys(("enter_ms", "pre_ms", "mid_ms", "post_ms"), 0.0)
+                    for buffer in BUFFERS} for phase in ("fwd", "bwd")}  # fmt: skip
+    return Costs(
+        gflops=gflops, call_ms={"fwd": 0.0, "bwd": 0.0}, host_ms=zero, gap_ms=cfg.gap_ms,
+        efficiency={"fwd": dict.fromkeys(("full", "causal", "partial"), 1.0),
+                    "bwd": dict.fromkeys(("full", "causal", "partial"), bwd if bwd > 0 else 1e-12)},
+        compute_cv=cfg.jitter, link_cv=cfg.jitter, links={"local": LinkCost(latency_us=0.0, bandwidth_gbps=1e9)},
+        source="SimConfig",
+    )  # fmt: skip
+
+
+def _models(cfg: SimConfig, case: SimCase, costs: Costs) -> dict[str, PhaseModel]:
+    ring = np.asarray(cfg.ring)
+    src = np.roll(ring, 1)
+    hop_ms = np.array([cfg.link_ms_by_hop.get((int(a), int(b)), cfg.link_ms) for a, b in zip(src, ring, strict=True)])
+    if cfg.slow_link is not None:
+        hop_ms = hop_ms + cfg.slow_link_extra_ms * ((src == cfg.slow_link[0]) & (ring == cfg.slow_link[1]))
+    slow = None
+    if cfg.slow_rank is not None and cfg.slow_factor != 1.0:
+        slow = np.where(ring == cfg.slow_rank, cfg.slow_factor, 1.0)
+    rng = np.random.default_rng([case.seed, 7])
+    noise = Noise.build(rng, case.iterations * case.world, case.world + 1, costs.compute_cv, costs.link_cv)
+    models = {}
+    for phase in case.phases:
+        scale = 2 if phase == "bwd" else 1  # K, V with dK, dV in one message
+        lane = Lane(name="kv", nbytes=case.block_bytes("kv") * scale, transfer_ms=hop_ms * scale)
+        compute, work = class_compute(case, costs, phase)
+        models[phase] = PhaseModel(phase=phase, buffer=cfg.buffer, ring=ring, compute_ms=compute, work_ms=work,
+                                   slow=slow, lanes={"kv": lane}, noise=noise)  # fmt: skip
+    return models
+
+
+def _simulate_repeat(cfg: SimConfig, repeat: int) -> tuple[pd.DataFrame, dict]:
+    case = cfg.sim_case(repeat)
+    costs = _costs(cfg)
+    timeline = simulate_timeline(case, costs, models=_models(cfg, case, costs))
+    events = full_events(timeline, cfg.name, repeat)
+    row = _row(case, costs, timeline, events, repeat, bounded=False, case_id=cfg.name)
+    row |= {"order": "-".join(map(str, cfg.ring)), "faults": ";".join(cfg.faults()),
+            "emulated_gflops": math.nan, "check_note": ""}  # fmt: skip
+    rng = np.random.default_rng([cfg.seed, repeat, 1])
+    err = _TYPICAL_ERROR[cfg.dtype] * np.sqrt(cfg.world) if cfg.synthetic_errors else np.nan
+    row |= {"fwd_max_abs_err": err * rng.uniform(0.5, 1.5), "bwd_max_abs_err": 2 * err * rng.uniform(0.5, 1.5)}
+    return events, row
+
+
+def simulate(configs: SimConfig | Sequence[SimConfig]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Events and cases tables of one or more simulated cases (each with its repeats)."""
+    configs = [configs] if isinstance(configs, SimConfig) else list(configs)
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise UsageError(f"case_id values must be unique; got {names}")
+    events, cases = [], []
+    for cfg in configs:
+        for repeat in range(cfg.repeats):
+            frame, row = _simulate_repeat(cfg, repeat)
+            events.append(frame)
+            cases.append(row)
+    return pd.concat(events, ignore_index=True), pd.DataFrame(cases, columns=list(CASE_COLUMNS))
+
+
+def simulate_run(
+    configs: SimConfig | Sequence[SimConfig], *, run_id: str = "simulated", path: Path | None = None
+) -> RunData:
+    """A RunData of simulated cases (in memory; see write_simulated_run to store it)."""
+    configs = [configs] if isinstance(configs, SimConfig) else list(configs)
+    events, cases = simulate(configs)
+    run = run_data([], _costs(configs[0]), run_id=run_id, path=path, command="ringbench.simulate (SimConfig)",
+                   extra={"configs": [_plain(asdict(c)) for c in configs]})  # fmt: skip
+    run.events, run.cases = events, cases
+    run.meta["faults"] = sorted({spec for cfg in configs for spec in cfg.faults()})
+    worlds = sorted({cfg.world for cfg in configs})
+    run.meta["world"] = worlds[0] if len(worlds) == 1 else worlds
+    return run
+
+
+def _plain(config: dict) -> dict:
+    return {key: ([[*list(k), v] for k, v in value.items()] if isinstance(value, Mapping) else
+                  list(value) if isinstance(value, tuple) else value) for key, value in config.items()}  # fmt: skip
+
+
+def write_simulated_run(out_dir: str | Path, configs: SimConfig | Sequence[SimConfig]) -> Path:
+    """Simulate and store ``out_dir/`` (events.parquet, cases.parquet/csv, meta.json) with the store's writers."""
+    out_dir = Path(out_dir)
+    return write_run(out_dir, simulate_run(configs, run_id=out_dir.name, path=out_dir))
+
+
+def pair_work(world: int, mask: str, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """(kind[q, k], visible share[q, k]) of every pair, from the plan's pair classes (plans.py)."""
+    from ringbench.simulate.plans import pair_classes
+
+    seq = 2 * world * 8
+    classes = pair_classes(mask, layout, seq, world)
+    q, k = np.meshgrid(np.arange(world), np.arange(world), indexing="ij")
+    index = classes.classify(q, k)
+    entries = (seq // world) ** 2
+    kinds = np.array(classes.kinds(), dtype=object)
+    visible = np.array([sum(b.visible_pairs for b in c.blocks) / entries for c in classes.classes])
+    return kinds[index], visible[index]

@@ -1,0 +1,244 @@
+"""Simulated cases -> the record a run writes (events, cases, meta), labelled SIMULATED everywhere.
+
+Every case row carries kernel ``simulated`` and ``emulated: true``; meta.json carries ``simulated: true``,
+``emulated: true`` and, under ``simulation``, the costs used (the calibration), whether the events are full or
+bounded, and the per-step profile. The figures of a case row are ringbench/metrics.py's: computed from the
+events when they are full; when bounded, step times still come from every rank's ``iteration`` rows and the
+exposed communication from the engine's own walk of the critical path (walk.py, the same definition).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ringbench.errors import UsageError
+from ringbench.meta import write_meta
+from ringbench.metrics import CASE_FIGURES, case_figures
+from ringbench.orders import format_ring
+from ringbench.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.simulate.case import SIMULATED_KERNEL, Cluster, SimCase, class_flops
+from ringbench.simulate.costs import Costs
+from ringbench.simulate.events import bounded_events, full_events
+from ringbench.simulate.timeline import Timeline, simulate_timeline
+from ringbench.store import RunData, write_cases, write_events
+
+MAX_EVENTS = 1_000_000
+"""Above this many rows a case's events are bounded (docs/simulate.md, "Events at scale")."""
+SAMPLE_RANKS = 8
+NOTE = "simulated: not checked"
+
+
+@dataclass(kw_only=True)
+class CaseResult:
+    """One simulated case: its events, its cases row and what the JSON / scale view add."""
+
+    case: SimCase
+    events: pd.DataFrame
+    row: dict
+    bounded: bool
+    exposed_ms: list[float] = field(default_factory=list)
+    critical: dict = field(default_factory=dict)
+    """Where the critical path spent its time: the top ranks (compute) and hops (transfer), ms per iteration."""
+    profile: dict = field(default_factory=dict)
+
+
+def rows_estimate(case: SimCase) -> int:
+    """Events of the full record: per iteration and rank, 4 spans per step per exchange plus compute."""
+    exchanges = 1 + (2 if case.backward else 0)
+    return case.iterations * case.world * (case.world * (1 + 3 * exchanges) + 2)
+
+
+def kept_positions(case: SimCase, cluster: Cluster) -> np.ndarray:
+    """The positions a bounded record keeps: faulty ranks and links with their neighbours, and a sample."""
+    world = case.world
+    ring = np.asarray(case.ring)
+    position = np.empty(world, np.int64)
+    position[ring] = np.arange(world)
+    marked = []
+    hosts = cluster.hosts(world)
+    for fault in case.parsed_faults():
+        if fault.kind == "slow-rank":
+            marked.append(position[fault.rank])
+        elif fault.kind == "slow-link":
+            marked.append(position[fault.dst])
+        elif fault.kind == "slow-host":
+            on_host = np.flatnonzero(hosts[ring] == fault.host)
+            marked.extend(on_host[[0, -1]] if len(on_host) else [])
+    around = [m + d for m in marked for d in (-1, 0, 1)]
+    sample = np.linspace(0, world - 1, min(world, SAMPLE_RANKS)).astype(np.int64)
+    return np.unique(np.concatenate([np.asarray(around, np.int64), sample]) % world)
+
+
+def _kept_steps(case: SimCase, keep: int, budget: int) -> np.ndarray:
+    """All steps when the kept positions' rows fit half the budget, else as many first and last steps as do."""
+    exchanges = 1 + (2 if case.backward else 0)
+    per_step = max(1, case.iterations * keep * (1 + 3 * exchanges))
+    steps = max(2, budget // (2 * per_step))
+    if steps >= case.world + 1:
+        return np.arange(case.world + 1)
+    half = steps // 2
+    return np.unique(np.r_[np.arange(half), np.arange(case.world + 1 - half, case.world + 1)])
+
+
+def simulate_case(case: SimCase, costs: Costs, cluster: Cluster | None = None, *, repeat: int = 0,
+                  max_events: int = MAX_EVENTS) -> CaseResult:  # fmt: skip
+    """Simulate one case into its events and cases row."""
+    cluster = cluster or Cluster()
+    case_id = case.case_id
+    bounded = rows_estimate(case) > max_events
+    if not bounded:
+        timeline = simulate_timeline(case, costs, cluster)
+        events = full_events(timeline, case_id, repeat)
+    else:
+        keep = kept_positions(case, cluster)
+        timeline = simulate_timeline(case, costs, cluster, bounded=True, keep=keep,
+                                     keep_steps=_kept_steps(case, len(keep), max_events))  # fmt: skip
+        events = bounded_events(timeline, timeline.path_rows, case_id, repeat)
+    row = _row(case, costs, timeline, events, repeat, bounded)
+    return CaseResult(case=case, events=events, row=row, bounded=bounded,
+                      exposed_ms=[p.exposed_ms for p in timeline.paths], critical=_critical(timeline),
+                      profile=timeline.profile)  # fmt: skip
+
+
+def _axes(case: SimCase, repeat: int, case_id: str | None = None) -> dict:
+    ring = format_ring(case.ring)
+    return {
+        "case_id": case_id or case.case_id, "repeat": repeat, "world": case.world, "seq": case.seq, "heads": case.heads,
+        "head_dim": case.head_dim, "batch": case.batch, "dtype": case.dtype, "mask": case.mask,
+        "layout": case.layout, "buffer": case.buffer, "order": case.order, "kernel": SIMULATED_KERNEL,
+        "impl": "ringbench", "backward": case.backward, "ring": ring, "emulated": True, "faults": ";".join(case.faults),
+        "iters": case.iterations, "warmup": 0,
+    }  # fmt: skip
+
+
+def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, repeat: int, bounded: bool,
+         case_id: str | None = None) -> dict:  # fmt: skip
+    axes = _axes(case, repeat, case_id)
+    if not bounded:
+        figures = case_figures(events, pd.DataFrame([axes]), by=("case_id", "repeat")).iloc[0]
+        values = {name: float(figures[name]) for name in CASE_FIGURES}
+    else:
+        values = _bounded_figures(case, timeline)
+    rate = case.gflops or costs.gflops
+    return axes | values | {
+        "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": True, "status": "ok",
+        "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_gflops": float(rate), "check_note": NOTE,
+    }  # fmt: skip
+
+
+def _bounded_figures(case: SimCase, timeline: Timeline) -> dict:
+    """metrics.py's figures from the timeline: medians over iterations, exposed from the engine's walk."""
+    step = timeline.iteration_ms
+    phase_ms = {ph: np.median(timeline.phase_end[ph].max(axis=1) - timeline.phase_start[ph].min(axis=1))
+                for ph in case.phases}  # fmt: skip
+    exposed = np.array([p.exposed_ms for p in timeline.paths])
+    median_step = float(np.median(step))
+    pairs = case.world * (case.world - 1) / 2  # every (q, k) pair once per phase: k < q, k == q, k > q
+    gflop = sum(float(class_flops(case, ph) @ np.array([pairs, case.world, pairs])) for ph in case.phases) / 1e9
+    step_s = median_step / 1e3
+    return {
+        "step_ms": median_step,
+        "step_ms_p10": float(np.quantile(step, 0.1)),
+        "step_ms_p90": float(np.quantile(step, 0.9)),
+        "fwd_ms": float(phase_ms["fwd"]),
+        "bwd_ms": float(phase_ms.get("bwd", math.nan)),
+        "tokens_per_s": case.batch * case.seq / step_s if step_s > 0 else math.nan,
+        "tflops": gflop / step_s / 1e3 if step_s > 0 and gflop > 0 else math.nan,
+        "exposed_comm_ms": float(np.median(exposed)),
+        "exposed_comm_frac": float(np.median(exposed)) / median_step if median_step > 0 else math.nan,
+    }
+
+
+def _critical(timeline: Timeline, top: int = 3) -> dict:
+    """The ranks and hops that held the most critical-path time, ms per iteration (median over iterations)."""
+    ring = np.asarray(timeline.case.ring)
+    ranks: dict[int, list[float]] = {}
+    hops: dict[tuple[int, int], list[float]] = {}
+    for path in timeline.paths:
+        for position, ms in path.compute_ms.items():
+            ranks.setdefault(int(ring[position]), []).append(ms)
+        for (a, b), ms in path.link_ms.items():
+            hops.setdefault((int(ring[a]), int(ring[b])), []).append(ms)
+    iterations = max(1, len(timeline.paths))
+    rank_ms = sorted(((sum(v) / iterations, r) for r, v in ranks.items()), reverse=True)[:top]
+    hop_ms = sorted(((sum(v) / iterations, h) for h, v in hops.items()), reverse=True)[:top]
+    return {
+        "path_ms": float(np.median([p.path_ms for p in timeline.paths])) if timeline.paths else math.nan,
+        "ranks": [{"rank": r, "compute_ms": ms} for ms, r in rank_ms],
+        "hops": [{"src": a, "dst": b, "transfer_ms": ms} for ms, (a, b) in hop_ms],
+    }
+
+
+def simulate_cases(cases: Sequence[SimCase], costs: Costs, cluster: Cluster | None = None, *,
+                   max_events: int = MAX_EVENTS, on_case=None) -> list[CaseResult]:  # fmt: skip
+    """Simulate every case (ids must be unique)."""
+    ids = [case.case_id for case in cases]
+    if len(set(ids)) != len(ids):
+        raise UsageError("two cases have the same axes; give each case once")
+    results = []
+    for index, case in enumerate(cases):
+        result = simulate_case(case, costs, cluster, max_events=max_events)
+        results.append(result)
+        if on_case is not None:
+            on_case(result, index + 1, len(cases))
+    return results
+
+
+def run_data(results: Sequence[CaseResult], costs: Costs, *, run_id: str, path: Path | None = None,
+             command: str = "ringbench simulate", cluster: Cluster | None = None,
+             extra: dict | None = None) -> RunData:  # fmt: skip
+    """The record of simulated cases (in memory; ``write_run`` stores it)."""
+    events = pd.concat([r.events for r in results], ignore_index=True) if results else pd.DataFrame()
+    cases = pd.DataFrame([r.row for r in results], columns=list(CASE_COLUMNS))
+    faults = sorted({spec for r in results for spec in r.case.faults})
+    worlds = sorted({r.case.world for r in results})
+    topology = cluster.topology if cluster is not None else None
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "simulated": True,
+        "emulated": True,
+        "emulated_links": bool(cluster.emulate_links) if cluster is not None else False,
+        "faults": faults,
+        "host": socket.gethostname(),
+        "source": "simulator",
+        "backend": "simulated",
+        "device_kind": "simulated",
+        "trace": True,
+        "world": worlds[0] if len(worlds) == 1 else worlds,
+        "simulation": {
+            "costs": costs.to_dict(),
+            "cases": {
+                r.case.case_id: {
+                    "events": "bounded" if r.bounded else "full",
+                    "critical_path": r.critical,
+                    "exposed_ms": r.exposed_ms,
+                    "step_profile": r.profile,  # per phase: min / mean / max over ranks of a step's length
+                }
+                for r in results
+            },
+            **(extra or {}),
+        },
+    }
+    if topology is not None and topology.world <= 4096:
+        meta["topology"] = topology.to_dict()
+    return RunData(path=Path(path) if path else Path(run_id), events=events, cases=cases, meta=meta)
+
+
+def write_run(out_dir: str | Path, run: RunData) -> Path:
+    """Store a simulated record with the store's atomic writers."""
+    out_dir = Path(out_dir)
+    write_events(out_dir, run.events)
+    write_cases(out_dir, run.cases)
+    write_meta(out_dir, dict(run.meta), "simulate")
+    return out_dir

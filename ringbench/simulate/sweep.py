@@ -1,0 +1,168 @@
+"""``ringbench simulate`` as a library call: a sweep (the axes of ``ringbench run``), costs (calibrated or given),
+a cluster, optionally the scale view -> a stored SIMULATED record.
+
+    request = SimRequest(scenario=Scenario(world=(64,), seq=(1 << 20,)), calibrate_from=Path("results/r1"))
+    outcome = run_simulation(request)          # outcome.run_dir, outcome.run (RunData), outcome.calibration
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ringbench.errors import UsageError, bad_value
+from ringbench.scenario import Scenario
+from ringbench.simulate.calibrate import Calibration, calibrate
+from ringbench.simulate.case import Cluster, SimCase
+from ringbench.simulate.costs import DEFAULTS, Costs
+from ringbench.simulate.results import MAX_EVENTS, CaseResult, run_data, simulate_case, write_run
+from ringbench.simulate.scale import scale_view
+from ringbench.store import RunData, load_run
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimRequest:
+    """What to simulate, with which costs, on which cluster, and where to write it."""
+
+    scenario: Scenario = field(default_factory=Scenario)
+    """The sweep: the axes of ``ringbench run`` (its kernel axis is ignored), faults, seed."""
+    iterations: int = 1
+    """Timed iterations per case."""
+    calibrate_from: Path | None = None
+    """A measured run whose costs to use (``--from``)."""
+    like: Path | None = None
+    """A measured run whose cases to predict: same axes, faults, topology and emulated rates (``--like``)."""
+    compute_tflops: float | None = None
+    """Nominal compute rate, TFLOP/s (replaces the calibrated or default one; efficiencies are kept)."""
+    link_gbps: float | None = None
+    """Bandwidth of links between ranks without a topology (and of the transport under emulated links), GB/s."""
+    topology: Path | None = None
+    """Topology file (nvidia-smi text or YAML, the format ``recommend`` reads)."""
+    emulate_links: bool = False
+    """The topology's links are emulated, as ``ringbench run --topology FILE --emulate-links`` does."""
+    gpus_per_host: int = 8
+    """Ranks per host without a topology (what ``slow-host`` counts)."""
+    scale: tuple[int, ...] = ()
+    """World sizes of the scale view (none: no view)."""
+    fixed_seq: bool = False
+    """Scale view: keep S fixed (strong scaling) instead of tokens per rank (weak scaling)."""
+    max_events: int = MAX_EVENTS
+    """Events of one case above which its record is bounded."""
+    out: Path = Path("results")
+    command: str = "ringbench simulate"
+
+    def __post_init__(self) -> None:
+        for name, value in (("compute_tflops", self.compute_tflops), ("link_gbps", self.link_gbps)):
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise bad_value(name, value, "a finite number > 0")
+        for name, value, low in (("iterations", self.iterations, 1), ("gpus_per_host", self.gpus_per_host, 1),
+                                 ("max_events", self.max_events, 1)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise bad_value(name, value, f"an integer >= {low}")
+        for world in self.scale:
+            if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+                raise bad_value("scale", world, "world sizes >= 1, e.g. 8,64,512,4096")
+        if self.emulate_links and self.topology is None and self.like is None:
+            raise bad_value("emulate_links", True, "only together with --topology FILE")
+
+
+@dataclass(kw_only=True)
+class SimOutcome:
+    run_dir: Path
+    run: RunData
+    costs: Costs
+    results: list[CaseResult]
+    calibration: Calibration | None = None
+    scale: dict | None = None
+
+
+def cases_from_scenario(scenario: Scenario, iterations: int) -> list[SimCase]:
+    """One SimCase per point of the sweep (the kernel axis collapses: the simulator has one)."""
+    cases, seen = [], set()
+    for case in scenario.cases():
+        sim = SimCase(world=case.world, seq=case.seq, heads=case.heads, head_dim=case.head_dim, batch=case.batch,
+                      dtype=case.dtype, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order,
+                      backward=scenario.backward, iterations=iterations, faults=tuple(scenario.faults),
+                      seed=scenario.seed)  # fmt: skip
+        if sim.case_id not in seen:
+            seen.add(sim.case_id)
+            cases.append(sim)
+    return cases
+
+
+def cases_like(run: RunData, iterations: int | None = None) -> list[SimCase]:
+    """The cases of a measured run, at the rates its emulated kernels ran (what the run really did)."""
+    faults = tuple(str(f) for f in run.meta.get("faults") or [])
+    cases = []
+    for row in run.cases.drop_duplicates("case_id").to_dict("records"):
+        if str(row.get("buffer")) not in ("sync", "double", "allgather"):
+            continue
+        rate = row.get("emulated_gflops")
+        rate = float(rate) if rate is not None and rate == rate and float(rate) > 0 else None
+        cases.append(SimCase(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
+                             head_dim=int(row["head_dim"]), batch=int(row["batch"]), dtype=str(row["dtype"]),
+                             mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
+                             order=str(row["order"]), backward=bool(row["backward"]),
+                             iterations=iterations or int(row.get("iters") or 1), faults=faults,
+                             gflops=rate))  # fmt: skip
+    if not cases:
+        raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
+    return cases
+
+
+def _cluster(request: SimRequest, like: RunData | None) -> Cluster:
+    from ringbench.topology import Topology, load_topology
+
+    topology, emulate = None, request.emulate_links
+    if request.topology is not None:
+        topology = load_topology(request.topology)
+    elif like is not None and like.meta.get("topology"):
+        topology = Topology.from_dict(like.meta["topology"], "meta.json:topology")
+        emulate = emulate or bool(like.meta.get("emulated_links"))
+    return Cluster(topology=topology, emulate_links=emulate and topology is not None,
+                   gpus_per_host=request.gpus_per_host)  # fmt: skip
+
+
+def resolve_costs(request: SimRequest) -> tuple[Costs, Calibration | None]:
+    calibration = calibrate(load_run(request.calibrate_from)) if request.calibrate_from is not None else None
+    costs = calibration.costs if calibration is not None else DEFAULTS
+    gflops = request.compute_tflops * 1e3 if request.compute_tflops is not None else None
+    return costs.with_rate(gflops=gflops, link_gbps=request.link_gbps), calibration
+
+
+def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int], None] | None = None) -> SimOutcome:
+    """Simulate the request's cases, write results/<run-id>/, and compute the scale view when asked."""
+    from ringbench.results import new_run_dir
+
+    costs, calibration = resolve_costs(request)
+    like = load_run(request.like) if request.like is not None else None
+    cluster = _cluster(request, like)
+    if like is not None:
+        cases = cases_like(like, request.iterations)
+        if request.compute_tflops is not None:  # an explicit rate replaces the run's emulated ones
+            cases = [dataclasses.replace(case, gflops=None) for case in cases]
+    else:
+        cases = cases_from_scenario(request.scenario, request.iterations)
+    for case in cases:
+        cluster.check(case)
+    results = []
+    for index, case in enumerate(cases):
+        results.append(simulate_case(case, costs, cluster, max_events=request.max_events))
+        if on_case is not None:
+            on_case(results[-1], index + 1, len(cases))
+    view = None
+    if request.scale:
+        view = scale_view(cases[0], costs, cluster, worlds=request.scale, fixed_seq=request.fixed_seq)
+    run_dir = new_run_dir(request.out, "simulate")
+    extra = {"calibration": calibration.to_dict() if calibration is not None else None,
+             "like": str(request.like) if request.like is not None else None, "scale": view}  # fmt: skip
+    run = run_data(results, costs, run_id=run_dir.name, path=run_dir, command=request.command, cluster=cluster,
+                   extra=extra)  # fmt: skip
+    if like is None:
+        run.meta["scenario"] = request.scenario.to_dict()
+        run.meta["scenario_source"] = request.scenario.source
+    write_run(run_dir, run)
+    return SimOutcome(run_dir=run_dir, run=run, costs=costs, results=results, calibration=calibration, scale=view)

@@ -1,0 +1,243 @@
+"""The simulated timeline of one case: every iteration, every phase, every ring step, and the critical paths.
+
+Iterations are simulated together, each on its own clock from its start (every rank starts an iteration after a
+barrier, at the spread of barrier exits the costs carry), then laid end to end with the barrier's gap.
+
+What is kept depends on the size (docs/simulate.md, "Events at scale"):
+  full     every step's cells (small rings): the events table holds every span, the walk reads them directly
+  bounded  the cells of a few positions (``keep``) on some steps, and a checkpoint of the whole ring's state
+           every ``every`` steps, from which the walk re-runs a window around the critical path
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ringbench.simulate.case import Cluster, SimCase, phase_models, start_skew
+from ringbench.simulate.costs import Costs
+from ringbench.simulate.engine import Exchange, PhaseEngine, PhaseModel, State, StepCells, Window
+from ringbench.simulate.walk import FullSource, PathResult, RecomputeSource, walk
+
+PROFILE_POINTS = 256  # per-step aggregates kept per phase (every k-th step)
+
+
+@dataclass(kw_only=True, slots=True)
+class Collective:
+    """The all-gather baseline's collective of one phase: post and end per (iteration, position)."""
+
+    phase: str
+    step: int
+    post: np.ndarray
+    end: np.ndarray
+    nbytes: int
+
+
+@dataclass(kw_only=True)
+class Timeline:
+    """What the simulation of one case produced (times in ms from each iteration's first start)."""
+
+    case: SimCase
+    models: dict[str, PhaseModel]
+    phase_start: dict[str, np.ndarray]
+    """(G, N) per phase."""
+    phase_end: dict[str, np.ndarray]
+    full: dict[str, list[StepCells]] | None = None
+    """Every step's cells per phase (the backward's final dK/dV wait as an extra step), or None (bounded)."""
+    kept: dict[str, list[tuple[np.ndarray, StepCells]]] = field(default_factory=dict)
+    """Bounded: per phase, (window positions, cells) of the kept positions and their successors."""
+    keep: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Positions whose spans the bounded record keeps."""
+    collectives: list[Collective] = field(default_factory=list)
+    offsets: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    """(G,) start of each iteration on the run's clock, ms."""
+    paths: list[PathResult] = field(default_factory=list)
+    path_rows: list[list[tuple]] = field(default_factory=list)
+    """Bounded: per iteration, the critical path's spans (walk.walk's rows)."""
+    profile: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Per phase: step, and min / mean / max over ranks of the step's end (ms), on sampled steps."""
+
+    @property
+    def iteration_ms(self) -> np.ndarray:
+        """(G,) last end - first start of each iteration (the record's step time)."""
+        last = self.phase_end[self.case.phases[-1]]
+        return last.max(axis=1) - self.phase_start[self.case.phases[0]].min(axis=1)
+
+
+def _steps_per_phase(model: PhaseModel) -> int:
+    """Ring steps, plus one pseudo-step for the backward's final dK/dV wait with double buffering."""
+    return model.world + int(model.two_exchanges and model.buffer == "double")
+
+
+def _final_cells(step: int, end: np.ndarray, last: Exchange) -> StepCells:
+    zero = np.zeros_like(end)
+    return StepCells(step, end, end, zero, [last], last.wait_end, None)
+
+
+def _profile(profile: dict[str, list[float]], step: int, start: np.ndarray, end: np.ndarray) -> None:
+    spent = end - start  # (G, N): the step's length on each rank
+    profile["step"].append(step)
+    for name, reduce in (("min_ms", np.min), ("mean_ms", np.mean), ("max_ms", np.max)):
+        profile[name].append(float(reduce(spent)))
+
+
+def _slowest_hop_ms(lane) -> float:
+    return float((lane.transfer_ms + (0 if lane.delay_ms is None else lane.delay_ms)).max())
+
+
+def _collective(phase: str, step: int, post: np.ndarray, ms: float, nbytes: int) -> Collective:
+    """A collective ends for everyone ``ms`` after its last rank joined."""
+    end = np.broadcast_to(post.max(axis=1, keepdims=True) + ms, post.shape).copy()  # (G, N)
+    return Collective(phase=phase, step=step, post=post, end=end, nbytes=nbytes)
+
+
+def _allgather_phase(model: PhaseModel, origin: np.ndarray, out: Timeline) -> tuple[np.ndarray, list[StepCells]]:
+    """The all-gather baseline: gather every K/V block, compute the ring's steps locally, (backward) all-reduce.
+
+    Ring algorithms: an all-gather moves N - 1 blocks over the slowest hop, an all-reduce 2 (N - 1) shares.
+    """
+    world = model.world
+    window = Window.ring(world, origin.shape[0])
+    kv = model.lanes["kv"]
+    gather = _collective(model.phase, 0, origin + model.enter_ms, (world - 1) * _slowest_hop_ms(kv),
+                         kv.nbytes * (world - 1))  # fmt: skip
+    out.collectives.append(gather)
+    t = gather.end
+    cells = []
+    for step in range(world):
+        compute = np.broadcast_to(model.compute(step, window), t.shape)
+        start = t + model.pre_ms
+        cells.append(StepCells(step, t, start, compute, [], start + compute, model.classes(step, window)))
+        t = start + compute
+    if model.phase == "bwd" and world > 1:
+        dkv = model.lanes.get("dkv", kv)
+        reduce = _collective("bwd", world - 1, t + model.mid_ms, 2 * (world - 1) * _slowest_hop_ms(dkv),
+                             dkv.nbytes * world)  # fmt: skip
+        out.collectives.append(reduce)
+        t = reduce.end
+    return t + model.post_ms, cells
+
+
+def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = None, *, bounded: bool = False,
+                      keep: np.ndarray | None = None, keep_steps: np.ndarray | None = None,
+                      every: int | None = None, models: dict[str, PhaseModel] | None = None) -> Timeline:  # fmt: skip
+    """Simulate ``case``; ``bounded`` keeps the cells of ``keep`` positions on ``keep_steps`` steps only.
+    ``models``: the engine's input when already built (otherwise from the case, costs and cluster)."""
+    cluster = cluster or Cluster()
+    rng = np.random.default_rng([case.seed, 7])
+    models = models or phase_models(case, costs, cluster, rng)
+    world, iterations = case.world, case.iterations
+    origin = start_skew(case, costs, rng)
+    out = Timeline(case=case, models=models, phase_start={}, phase_end={}, full=None if bounded else {})
+    window = Window.ring(world, iterations)
+    every = every or max(16, math.ceil(world / 256))
+    checkpoints: dict[str, dict[int, State]] = {}
+    finals: dict[str, StepCells | None] = {}
+    engines = {phase: PhaseEngine(model) for phase, model in models.items()}
+    stride = max(1, math.ceil(world / PROFILE_POINTS))
+    if bounded:
+        keep = np.unique(np.asarray(keep if keep is not None else [], dtype=np.int64) % world)
+        out.keep = keep
+        take = np.unique(np.concatenate([keep, (keep + 1) % world]))
+        # The kept positions' cells come from a small window around them (3 positions each side: exact for
+        # one step of up to two exchanges, and the successor's landing), run beside the lean whole-ring pass.
+        around = np.unique((take[:, None] + np.arange(-3, 4)[None, :]).ravel() % world)
+        kept_window = Window(positions=around, iterations=np.arange(iterations), world=world, full=False)
+        columns = np.searchsorted(around, take)
+        wanted = np.zeros(world + 1, bool)
+        wanted[np.asarray(keep_steps if keep_steps is not None else np.arange(world + 1))] = True
+    for phase, model in models.items():
+        out.phase_start[phase] = origin
+        engine = engines[phase]
+        profile: dict[str, list[float]] = {"step": [], "min_ms": [], "mean_ms": [], "max_ms": []}
+        if case.buffer == "allgather":
+            end, cells = _allgather_phase(model, origin, out)
+            if out.full is not None:
+                out.full[phase] = cells
+            else:
+                out.kept[phase] = [(take, c) for c in cells if wanted[c.step]]
+                out.kept[phase] = [(take, _take_cells(c, take)) for _, c in out.kept[phase]]
+            out.phase_end[phase] = np.broadcast_to(end, origin.shape).copy()
+            origin = out.phase_end[phase]
+            out.profile[phase] = profile
+            continue
+        state = engine.begin(origin)
+        kept_cells: list[tuple[np.ndarray, StepCells]] = []
+        full_cells: list[StepCells] = []
+        checkpoints[phase] = {}
+        for step in range(world):
+            if bounded and step % every == 0:
+                checkpoints[phase][step] = _copy_state(state)
+            if bounded and wanted[step]:
+                cells = engine.advance(state.take(kept_window.positions), step, kept_window)
+                kept_cells.append((take, _take_cells(cells, columns)))
+            before = state.start
+            cells = engine.advance(state, step, window, record=not bounded)
+            if step % stride == 0:
+                _profile(profile, step, before, state.start)
+            if not bounded:
+                full_cells.append(cells)
+        end, last = engine.finish(state)
+        finals[phase] = _final_cells(world, end, last) if last is not None else None
+        if finals[phase] is not None:
+            if not bounded:
+                full_cells.append(finals[phase])
+            elif wanted[world]:
+                kept_cells.append((take, _take_cells(finals[phase], take)))
+        if out.full is not None:
+            out.full[phase] = full_cells
+        else:
+            out.kept[phase] = kept_cells
+        out.phase_end[phase] = end
+        out.profile[phase] = profile
+        origin = end
+    iteration = out.iteration_ms
+    out.offsets = np.concatenate([[0.0], np.cumsum(iteration + costs.gap_ms)[:-1]])
+    phases = list(case.phases)
+    if case.buffer == "allgather":
+        out.paths = [_allgather_path(out, g) for g in range(iterations)]
+        out.path_rows = [[] for _ in range(iterations)]
+        return out
+    steps = {phase: _steps_per_phase(models[phase]) for phase in phases}
+    if bounded:
+        source = RecomputeSource(engines, checkpoints, finals, world, every)
+    else:
+        source = FullSource(out.full, world)
+    for g in range(iterations):
+        rows: list[tuple] | None = [] if bounded else None
+        out.paths.append(walk(source, phases, out.phase_end, out.phase_start[phases[0]], g, world, steps, rows))
+        out.path_rows.append(rows or [])
+    return out
+
+
+def _allgather_path(out: Timeline, g: int) -> PathResult:
+    """Every collective ends when its last rank joined: the part after that is exposed."""
+    exposed = sum(float(c.end[g].max() - c.post[g].max()) for c in out.collectives)
+    return PathResult(path_ms=float(out.iteration_ms[g]), exposed_ms=exposed)
+
+
+def _copy_state(state: State) -> State:
+    pending = state.pending
+    if pending is not None:
+        pending = Exchange(pending.lane, pending.step, *(np.array(getattr(pending, name)) for name in
+                           ("post", "start", "landed", "recv", "in_hand")))  # fmt: skip
+    last = None if state.last_recv is None else np.array(state.last_recv)
+    return State(start=np.array(state.start), last_recv=last, pending=pending)
+
+
+def _take_cells(cells: StepCells, index: np.ndarray) -> StepCells:
+    """The cells of positions ``index`` (columns of every (G, N) array)."""
+
+    def pick(array):
+        return None if array is None else np.asarray(array)[..., index]
+
+    exchanges = []
+    for ex in cells.exchanges:
+        taken = Exchange(ex.lane, ex.step, *(pick(getattr(ex, name)) for name in
+                         ("post", "start", "landed", "recv", "in_hand")))  # fmt: skip
+        taken.wait_start, taken.wait_end = pick(ex.wait_start), pick(ex.wait_end)
+        exchanges.append(taken)
+    return StepCells(cells.step, pick(cells.start), pick(cells.compute_start), pick(cells.compute_ms), exchanges,
+                     pick(cells.end), pick(cells.greater))  # fmt: skip
