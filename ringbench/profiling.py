@@ -43,7 +43,6 @@ from ringbench.markers import (
 _GZIP_LEVEL = 6  # traces reach hundreds of MB: level 9 costs several times the CPU for a few % of size
 
 
-
 class ProfileCapture:
     """torch.profiler over one timed iteration of one rank; the Chrome trace is written atomically on exit.
 

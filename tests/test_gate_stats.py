@@ -115,6 +115,8 @@ def test_three_repeats_keep_false_alarms_low_and_power_high():
     config = GateConfig(resamples=1000)
     for cv, run_cv in ((0.02, 0.0), (0.01, 0.02)):
         null = simulate_gate(NoiseScenario(cv=cv, repeats=3, run_cv=run_cv), config=config, sims=200, seed=20)
-        slow = simulate_gate(NoiseScenario(cv=cv, repeats=3, run_cv=run_cv, slowdown=0.1), config=config, sims=200, seed=21)
+        slow = simulate_gate(
+            NoiseScenario(cv=cv, repeats=3, run_cv=run_cv, slowdown=0.1), config=config, sims=200, seed=21
+        )
         assert null.regression_rate <= 0.05
         assert slow.regression_rate >= 0.95

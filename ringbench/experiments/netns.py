@@ -153,7 +153,9 @@ def run_cases_in_namespaces(
     master = cluster.hosts[0].address
     with tempfile.TemporaryDirectory(prefix="ringbench-netns-") as folder:
         spec_path = Path(folder) / "spec.json"
-        spec_path.write_text(json.dumps({"cases": [dataclasses.asdict(c) for c in cases], "settings": dataclasses.asdict(settings)}))
+        spec_path.write_text(
+            json.dumps({"cases": [dataclasses.asdict(c) for c in cases], "settings": dataclasses.asdict(settings)})
+        )
         procs = []
         try:
             for rank in range(world):
@@ -166,7 +168,15 @@ def run_cases_in_namespaces(
                     "PYTHONPATH": os.pathsep.join(p for p in (str(_REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
                     "RINGBENCH_NETNS_SPEC": str(spec_path),
                 }  # fmt: skip
-                command = ["ip", "netns", "exec", host.namespace, sys.executable, "-m", "ringbench.experiments.netns_rank"]
+                command = [
+                    "ip",
+                    "netns",
+                    "exec",
+                    host.namespace,
+                    sys.executable,
+                    "-m",
+                    "ringbench.experiments.netns_rank",
+                ]
                 proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 procs.append(proc)
             deadline = time.monotonic() + timeout_s
