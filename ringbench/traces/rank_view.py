@@ -24,17 +24,20 @@ import pandas as pd
 
 from ringbench.markers import EMULATED_MARKER, ITERATION_MARKER
 
-# Host ops and kernels of attention arithmetic. Documented in docs/import.md; extended by --compute-pattern.
-DEFAULT_COMPUTE_PATTERNS = (
+# Host ops and kernels of attention arithmetic: the one definition of "compute" in a profiler trace, for imports
+# and for the profiler witness of ringbench's own ring (ring_spans). Documented in docs/import.md; extended by
+# --compute-pattern.
+HOST_ATTENTION_PATTERNS = (
     r"^aten::_?scaled_dot_product_",  # SDPA and its flash / efficient / cuDNN / math / CPU-flash ops, backwards
     r"^aten::_flash_attention_",
     r"^aten::_efficient_attention_",
     r"^aten::_cudnn_attention",
     r"^flash_attn::",  # the flash-attn package's custom ops (ring-flash-attn calls them)
     r"^" + re.escape(EMULATED_MARKER),  # ringbench's emulated kernel: its modelled time
-    # GPU kernels: flash / fmha / efficient / cuDNN sdpa / Triton attention (_attn_fwd, _attn_bwd) / fused_attn
-    r"flash_fwd|flash_bwd|flash::|fmha|sdpa|_attn_fwd|_attn_bwd|fused_attn|attention_kernel",
 )
+# GPU kernels: flash / fmha / efficient / cuDNN sdpa / Triton attention (_attn_fwd, _attn_bwd) / fused_attn
+KERNEL_ATTENTION_PATTERNS = (r"flash_fwd|flash_bwd|flash::|fmha|sdpa|_attn_fwd|_attn_bwd|fused_attn|attention_kernel",)
+DEFAULT_COMPUTE_PATTERNS = HOST_ATTENTION_PATTERNS + KERNEL_ATTENTION_PATTERNS
 STEP_ANNOTATION = re.compile(r"^ProfilerStep#(\d+)$")
 BACKWARD_RANGE = "autograd::engine::evaluate_function:"
 HOST_CATS = ("cpu_op", "user_annotation")
@@ -195,6 +198,8 @@ def merge_compute(ops: pd.DataFrame, breaks: np.ndarray, keys: np.ndarray) -> pd
 
 __all__ = [
     "DEFAULT_COMPUTE_PATTERNS",
+    "HOST_ATTENTION_PATTERNS",
+    "KERNEL_ATTENTION_PATTERNS",
     "Iterations",
     "backward_ranges",
     "compile_patterns",

@@ -6,7 +6,8 @@ profiler's own op or kernel timestamp, in ns from the start of the ``ringbench:i
 * Steps. A host event belongs to ring step (phase, s) when it starts inside the ``ringbench:<phase> step s`` range
   on the same thread. A GPU kernel belongs to the step of its launch (a host event -- ``cuda_runtime`` or
   ``cuda_driver`` -- with the same correlation id).
-* compute: the extent (first start .. last end) of the step's attention work. On the host: ops matching
+* compute: the extent (first start .. last end) of the step's attention work (patterns shared with the importer,
+  rank_view). On the host: ops matching
   ``HOST_ATTENTION_PATTERNS`` -- the SDPA ops (flash, efficient, cudnn, math; the CPU flash op and every backward)
   and the emulated kernel's ``ringbench:emulated pad`` range, which carries its modelled time. On a GPU: kernels
   matching ``KERNEL_ATTENTION_PATTERNS`` (flash, fmha / efficient, cudnn sdpa, triton ``_attn_*``) plus the
@@ -25,15 +26,9 @@ import re
 import pandas as pd
 
 from ringbench.markers import ITERATION_MARKER
+from ringbench.traces.rank_view import HOST_ATTENTION_PATTERNS, KERNEL_ATTENTION_PATTERNS
 
 SPAN_KEYS = ["phase", "step", "kind", "order"]
-HOST_ATTENTION_PATTERNS = (
-    r"^aten::_scaled_dot_product_",  # flash / efficient / cudnn / math SDPA ops, the CPU flash op, backwards
-    r"^aten::_flash_attention_",
-    r"^aten::_efficient_attention_",
-    r"^ringbench:emulated",  # the emulated kernel's modelled time
-)
-KERNEL_ATTENTION_PATTERNS = (r"flash", r"fmha", r"sdpa", r"_attn_", r"attention")
 SPIN_KERNEL_PATTERN = r"spin_kernel"  # torch.cuda._sleep: the emulated kernel's pad on a GPU
 SENDRECV_KERNEL_PATTERN = r"^nccl(?:Dev)?Kernel_SendRecv"
 _STEP_MARKER = re.compile(r"^ringbench:(fwd|bwd) step (\d+)$")
