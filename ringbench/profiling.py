@@ -41,6 +41,10 @@ from ringbench.markers import (
 )
 
 _GZIP_LEVEL = 6  # traces reach hundreds of MB: level 9 costs several times the CPU for a few % of size
+# The profiler's library prints two status lines per capture per rank on stderr ("USDT: ... profiler_start /
+# profiler_stop") at every level below 6; a sweep of profiled cases drowned its own lines in them. Quiet unless the
+# user set the level (KINETO_LOG_LEVEL=4 brings back its errors). Read when the profiler first starts.
+_PROFILER_LOG_LEVEL = ("KINETO_LOG_LEVEL", "6")
 
 
 class ProfileCapture:
@@ -63,6 +67,7 @@ class ProfileCapture:
         activities = [ProfilerActivity.CPU]
         if self.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
+        os.environ.setdefault(*_PROFILER_LOG_LEVEL)
         self._profiler = profile(activities=activities, record_shapes=True)
         self._profiler.__enter__()
         # The first range of a profiling process pays a one-off setup (about 1 ms on CPU) between the start stamp
