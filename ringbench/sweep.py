@@ -13,6 +13,7 @@ Whichever way, the folder, its meta.json and each case's row are written by ring
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections import defaultdict
@@ -89,6 +90,7 @@ def execute(
             scenario = dataclasses.replace(scenario, world=(launched[1],))
     scenario.validate()
     cases = [case for case in scenario.cases() if launched is None or case.world == launched[1]]
+    cases, skipped = _runnable(cases, device, launched)
     if loopback and any(case.world != 1 for case in cases):
         raise UsageError(f"loopback=True is not allowed with world={list(scenario.world)}; expected world 1")
     if launched is None and device == "cuda" and local_gpu_count() < max(scenario.world):
@@ -99,10 +101,39 @@ def execute(
                                  device=device, profile=profile)  # fmt: skip
     if folder is None:
         folder = ResultsFolder.create(out, scenario.name, collect_metadata(scenario, command=command, trace=trace))
+    if skipped:
+        folder.meta.setdefault("skipped", {}).update(skipped)
+        by_reason = collections.Counter(skipped.values())  # one line per reason; the case ids are in meta.json
+        folder.notes += [f"skipped {count} case(s): {reason}" for reason, count in by_reason.items()]
+        if not cases:
+            folder.finish()
+            return folder
     settings = _with_profile(settings, folder, profile, cases)
     settings = _with_auto_rate(settings, folder, scenario, cases, device)
     _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device)
     return folder
+
+
+def _runnable(cases: list[Case], device: str | None, launched) -> tuple[list[Case], dict[str, str]]:
+    """Cases another implementation cannot run here (not installed, CUDA only, a layout it does not take) are
+    skipped with their reason, not failed: a sweep of implementations runs what this machine can."""
+    from ringbench.dist import local_gpu_count
+    from ringbench.errors import UsageError
+    from ringbench.impls import get_adapter
+
+    keep, skipped = [], {}
+    for case in cases:
+        if case.impl == "ringbench":
+            keep.append(case)
+            continue
+        on_gpu = device == "cuda" or (device is None and local_gpu_count() >= (launched[1] if launched else case.world))
+        try:
+            get_adapter(case.impl).check(case, "cuda" if on_gpu else "cpu")
+        except UsageError as exc:
+            skipped[case.case_id] = str(exc)
+            continue
+        keep.append(case)
+    return keep, skipped
 
 
 def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool, cases: list[Case]) -> RunSettings:
@@ -140,13 +171,21 @@ def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, case
     return dataclasses.replace(settings, emulated_auto_gflops=rate)
 
 
-def _reported(case: Case, per_rank: list[dict], repeat: int) -> list[dict]:
-    """The ranks' reports as the record takes them: another implementation's spans come from its captures."""
+def _reported(case: Case, per_rank: list[dict], repeat: int, folder: ResultsFolder) -> list[dict]:
+    """The ranks' reports as the record takes them: another implementation's spans come from its captures. When
+    its captures cannot be read as a ring, the case keeps the iteration times its ranks measured, with a note."""
     if case.impl == "ringbench":
         return per_rank
+    from ringbench.errors import UsageError
+    from ringbench.impls import get_adapter
     from ringbench.traces.captures import with_profile_rows
 
-    return with_profile_rows(per_rank, case.case_id, repeat)
+    try:
+        patterns = get_adapter(case.impl).compute_patterns
+        return with_profile_rows(per_rank, case.case_id, repeat, compute_patterns=patterns)
+    except UsageError as exc:
+        folder.notes.append(f"{case.case_id}: no per-step spans (iteration times only): {exc}")
+        return per_rank
 
 
 def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case, device) -> None:
@@ -176,7 +215,7 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
                 return False
             per_rank = sorted(pending.pop(result["case_id"]), key=lambda r: r["rank"])
             case = by_id[result["case_id"]]
-            row = folder.add_case(case, _reported(case, per_rank, repeat), scenario, repeat)
+            row = folder.add_case(case, _reported(case, per_rank, repeat, folder), scenario, repeat)
             finished += 1
             if on_case is not None:
                 on_case(row, finished, total)
@@ -223,7 +262,7 @@ def _execute_launched(scenario, cases, settings, *, out, command, on_case, devic
                               repeat=repeat, profile_path=profile_path(settings, case, repeat, env.rank))  # fmt: skip
             gathered = session.ops.gather_objects(result)
             if folder is not None:
-                row = folder.add_case(case, _reported(case, gathered, repeat), scenario, repeat)
+                row = folder.add_case(case, _reported(case, gathered, repeat, folder), scenario, repeat)
                 finished += 1
                 if on_case is not None:
                     on_case(row, finished, total)

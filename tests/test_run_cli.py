@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
@@ -202,12 +203,16 @@ def test_resume_after_a_crash_finishes_without_the_crash(tmp_path):
 
 def test_impl_runs_another_ring_under_the_same_sweep_and_check(tmp_path):
     result = _run("--world", "2", "--seq", "64", "--heads", "2", "--head-dim", "8", "--layout", "zigzag",
-                  "--impl", "ringbench", "--impl", "torch-ring:alltoall", "--kernel", "torch", "--iters", "2",
-                  "--warmup", "1", "--out", str(tmp_path), "--json")  # fmt: skip
+                  "--impl", "ringbench", "--impl", "torch-ring:alltoall", "--impl", "transformer-engine",
+                  "--kernel", "torch", "--iters", "2", "--warmup", "1", "--out", str(tmp_path), "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     by_impl = {case["impl"]: case for case in document["cases"]}
     assert set(by_impl) == {"ringbench", "torch-ring:alltoall"} and all(c["passed"] for c in by_impl.values())
+    if not torch.cuda.is_available():  # a peer that cannot run here is skipped with its reason, not failed
+        reasons = json.loads((Path(document["run_dir"]) / "meta.json").read_text())["skipped"].values()
+        assert len(reasons) == 2 and all("transformer-engine" in r and "CUDA" in r for r in reasons)  # sync, double
+        assert "skipped 2 case(s): impl='transformer-engine'" in result.stderr
     assert by_impl["torch-ring:alltoall"]["bwd_max_abs_err"] < 5e-5
     events = pd.read_parquet(Path(document["run_dir"]) / "events.parquet")
     theirs = events[events["case_id"] == by_impl["torch-ring:alltoall"]["case_id"]]

@@ -96,6 +96,9 @@ class Adapter:
     description: str = ""
     support: Support = Support(layouts={})
     requires: str = ""  # what to install, for the one-line skip
+    # Its attention arithmetic in a profiler trace when that is not the SDPA / flash family the importer knows
+    # (ringbench.traces.rank_view.DEFAULT_COMPUTE_PATTERNS): regular expressions over op or kernel names.
+    compute_patterns: tuple[str, ...] = ()
 
     def missing(self, device_type: str = "cpu") -> str | None:
         return None

@@ -60,6 +60,7 @@ class RingAttentionPytorchAdapter(Adapter):
     support = Support(layouts={"causal": ("contiguous", "striped"), "none": ("contiguous", "striped")},
                       dtypes=("float32",), notes="default process group only; fp32 (its -finfo.max fill overflows fp64 "
                       "buffers made in fp32)")  # fmt: skip
+    compute_patterns = (r"^aten::einsum$",)  # it computes attention with einsums, bucket by bucket
 
     def missing(self, device_type: str = "cpu") -> str | None:
         return _installed("ring_attention_pytorch", "ring-attention-pytorch")
@@ -166,6 +167,7 @@ class UserAdapter(Adapter):
             self._function = function
             masks = tuple(getattr(function, "ringbench_masks", ("none", "causal")))
             layouts = tuple(getattr(function, "ringbench_layouts", ALL_LAYOUTS))
+            self.compute_patterns = tuple(getattr(function, "ringbench_compute_patterns", ()))
             self.support = Support(layouts=dict.fromkeys(masks, layouts), orders=("*",))
         return self._function
 
