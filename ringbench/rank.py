@@ -307,10 +307,17 @@ def calibrate_auto(session: RankSession, cases: list[Case], settings: RunSetting
     One rate for a whole run, so that every case models the same machine and comparing two cases compares the
     ring, not two calibrations. Every rank measures its own blocks of each case at once (contention included).
     """
-    rates = []
+    rates, seen = [], set()
     for case in cases:
         if not getattr(get_kernel(case.kernel), "auto", False) or case.impl != "ringbench":
             continue
+        # Cases that differ only in buffer strategy (or anything else the blocks do not depend on) compute the
+        # same blocks: calibrated once.
+        blocks = (case.batch, case.heads, case.head_dim, case.seq, case.dtype, case.layout, case.mask,
+                  tuple(case.ring), case.backward)  # fmt: skip
+        if blocks in seen:
+            continue
+        seen.add(blocks)
         env = session.env
         q, k, v, _ = rank_shards(seed=settings.seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
                                  seq=case.seq, dtype=case.dtype, layout=case.layout, world=env.world, rank=env.rank,
@@ -334,7 +341,7 @@ def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float
     """``emulated:auto``: every rank measures its blocks at once (contention included); all take the lowest rate."""
     session.ops.barrier()
     with torch.no_grad():
-        rate = rank_rate(ctx, q.detach(), k.detach(), v.detach(), backward)
+        rate = rank_rate(ctx, q.detach(), k.detach(), v.detach(), backward, barrier=session.ops.barrier)
     return round_down(session.ops.min_float(rate))
 
 
