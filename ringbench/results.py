@@ -148,6 +148,7 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         "emulated_gflops": _emulated_rate(per_rank),
         "check_note": "; ".join(sorted({r["check_note"] for r in per_rank if r.get("check_note")})),
         "saturated_blocks": int(sum(int(r.get("saturated_blocks") or 0) for r in per_rank)),
+        "emulated_blocks": int(sum(int(r.get("paced_blocks") or 0) for r in per_rank)),
     }
     return events, row
 

@@ -5,7 +5,7 @@ reports, the CI gate) reads them. A feature that needs more data adds columns he
 
 Schema versions (readers accept every one of them; missing columns read as null):
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
-       ``peak_mem_mb``, ``saturated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
+       ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
 
 Events: one row per span on one rank.
@@ -105,6 +105,7 @@ CASE_COLUMNS = (
     "status",  # ok | failed
     "peak_mem_mb",  # largest peak memory of any rank during the case, MB (NaN: not reported)
     "saturated_blocks",  # emulated kernel calls whose real arithmetic outlasted the modelled time, all ranks
+    "emulated_blocks",  # every emulated kernel call of the case, all ranks (saturated_blocks' denominator)
     "emulated_gflops",  # the emulated kernel's rate (emulated:auto: the rate it chose), NaN when not emulated
     "check_note",  # what the float64 check left out to stay in its time budget ("" when it checked everything)
 )

@@ -3,8 +3,9 @@
 A verdict names a rank or a link only when the measurement could have seen one. A case is *inconclusive* when
 
   saturated       the emulated kernel outlasted its modelled time in more than SATURATION_SHARE of the case's
-                  compute spans: real arithmetic on contended cores, not the model, set those spans. (The count is
-                  of kernel calls, and a span holds one or more calls, so the share errs on the side of caution.)
+                  emulated kernel calls (cases ``saturated_blocks`` / ``emulated_blocks``): real arithmetic on
+                  contended cores, not the model, set those spans. Records without ``emulated_blocks`` compare the
+                  calls with the compute spans (a span holds one or more calls: errs on the side of caution).
   oversubscribed  real compute on more ranks per host than CPU cores: the ranks take turns on the cores, so a span
                   stretches while its rank is descheduled and the timings measure the scheduler
   clocks          more than CLOCK_VIOLATION_SHARE of its blocks arrive before their sender posted them
@@ -59,6 +60,14 @@ def _saturated(cases: pd.DataFrame, meta: RunMeta, ids: list[str], world: pd.Ser
         value = meta.saturated_blocks(world.get(case_id, ""))
         out[case_id] = float(value) if value is not None else 0.0
     return out
+
+
+def _case_column(cases: pd.DataFrame, column: str, ids: list[str]) -> pd.Series:
+    """A count column of the cases table summed per case (0 where absent: older records)."""
+    if cases.empty or column not in cases:
+        return pd.Series(0.0, index=pd.Index(ids, dtype=object))
+    counts = pd.to_numeric(cases[column], errors="coerce")
+    return counts.groupby(cases["case_id"].astype(str)).sum().reindex(ids).fillna(0.0)
 
 
 def _fmt_ms(ms: float) -> str:
@@ -134,6 +143,7 @@ def case_confidence(
         world = declared.reindex(ids).fillna(world)
     world = world.fillna(0).astype(int)
     saturated = _saturated(cases, meta, ids, world)
+    calls = _case_column(cases, "emulated_blocks", ids)
     crowded = oversubscribed_cases(cases, meta) if not cases.empty and "world" in cases else frozenset()
     bound_ms = 2 * meta.clock_residual_ns() / 1e6
     violations = violations if violations is not None else pd.Series(dtype=float)
@@ -145,13 +155,15 @@ def case_confidence(
         if case_id not in traced_ids:
             found.append(("untraced", ""))
         else:
-            share = saturated[case_id] / max(spans[case_id], 1)
+            total = calls[case_id] if calls[case_id] > 0 else None
+            share = saturated[case_id] / (total or max(spans[case_id], 1))
             if share > SATURATION_SHARE:
+                against = f"of {total:.0f} kernel calls" if total else f"against {spans[case_id]} compute spans"
                 found.append(
                     (
                         "saturated",
-                        f"{saturated[case_id]:.0f} kernel calls outlasted their modelled time against "
-                        f"{spans[case_id]} compute spans, more than {SATURATION_SHARE:.0%}",
+                        f"{saturated[case_id]:.0f} kernel calls outlasted their modelled time {against}, "
+                        f"more than {SATURATION_SHARE:.0%}",
                     )
                 )
             if case_id in crowded:

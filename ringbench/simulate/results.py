@@ -130,7 +130,7 @@ def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, 
     rate = case.gflops or costs.gflops
     return axes | values | {
         "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": True, "status": "ok",
-        "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_gflops": float(rate), "check_note": NOTE,
+        "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_blocks": 0, "emulated_gflops": float(rate), "check_note": NOTE,
     }  # fmt: skip
 
 

@@ -337,7 +337,7 @@ def _case_table(events: pd.DataFrame, case: dict) -> pd.DataFrame:
     row |= {name: float(figures.get(name, np.nan)) for name in CASE_FIGURES}
     row |= dict(repeat=0, emulated=False, faults="", iters=int(events["iteration"].nunique()), warmup=0,
                 fwd_max_abs_err=np.nan, bwd_max_abs_err=np.nan, passed=True, status="ok", peak_mem_mb=np.nan,
-                saturated_blocks=0, emulated_gflops=np.nan,
+                saturated_blocks=0, emulated_blocks=0, emulated_gflops=np.nan,
                 check_note="not checked: imported from profiler traces")  # fmt: skip
     return pd.DataFrame([row], columns=list(CASE_COLUMNS))
 
