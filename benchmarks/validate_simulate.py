@@ -10,7 +10,8 @@ most 10 %, worst at most 25 %; exposed-communication share within 0.05 absolute.
     python benchmarks/validate_simulate.py --reuse DIR     # predict again from the runs measured into DIR
     python benchmarks/validate_simulate.py --quick         # the calibration run and one small target only
 
-Measured runs use ``--kernel emulated:auto`` (a rate whose real arithmetic stays under half the modelled time,
+Measured runs use ``--kernel emulated:auto`` (a rate whose real arithmetic stays under a third of the modelled time,
+with 2 ms of room for the CPU scheduler;
 chosen per case and recorded as ``emulated_gflops``); the simulator models each case at that rate.
 """
 

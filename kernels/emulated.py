@@ -5,7 +5,7 @@ checkable, and then pads the block to the modelled duration. On 2-core machines 
 compete for the same cores, so this is how overlap, stragglers and topology effects are exercised honestly there.
 
 ``emulated:auto`` picks, per case and before timing, the highest rate at which this machine's real arithmetic stays
-under half the modelled time (ringbench.autorate).
+under a third of the modelled time, with room for the CPU scheduler (ringbench.autorate).
 
 ``modelled:GFLOPS`` skips the arithmetic altogether (outputs are zeros: nothing to check) and only takes the
 modelled time, so scale and memory experiments (long S, many ranks) run on small machines.
