@@ -69,6 +69,14 @@ def test_answers_block_heads_html_and_markdown(sweep):
     assert md.index(f"**{block[0]}**") < md.index("## Verdict")
 
 
+def test_a_culprit_hidden_by_overlap_is_named_in_the_headline_not_denied(real):
+    """The 8-rank run's slow hop costs nothing (double buffering hides it): the headline names it as hidden."""
+    block = answers(real, str(real.run.path))
+    assert "No straggler" not in block.headline
+    assert block.headline.startswith("hop 2 → 3 (link) is ") and "hidden behind compute" in block.headline
+    assert block.straggler.startswith("hop 2 → 3 (link)")
+
+
 def test_every_contents_link_has_its_anchor(sweep):
     content = build_content(sweep)
     html, md = render_html(content), render_markdown(content)
