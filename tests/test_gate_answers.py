@@ -41,3 +41,16 @@ def test_a_passing_gate_says_so_with_its_caveats(tmp_path):
     assert lines[1] == "all 1 case(s): no significant change beyond 5%"
     assert lines[2] == "caveats: 1 case(s) only in the current, not compared"
     assert lines[3] == "next: nothing to do: the gate passes"
+
+
+def test_too_few_samples_to_reach_alpha_is_inconclusive_never_a_pass(tmp_path):
+    """3 iterations a side: even a 70% slowdown cannot give p < 0.01, so the gate says so (exit 3), never PASS."""
+    cases = {"c0": ({"layout": "zigzag"}, lognormal_steps(cv=0.02, iterations=3, median_ms=100.0, seed=1))}
+    slow = {"c0": ({"layout": "zigzag"}, lognormal_steps(cv=0.02, iterations=3, median_ms=170.0, seed=2))}
+    result = compare(write_synthetic_run(tmp_path / "base", cases), write_synthetic_run(tmp_path / "cur", slow))
+    lines = answers_lines(result)
+    assert result.exit_code == 3 and result.too_few == 1 and not result.summary.significant
+    assert lines[0].startswith("INCONCLUSIVE: 1 of 1 cases have too few samples to reach p < 0.01 (5 or more")
+    assert lines[1].startswith("too few samples: (single case): ") and "on 3/3 (1/1 rep) samples" in lines[1]
+    assert lines[-1].startswith("next: rerun both sides with --iters 20")
+    assert render_markdown(result).startswith("### :warning: ringbench performance gate: INCONCLUSIVE")

@@ -97,7 +97,10 @@ def register(app: typer.Typer) -> None:
                 markdown.parent.mkdir(parents=True, exist_ok=True)
                 markdown.write_text(render_markdown(result))
         out = Output(json=json_output, quiet=quiet)
-        out.print(headline(result), style="bold red" if result.regressed else "bold green")
+        out.print(
+            headline(result),
+            style="bold red" if result.regressed else "bold yellow" if result.too_few else "bold green",
+        )
         out.print(render_table(result))
         for line in notes(result):
             out.note(line)

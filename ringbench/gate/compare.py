@@ -20,7 +20,14 @@ from ringbench.errors import UsageError
 from ringbench.gate.baseline import read_baseline
 from ringbench.gate.match import match_cases
 from ringbench.gate.samples import CaseSamples, SampleSet, sample_set_from_run
-from ringbench.gate.stats import case_statistics, geometric_mean, percentile_interval, pooled_median
+from ringbench.gate.stats import (
+    UNIT_REPEAT,
+    case_statistics,
+    geometric_mean,
+    percentile_interval,
+    pooled_median,
+    smallest_p_value,
+)
 from ringbench.gate.verdict import GateConfig, Verdict, decide
 from ringbench.store import load_run
 
@@ -98,8 +105,16 @@ class Comparison:
         return self.summary.regressions > 0
 
     @property
+    def too_few(self) -> int:
+        """Cases whose sample sizes cannot reach p < alpha: the gate cannot judge them."""
+        return sum(case.verdict == Verdict.TOO_FEW for case in self.cases)
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.regressed else 0
+        """1: a case regressed; 3: no regression, but some case could not be judged (too few samples); 0: pass."""
+        if self.regressed:
+            return 1
+        return 3 if self.too_few else 0
 
 
 def _case_rng(config: GateConfig, case: CaseSamples) -> np.random.Generator:
@@ -113,6 +128,10 @@ def _compare_case(baseline: CaseSamples, current: CaseSamples, config: GateConfi
     stats = case_statistics(base, cur, alpha=config.alpha, resamples=config.resamples, rng=_case_rng(config, current))
     ratio, p_value = float(stats.ratio), float(stats.p_value)
     verdict = Verdict(str(decide(ratio, p_value, alpha=config.alpha, max_regression=config.max_regression)))
+    units = (baseline.n_repeats, current.n_repeats) if stats.unit == UNIT_REPEAT else (
+        baseline.n_samples, current.n_samples)  # fmt: skip
+    if verdict == Verdict.NO_CHANGE and smallest_p_value(*units) >= config.alpha:
+        verdict = Verdict.TOO_FEW  # "no change" would be a claim this sample size cannot make
     result = CaseComparison(
         axes=dict(current.axes),
         case_id=current.case_ids[0],
@@ -144,7 +163,8 @@ def _summary(results: list[CaseComparison], log_ratios: list[np.ndarray], config
         geomean_ratio=point,
         ci_low=float(ci_low),
         ci_high=float(ci_high),
-        significant=bool(ci_low > 1.0 or ci_high < 1.0),
+        # The interval alone would call 3 vs 3 iterations "significant" where the test cannot: defer to the cases.
+        significant=bool(ci_low > 1.0 or ci_high < 1.0) and not any(r.verdict == Verdict.TOO_FEW for r in results),
         regressions=sum(r.verdict == Verdict.REGRESSION for r in results),
         improvements=sum(r.verdict == Verdict.IMPROVEMENT for r in results),
     )

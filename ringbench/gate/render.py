@@ -12,6 +12,7 @@ from rich.text import Text
 from ringbench.fmt import json_value, native
 from ringbench.gate.compare import CaseComparison, Comparison
 from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, case_label, varying_fields
+from ringbench.gate.stats import smallest_p_value
 from ringbench.gate.verdict import Verdict, describe_change
 
 JSON_FORMAT = "ringbench-compare"
@@ -22,6 +23,7 @@ _STYLE = {
     Verdict.IMPROVEMENT: "bold green",
     Verdict.NO_CHANGE: "",
     Verdict.NO_DATA: "yellow",
+    Verdict.TOO_FEW: "yellow",
 }
 
 
@@ -63,7 +65,22 @@ def headline(comparison: Comparison) -> str:
     rule = f"slowdown > {config.max_regression:.0%} with p < {config.alpha:g}"
     if comparison.regressed:
         return f"FAIL: {comparison.summary.regressions} of {comparison.summary.n_cases} cases regressed ({rule})"
+    if comparison.too_few:
+        others = comparison.summary.n_cases - comparison.too_few
+        return (
+            f"INCONCLUSIVE: {comparison.too_few} of {comparison.summary.n_cases} cases have too few samples to "
+            f"reach p < {config.alpha:g} ({min_samples(config.alpha)} or more iterations per side are needed)"
+            + (f"; none of the other {others} regressed" if others else "")
+        )
     return f"PASS: no case regressed ({rule}; {comparison.summary.n_cases} cases compared)"
+
+
+def min_samples(alpha: float) -> int:
+    """The fewest samples per side (equal sizes) at which the two-sided test can reach p < alpha."""
+    n = 1
+    while smallest_p_value(n, n) >= alpha:
+        n += 1
+    return n
 
 
 def summary_line(comparison: Comparison) -> str:
@@ -162,6 +179,12 @@ MAX_ANSWER_LINES = 10  # comparisons listed in the answers block; the table belo
 def _change_line(comparison: Comparison, case: CaseComparison) -> str:
     if case.verdict == Verdict.NO_DATA:
         return f"no data: {_label(comparison, case.axes)}: one side has no timed iteration"
+    if case.verdict == Verdict.TOO_FEW:
+        return (
+            f"too few samples: {_label(comparison, case.axes)}: {case.baseline_ms:.4g} → {case.current_ms:.4g} ms "
+            f"(ratio {case.ratio:.3f}) on {_n(case)} samples, where no result could reach p < "
+            f"{comparison.config.alpha:g}"
+        )
     return (
         f"{case.verdict.value}: {_label(comparison, case.axes)}: {describe_change(case.ratio, case.significant)}, "
         f"{case.baseline_ms:.4g} → {case.current_ms:.4g} ms (ratio {case.ratio:.3f} {_interval(case)}, "
@@ -195,6 +218,11 @@ def _next_step(comparison: Comparison) -> str:
                 "is unexpected, rerun both sides with --repeat 3"
             )
         return "rerun the current side and compare its run directory (a baseline file carries no spans)"
+    if comparison.too_few:
+        return (
+            f"rerun both sides with --iters {max(20, min_samples(comparison.config.alpha))} (or --repeat 3) and "
+            "compare again"
+        )
     if any(case.verdict == Verdict.NO_DATA for case in comparison.cases):
         return f"ringbench analyze {current.source}   (some cases have no timed iteration on one side)"
     if comparison.summary.improvements and current.kind == "run" and baseline.kind != "run":
@@ -206,7 +234,7 @@ def answers_lines(comparison: Comparison) -> list[str]:
     """The answers block of a comparison, in the shape that ends `ringbench run`: the headline (the gate's
     verdict), one line per comparison that matters (regressions first, then improvements, then cases without
     data), how many cases did not change, the caveats and the next command."""
-    order = {Verdict.REGRESSION: 0, Verdict.IMPROVEMENT: 1, Verdict.NO_DATA: 2}
+    order = {Verdict.REGRESSION: 0, Verdict.IMPROVEMENT: 1, Verdict.TOO_FEW: 2, Verdict.NO_DATA: 3}
     matters = sorted(
         (case for case in comparison.cases if case.verdict in order),
         key=lambda c: (order[c.verdict], -abs(c.ratio - 1.0) if c.ratio == c.ratio else 0.0),
@@ -230,7 +258,7 @@ def render_markdown(comparison: Comparison) -> str:
     """A PR comment: the answers block (headline, what changed, caveats, next), then the summary, notes, the case
     table, and how to read it."""
     level = f"{comparison.config.confidence:.0%} CI"
-    icon = ":x:" if comparison.regressed else ":white_check_mark:"
+    icon = ":x:" if comparison.regressed else ":warning:" if comparison.too_few else ":white_check_mark:"
     block = answers_lines(comparison)
     lines = [f"### {icon} ringbench performance gate: {block[0]}", ""]
     lines += [f"- {line}" for line in block[1:]]
@@ -241,7 +269,8 @@ def render_markdown(comparison: Comparison) -> str:
         f"| case | baseline ms | current ms | ratio [{level}] | change | p (unit) | n base/curr | verdict |",
         "|---|---:|---:|---:|---|---:|---:|---|",
     ]
-    order = {Verdict.REGRESSION: 0, Verdict.IMPROVEMENT: 1, Verdict.NO_CHANGE: 2, Verdict.NO_DATA: 3}
+    order = {Verdict.REGRESSION: 0, Verdict.IMPROVEMENT: 1, Verdict.TOO_FEW: 2, Verdict.NO_CHANGE: 3,
+             Verdict.NO_DATA: 4}  # fmt: skip
     for case in sorted(comparison.cases, key=lambda c: order[c.verdict]):
         verdict = f"**{case.verdict.value}**" if case.verdict != Verdict.NO_CHANGE else case.verdict.value
         lines.append(

@@ -91,6 +91,15 @@ def mann_whitney_p(baseline: np.ndarray, current: np.ndarray) -> np.ndarray:
     return np.asarray(mannwhitneyu(current, baseline, alternative="two-sided", axis=-1).pvalue, dtype=float)
 
 
+def smallest_p_value(n_baseline: int, n_current: int) -> float:
+    """The smallest two-sided Mann–Whitney p-value two samples of these sizes can give (complete separation,
+    no ties, exact test): 2 / C(n_baseline + n_current, n_baseline). When it is not below alpha, no data of that
+    size can show a change, however large."""
+    if n_baseline < 1 or n_current < 1:
+        return 1.0
+    return min(1.0, 2.0 / comb(n_baseline + n_current, n_baseline))
+
+
 def _bootstrap_medians(samples: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """Bootstrap replicates of the pooled median, shape (..., resamples).
 

@@ -33,6 +33,7 @@ class Verdict(str, Enum):
     IMPROVEMENT = "improvement"
     NO_CHANGE = "no change"
     NO_DATA = "no data"  # matched, but one side has no timed iteration (e.g. the case failed)
+    TOO_FEW = "too few samples"  # the test cannot reach p < alpha with this many samples, whatever they are
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
