@@ -169,7 +169,8 @@ def compare_axis(axis: str, cases: pd.DataFrame, samples: pd.DataFrame, judged: 
         if mean < 1:
             mean, low, high = 1 / mean, 1 / high, 1 / low
         note = ""
-        if axis == "buffer" and "double" in (faster, slower) and overlap.get("double") is not None:
+        hidden = overlap.get("double")
+        if axis == "buffer" and "double" in (faster, slower) and hidden is not None and hidden == hidden:
             note = f"double hides {number(100 * overlap['double'], '.0f')}% of the communication"
         out.append(Comparison(axis=axis, faster=faster, slower=slower, ratio=mean, low=low, high=high,
                               contexts=len(ratios), context=_shared_context(contexts, others), note=note))  # fmt: skip
@@ -185,7 +186,7 @@ def _shared_context(rows: list[pd.Series], others: list[str]) -> str:
     for axis in ("mask", "world", "kernel", "buffer", "layout", "dtype"):
         if axis in others and axis in frame and frame[axis].astype(str).nunique() == 1:
             value = frame[axis].iloc[0]
-            words.append(f"{value} ranks" if axis == "world" else str(value))
+            words.append((f"{value} rank" + ("s" if int(value) != 1 else "")) if axis == "world" else str(value))
     return ", ".join(words)
 
 
@@ -248,11 +249,28 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
     caveats = _caveats(analysis, label_line(analysis))
     target = run_dir or str(run.path)
     if len(summary) and not judged:
-        next_step = "ringbench run ... --kernel emulated:auto   (nothing here could be judged; see the caveats)"
+        next_step = _next_when_unjudged(analysis)
     else:
         next_step = f"ringbench report {target}   (then open reports/<run-id>/report.html)"
     return Answers(headline=headline, comparisons=tuple(comparisons), straggler=straggler, caveats=caveats,
                    next_step=next_step)  # fmt: skip
+
+
+def _next_when_unjudged(analysis) -> str:
+    """The fix of the reason that kept most cases from being judged (REASONS' third field), in one line."""
+    from collections import Counter
+
+    from ringbench.analysis.confidence import MIN_ITERATIONS, REASONS
+
+    confidence = analysis.confidence
+    counts = Counter(code for codes in confidence.get("reason_codes", ()) for code in (codes or ()))
+    if not counts:
+        return "ringbench analyze --json RUN_DIR   (nothing here could be judged; its inconclusive_reasons say why)"
+    code = counts.most_common(1)[0][0]
+    what, _, fix = REASONS[code]
+    if code == "iterations" and analysis.run.meta.get("source") == "profiler":
+        fix = f"capture {MIN_ITERATIONS} or more profiler steps per rank (a torch.profiler schedule) and import again"
+    return f"{fix}   (nothing here could be judged: {what})"
 
 
 MATERIAL_SHARE = 0.03  # a culprit heads the answers when it costs at least this share of its case's step

@@ -23,6 +23,7 @@ from ringbench.analysis.balance import balance_cases, balance_ranks
 from ringbench.analysis.confidence import (
     CONCLUSIVE,
     INCONCLUSIVE,
+    SATURATION_SHARE,
     case_confidence,
     inconclusive_cases,
     run_reasons,
@@ -211,8 +212,17 @@ def label_line(analysis: RunAnalysis) -> str | None:
     if analysis.simulated:
         parts.append("SIMULATED run: compute and links are modelled, nothing was measured")
     elif analysis.run.emulated:
-        parts.append("EMULATED compute: kernel durations are modelled, communication is real")
-        per_case = pd.to_numeric(analysis.run.cases.get("saturated_blocks", pd.Series(dtype=float)), errors="coerce")
+        links = analysis.run.meta.emulated_links
+        kernels = analysis.run.cases.get("emulated", pd.Series(dtype=bool))
+        compute = bool(kernels.fillna(False).astype(bool).any()) if len(kernels) else not links
+        if compute and links:
+            parts.append("EMULATED compute and links: kernel durations are modelled, link costs are injected delays")
+        elif links:
+            parts.append("EMULATED links: link costs are injected delays (a topology's), compute is real")
+        else:
+            parts.append("EMULATED compute: kernel durations are modelled, communication is real")
+        cases = analysis.run.cases
+        per_case = pd.to_numeric(cases.get("saturated_blocks", pd.Series(dtype=float)), errors="coerce")
         saturated = (
             int(per_case.sum())
             if per_case.notna().any()
@@ -220,10 +230,19 @@ def label_line(analysis: RunAnalysis) -> str | None:
                 analysis.run.meta.saturated_blocks(world) or 0 for world in analysis.run.meta.ranks()
             )
         )
-        if saturated:
+        per_calls = pd.to_numeric(cases.get("emulated_blocks", pd.Series(dtype=float)), errors="coerce")
+        calls = per_calls.sum()
+        within = bool(per_calls.notna().all() and (per_case.fillna(0) <= SATURATION_SHARE * per_calls).all())
+        if saturated and calls > 0 and within:
             parts.append(
-                f"{saturated} block(s) took longer than their modelled time (emulation saturated: real arithmetic "
-                "showed through; lower the emulated GFLOP/s or the shapes)"
+                f"{saturated} of {int(calls)} emulated block(s) took longer than their modelled time (under the "
+                f"{SATURATION_SHARE:.0%} that would make a case inconclusive)"
+            )
+        elif saturated:
+            of = f" of {int(calls)}" if calls > 0 else ""
+            parts.append(
+                f"{saturated}{of} block(s) took longer than their modelled time (emulation saturated: real "
+                "arithmetic showed through; lower the emulated GFLOP/s or the shapes)"
             )
     if analysis.faults:
         parts.append("injected faults: " + ", ".join(analysis.faults))

@@ -54,6 +54,20 @@ def _tidy(command) -> None:
         _tidy(sub)
 
 
+def _given(exc, args) -> str:
+    """`` (got VALUE)`` for a bad option value, from the command line (click's message does not repeat it)."""
+    param = getattr(exc, "param", None)
+    opts = getattr(param, "opts", None) or ()
+    argv = list(sys.argv[1:] if args is None else args)
+    for index, token in enumerate(argv):
+        for opt in opts:
+            if token == opt and index + 1 < len(argv):
+                return f" (got {argv[index + 1]!r})"
+            if opt.startswith("--") and token.startswith(opt + "="):
+                return f" (got {token[len(opt) + 1 :]!r})"
+    return ""
+
+
 class RingbenchGroup(TyperGroup):
     """Usage errors as one line with a hint (exit 2), in every command."""
 
@@ -63,8 +77,12 @@ class RingbenchGroup(TyperGroup):
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _USAGE_ERROR as exc:
             path = exc.ctx.command_path if exc.ctx is not None else "ringbench"
-            sys.stderr.write(f"error: {exc.format_message()} (see: {path} -h)\n")
-            code = exc.exit_code
+            message = exc.format_message()
+            if not message.strip():  # no command given: the help was printed, there is nothing to add
+                code = 0
+            else:
+                sys.stderr.write(f"error: {message}{_given(exc, args)} (see: {path} -h)\n")
+                code = exc.exit_code
         except typer.Abort:
             sys.stderr.write("interrupted\n")
             code = 130

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from ringbench.cli.common import JsonOption, Output, QuietOption, cli_errors
 
@@ -47,7 +48,8 @@ def _table(check) -> Table:
             f"{_ms(row.duration_median_ms)}/{_ms(row.duration_p90_ms)}",
             f"{_share(row.recorded_overlap)}/{_share(row.profiled_overlap)}",
             _ms(row.tolerance_ms),
-            ("[green]pass[/]" if row.passed else "[bold red]FAIL[/]") + ("" if row.p90_judged else "*"),
+            Text("pass" if row.passed else "FAIL", style="green" if row.passed else "bold red")
+            + ("" if row.p90_judged else "*"),
         )
     return table
 

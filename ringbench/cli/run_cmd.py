@@ -182,7 +182,12 @@ def register(app: typer.Typer) -> None:
             ),
         ] = [],  # noqa: B006
         no_fault: Annotated[
-            bool, typer.Option("--no-fault", help="Clear the scenario's faults.", rich_help_panel=RUN_PANEL)
+            bool,
+            typer.Option(
+                "--no-fault",
+                help="Clear the scenario's faults (those given with --fault are kept).",
+                rich_help_panel=RUN_PANEL,
+            ),
         ] = False,
         topology: TopologyOption = None,
         emulate_links: Annotated[

@@ -124,7 +124,8 @@ def register(app: typer.Typer) -> None:
         ] = [],  # noqa: B006
         iters: Annotated[int, typer.Option(help="Simulated iterations per case.", rich_help_panel=SIM_PANEL)] = 1,
         seed: Annotated[
-            Optional[int], typer.Option(help="Seed of the model's noise.", rich_help_panel=SIM_PANEL, show_default="0")
+            Optional[int],
+            typer.Option(help="Seed of the model's noise (>= 0).", min=0, rich_help_panel=SIM_PANEL, show_default="0"),
         ] = None,
         calibrate_from: Annotated[
             Optional[Path],

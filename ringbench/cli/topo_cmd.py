@@ -8,7 +8,9 @@ ringbench topo --topology cluster.yaml --json
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ringbench.cli.common import JsonOption, Output, QuietOption, TopologyOption, cli_errors, fail
 
@@ -32,9 +34,19 @@ NVML_HINT = (
 )
 
 
+def _style(label: str) -> str | None:
+    return CLASS_STYLES.get("NV" if label.startswith("NV") else label)
+
+
 def styled(label: str) -> str:
-    style = CLASS_STYLES.get("NV" if label.startswith("NV") else label)
-    return f"[{style}]{label}[/]" if style else label
+    """Rich markup for a console printed with markup on (recommend's lines)."""
+    style = _style(label)
+    return f"[{style}]{escape(label)}[/]" if style else escape(label)
+
+
+def styled_cell(label: str) -> Text:
+    """A table cell: styled text that prints the same with markup on or off."""
+    return Text(label, style=_style(label) or "")
 
 
 def link_table(topology) -> Table:
@@ -44,7 +56,7 @@ def link_table(topology) -> Table:
         table.add_column("class")
         table.add_column("pairs", justify="right")
         for label, count in sorted(topology.class_counts().items()):
-            table.add_row(styled(label), str(count))
+            table.add_row(styled_cell(label), str(count))
         return table
     table = Table(title=topology.describe())
     table.add_column("")
@@ -53,7 +65,7 @@ def link_table(topology) -> Table:
     table.add_column("NUMA", justify="right")
     for rank, row in enumerate(topology.label_matrix()):
         numa = topology.devices[rank].numa_node
-        cells = ["X" if label == "X" else styled(label) for label in row]
+        cells = ["X" if label == "X" else styled_cell(label) for label in row]
         table.add_row(topology.device_label(rank), *cells, "-" if numa is None else str(numa))
     return table
 
