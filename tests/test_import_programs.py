@@ -4,6 +4,7 @@ rotations) and ring-attention-pytorch (skipped when not installed), each on 4 lo
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -28,10 +29,12 @@ WORLD = 4
 PAD = "slow_rank_pad"
 
 
-def _hand_ring(worker_ctx, folder: str, iters: int, slow_rank: int, slow_ms: float, late_src: int, late_ms: float):
+def _hand_ring(worker_ctx, folder: str, iters: int, slow_rank: int, slow_ms: float, late_src: int, late_ms: float,
+               annotated: bool = True):  # fmt: skip
     """A ring written the plain way (P2P exchange posted before the block's SDPA, waited after), profiled with
-    a schedule so that iterations are ProfilerStep#N. Rank ``slow_rank`` pads each block (a slower kernel);
-    rank ``late_src`` posts its receive in time but its send ``late_ms`` late."""
+    a schedule so that iterations are ProfilerStep#N. Rank ``slow_rank`` pads each block (a slower kernel, in a
+    range named PAD; ``annotated=False``: a bare sleep no op records); rank ``late_src`` posts its receive in
+    time but its send ``late_ms`` late."""
     rank, world = worker_ctx.env.rank, worker_ctx.env.world
     q, k, v, _ = rank_shards(seed=0, batch=1, heads=2, head_dim=32, seq=256 * world, dtype="float32",
                              layout="contiguous", world=world, rank=rank)  # fmt: skip
@@ -57,7 +60,7 @@ def _hand_ring(worker_ctx, folder: str, iters: int, slow_rank: int, slow_ms: flo
                         )
                 F.scaled_dot_product_attention(q, block[0], block[1])
                 if rank == slow_rank:
-                    with record_function(PAD):
+                    with record_function(PAD) if annotated else contextlib.nullcontext():
                         time.sleep(slow_ms / 1e3)
                 for request in pending:
                     request.wait()
@@ -81,6 +84,16 @@ def test_slow_rank_in_a_profiled_program_is_named(tmp_path):
     launch_local(WORLD, _hand_ring, (str(tmp_path), 4, 2, 25.0, -1, 0.0), timeout_s=120)
     verdict = _analyze(tmp_path, str(tmp_path), "--compute-pattern", PAD)
     assert verdict["straggler_kind"] == "compute" and verdict["straggler_rank"] == 2, verdict
+
+
+@pytest.mark.slow
+def test_a_rank_busy_outside_every_op_is_named_not_its_link(tmp_path):
+    """A bare sleep after the attention op: the trace shows only the late completions of the rank's exchanges.
+    Their peers saw them complete long before, so the time is the rank's own, not a slow hop's."""
+    launch_local(WORLD, _hand_ring, (str(tmp_path), 4, 2, 25.0, -1, 0.0, False), timeout_s=120)
+    verdict = _analyze(tmp_path, str(tmp_path))
+    assert verdict["straggler_kind"] == "compute" and verdict["straggler_rank"] == 2, verdict
+    assert verdict["slow_hop"] is None, verdict
 
 
 @pytest.mark.slow

@@ -44,7 +44,13 @@ from ringbench.traces.rank_view import (
     merge_compute,
     ranges_hold,
 )
-from ringbench.traces.reconstruct import events_frame, rank_rows, ring_order
+from ringbench.traces.reconstruct import (
+    LATE_TAKE_SLACK_NS,
+    events_frame,
+    rank_rows,
+    ring_order,
+    settle_late_takes,
+)
 from ringbench.traces.trace_set import check_ranks, describe_file, find_trace_files
 
 SOURCE = "profiler"
@@ -268,7 +274,7 @@ def reconstruct(
     if not labels:
         raise UsageError("no iteration appears in every trace; pass traces captured over the same steps")
     numbers = _numbers(labels)
-    rows, origin = [], None
+    origin, all_windows, all_ex, all_comp = None, {}, {}, {}
     for rank in ranks:
         shift = clock.offsets_ns[rank.file.rank]
         index = {label: i for i, label in enumerate(rank.iterations.labels)}
@@ -281,10 +287,20 @@ def reconstruct(
                                  None if backward is None else backward + shift,
                                  int(rank.iterations.ends[i]) + shift)  # fmt: skip
         origin = min(origin if origin is not None else 1 << 62, *(w[0] for w in windows.values()))
-        ex = _shifted(rank.exchanges, shift, remap, ["post_ns", "start_ns", "send_end_ns", "recv_end_ns",
-                                                     "wait_start_ns", "wait_end_ns"])  # fmt: skip
-        comp = _shifted(rank.compute, shift, remap, ["order_ns", "start_ns", "end_ns"])
-        rows += rank_rows(rank.file.rank, ring, ex, comp, windows, world)
+        all_windows[rank.file.rank] = windows
+        all_ex[rank.file.rank] = _shifted(rank.exchanges, shift, remap, ["post_ns", "start_ns", "send_end_ns",
+                                          "recv_end_ns", "wait_start_ns", "wait_end_ns"])  # fmt: skip
+        all_comp[rank.file.rank] = _shifted(rank.compute, shift, remap, ["order_ns", "start_ns", "end_ns"])
+    if not any(r.kernels for r in ranks):  # host-side completions: a late take is the receiver's own time
+        slack = max(LATE_TAKE_SLACK_NS, int(clock.residual_ns or 0))
+        late = settle_late_takes(all_ex, all_comp, slack)
+        if late:
+            notes.append(f"{late} block(s) arrived well before their receiver took them: counted as the "
+                         "receiver's own time, not as transfer or wait")  # fmt: skip
+    rows = []
+    for rank in ranks:
+        r = rank.file.rank
+        rows += rank_rows(r, ring, all_ex[r], all_comp[r], all_windows[r], world)
     backward = any(r.backward_starts for r in ranks)
     case = _case(ranks[0].shape, world, ring, backward, _kernel_label(ranks))
     events = events_frame(rows, case["case_id"], origin)

@@ -121,6 +121,74 @@ def rank_rows(rank, ring, exchanges, compute, windows, world) -> list[dict]:
     return rows
 
 
+LATE_TAKE_SLACK_NS = 1_000_000  # completions observed this much later than the peer saw them were taken late
+
+
+def _partners(exchanges: dict[int, pd.DataFrame]) -> dict[tuple[int, int, str], tuple[int, int]]:
+    """(rank, row, "send"|"recv") -> (peer rank, peer row): the k-th send of a to b with the k-th receive of b
+    from a (posting order), as the clock alignment pairs them."""
+    sends, recvs = {}, {}
+    for rank, table in exchanges.items():
+        p2p = table[table["kind"] == "p2p"]
+        for dst, rows in p2p[p2p["dst"] >= 0].groupby("dst", sort=False):
+            sends[(rank, int(dst))] = list(rows.index)
+        for src, rows in p2p[p2p["src"] >= 0].groupby("src", sort=False):
+            recvs[(int(src), rank)] = list(rows.index)
+    out = {}
+    for (src, dst), rows in sends.items():
+        for send_row, recv_row in zip(rows, recvs.get((src, dst), []), strict=False):
+            out[(src, send_row, "send")] = (dst, recv_row)
+            out[(dst, recv_row, "recv")] = (src, send_row)
+    return out
+
+
+def settle_late_takes(exchanges: dict[int, pd.DataFrame], compute: dict[int, pd.DataFrame],
+                      slack_ns: int = LATE_TAKE_SLACK_NS) -> int:  # fmt: skip
+    """Host-side (CPU) traces show a P2P completion when the rank *observed* it (at its wait), not when the data
+    moved. On one clock, the peer's observation bounds the transfer: a receive is done once its sender saw the
+    send complete, a send once its receiver saw the block arrive. Each end is cut to that bound.
+
+    When a rank's exchange was done well before the rank observed it (more than ``slack_ns``), and its wait was
+    derived (no wait op), the rank did not wait all that time: it was busy with work no pattern names (a sleep,
+    Python, an unprofiled library) and took the block late. Its wait keeps only the time until the exchange was
+    done, moved to just before the take, and the compute span that ended last before the wait is stretched over
+    the rest: the ring waited for this rank, not for a link. Edits the
+    tables in place; returns how many exchanges were taken late."""
+    partners = _partners(exchanges)
+    observed = {rank: table[["send_end_ns", "recv_end_ns"]].copy() for rank, table in exchanges.items()}
+    late = 0
+    for rank, table in exchanges.items():
+        seen = observed[rank]
+        for index in table.index[table["kind"] == "p2p"]:
+            row = table.loc[index]
+            taken = float(np.nanmax([seen.at[index, "send_end_ns"], seen.at[index, "recv_end_ns"]]))
+            for direction, other in (("send", "recv_end_ns"), ("recv", "send_end_ns")):
+                partner = partners.get((rank, index, direction))
+                mine = seen.at[index, f"{direction}_end_ns"]
+                if partner is None or not np.isfinite(mine):
+                    continue
+                bound = float(observed[partner[0]].at[partner[1], other])
+                if np.isfinite(bound) and bound < mine:
+                    table.at[index, f"{direction}_end_ns"] = max(bound, float(row["start_ns"]))
+            done = float(np.nanmax([table.at[index, "send_end_ns"], table.at[index, "recv_end_ns"]]))
+            derived = not str(row["via"]).startswith("_c10d_functional::")
+            idle_from = float(row["wait_start_ns"]) if np.isfinite(row["wait_start_ns"]) else taken
+            if not derived or not np.isfinite(taken) or taken - max(done, idle_from) <= slack_ns:
+                continue
+            late += 1
+            # The rank waited (idle_from -> done, if at all) and was busy (done -> taken); in the record its own
+            # time comes first, as a ring step orders them (compute, then wait for the next block).
+            waited = max(0.0, done - idle_from)
+            table.at[index, "wait_start_ns"], table.at[index, "wait_end_ns"] = taken - waited, taken
+            spans = compute.get(rank)
+            if spans is None or not len(spans):
+                continue
+            before = spans[(spans["end_ns"] <= idle_from) & (spans["iteration"] == row["iteration"])]
+            if len(before):
+                spans.at[before["end_ns"].idxmax(), "end_ns"] = int(taken - waited)
+    return late
+
+
 def events_frame(rows: list[dict], case_id: str, origin_ns: int) -> pd.DataFrame:
     """Rows -> the events table: the case id, repeat 0, times relative to ``origin_ns``, schema column order."""
     events = pd.DataFrame(rows)
