@@ -151,3 +151,13 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
 def test_compute_pattern_must_be_a_regular_expression():
     with pytest.raises(UsageError, match="compute_pattern"):
         import_traces([GLOO], out="/nonexistent", compute_patterns=("(",))
+
+
+def test_simulate_calibrates_on_an_imported_ring(tmp_path):
+    """An imported record has no mask plan: its spans' own FLOPs calibrate the compute rate."""
+    document = json.loads(invoke("import", str(GLOO), "--out", str(tmp_path), "--json").stdout)
+    result = invoke("simulate", "--from", document["run_dir"], "--world", "8", "--seq", "4096", "--layout", "zigzag",
+                    "--buffer", "double", "--out", str(tmp_path / "sim"), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    simulated = json.loads(result.stdout)
+    assert simulated["simulated"] is True and simulated["cases"][0]["step_ms"] > 0

@@ -29,6 +29,7 @@ from ringbench.faults import parse_fault
 from ringbench.kernels.base import block_flops
 from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, KINDS, PHASES, Costs, LinkCost
 from ringbench.simulate.plans import pair_classes
+from ringbench.vocab import Layout, Mask
 
 MAX_SKEW_SAMPLES = 256
 NOISE_QUANTILES = 65
@@ -99,6 +100,9 @@ def _compute_table(run) -> pd.DataFrame:
         if spans.empty or str(row.get("buffer")) == "allgather":
             continue
         world, seq = int(row["world"]), int(row["seq"])
+        if str(row["mask"]) not in {m.value for m in Mask} or str(row["layout"]) not in {x.value for x in Layout}:
+            frames.append(_recorded_work(row, spans))  # an imported ring: no mask plan, each span's own FLOPs
+            continue
         classes = pair_classes(str(row["mask"]), str(row["layout"]), seq, world)
         index = classes.classify(spans["dst"].to_numpy(), spans["block"].to_numpy())
         rate = _case_rate(row)
@@ -116,6 +120,23 @@ def _compute_table(run) -> pd.DataFrame:
                     frame.loc[mask, f"gflop_{kind}"] = per_gflop * entries / 1e9
         frames.append(frame)
     return pd.concat(frames, ignore_index=True).fillna({f"gflop_{k}": 0.0 for k in KINDS})
+
+
+def _recorded_work(row, spans: pd.DataFrame) -> pd.DataFrame:
+    """Compute rows of a record without a mask plan (an imported trace): one call per span, its recorded FLOPs
+    counted as full-block work (the profiler saw the op's shapes, not which of its entries a mask skipped)."""
+    flops = pd.to_numeric(spans["flops"], errors="coerce").fillna(0.0).to_numpy()
+    if not (flops > 0).any():
+        raise UsageError(
+            f"case {row['case_id']}: its compute spans carry no FLOPs (the trace was recorded without shapes); "
+            "capture with record_shapes=True, or calibrate from a ringbench run"
+        )
+    rate = _case_rate(row)
+    return pd.DataFrame({"case_id": row["case_id"], "phase": spans["phase"].to_numpy(),
+                         "rank": spans["rank"].to_numpy(), "cls": 0,
+                         "ms": (spans["end_ns"] - spans["start_ns"]).to_numpy() / 1e6,
+                         "nominal": 1e3 / rate if rate else np.nan, "calls": 1.0,
+                         **{f"gflop_{kind}": flops / 1e9 if kind == "full" else 0.0 for kind in KINDS}})  # fmt: skip
 
 
 def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
