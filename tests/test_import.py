@@ -134,6 +134,9 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
         other / "r0-rank3.json.gz", lambda d: d.update(baseTimeNanoseconds=d["baseTimeNanoseconds"] + 3600 * 10**9)
     )
     assert "traces of different jobs" in _error(tmp_path, other)
+    later = _copy(tmp_path / "c2")  # one host shares one clock: a minute apart is another run, not clock skew
+    _rewrite(later / "r0-rank3.json.gz", lambda d: d.update(baseTimeNanoseconds=d["baseTimeNanoseconds"] + 60 * 10**9))
+    assert "traces of different jobs" in _error(tmp_path, later)
     assert "traces of different jobs" in _error(tmp_path, GLOO / "r0-rank0.json.gz", GPU[0])
     assert "no compute spans matched" not in _error(tmp_path, *GPU)  # no ring comes first
     plain = _copy(tmp_path / "d")

@@ -21,6 +21,8 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 # Traces of one job overlap in time; windows further apart than this are different jobs (or runs of one job).
 # Generous: the hosts' wall clocks may disagree by seconds before the import aligns them.
 SAME_JOB_GAP_S = 600.0
+# On one host the traces share a clock: the ranks of one run are profiled at the same time, give or take the start.
+SAME_HOST_GAP_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,14 +120,23 @@ def check_ranks(files: list[TraceFile], complete: bool = True) -> int:
     doubled = {rank: group for rank, group in by_rank.items() if len(group) > 1}
     if doubled:
         rank, group = sorted(doubled.items())[0]
-        raise UsageError(f"rank {rank} appears in {len(group)} traces ({_names(group)}); pass one trace per rank")
+        hint = (
+            " (ringbench run --profile writes one folder per case under profile/: pass one of them)"
+            if len({f.path.name for f in group}) == 1 else ""
+        )  # fmt: skip
+        raise UsageError(
+            f"rank {rank} appears in {len(group)} traces ({_names(group[:4])}{', ...' if len(group) > 4 else ''})"
+            f"; pass one trace per rank{hint}"
+        )
     strangers = sorted(r for r in by_rank if not 0 <= r < world)
     if strangers:
         raise UsageError(f"rank {strangers[0]} is outside world_size {world} ({_names(by_rank[strangers[0]])})")
     first, last = min(f.first_ns for f in files), max(f.last_ns for f in files)
     latest_start = max(f.first_ns for f in files)
     earliest_end = min(f.last_ns for f in files)
-    if latest_start - earliest_end > SAME_JOB_GAP_S * 1e9:
+    hosts = {f.host for f in files}
+    gap_limit_s = SAME_HOST_GAP_S if len(hosts) == 1 and "" not in hosts else SAME_JOB_GAP_S
+    if latest_start - earliest_end > gap_limit_s * 1e9:
         early = min(files, key=lambda f: f.last_ns)
         late = max(files, key=lambda f: f.first_ns)
         gap_s = (late.first_ns - early.last_ns) / 1e9
