@@ -164,3 +164,14 @@ def test_simulate_calibrates_on_an_imported_ring(tmp_path):
     assert result.exit_code == 0, result.output
     simulated = json.loads(result.stdout)
     assert simulated["simulated"] is True and simulated["cases"][0]["step_ms"] > 0
+
+
+def test_recommend_compares_with_the_ring_the_record_measured(tmp_path):
+    document = json.loads(invoke("import", str(GLOO), "--out", str(tmp_path), "--json").stdout)
+    cases_path = Path(document["run_dir"]) / "cases.parquet"
+    cases = pd.read_parquet(cases_path).assign(ring="0-2-1-3")  # as if the job had run that ring
+    cases.to_parquet(cases_path)
+    topology = Path(__file__).parent / "data" / "topology" / "nvlink_pairs_4gpu.yaml"
+    result = invoke("recommend", "--topology", str(topology), document["run_dir"], "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["current_order"] == [0, 2, 1, 3]

@@ -30,6 +30,15 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{styled(label)}×{count}" for label, count in sorted(counts.items()))
 
 
+def _run_ring(run_dir: Path) -> str | None:
+    """The ring the run measured (its cases' one ring order), to compare with; None when it varied or is absent."""
+    from ringbench.store import load_run
+
+    cases = load_run(run_dir).cases
+    rings = cases["ring"].dropna().astype(str).unique() if "ring" in cases else []
+    return str(rings[0]) if len(rings) == 1 else None
+
+
 def render(recommendation, topology, out) -> None:
     r = recommendation
     print_ = out.console.print if not out.quiet else (lambda *a, **k: None)
@@ -109,6 +118,9 @@ def register(app: typer.Typer) -> None:
 
         with cli_errors():
             loaded = resolve_topology(topology, run_dir)
+            if current is None and run_dir is not None:
+                ring = _run_ring(run_dir)
+                current = ring if ring is not None and len(ring.split("-")) == loaded.world else None
             if message_mib is not None:
                 if not message_mib > 0:
                     raise bad_value("message_mib", message_mib, "a number > 0")
