@@ -12,7 +12,12 @@ class UsageError(RingbenchError, ValueError):
 
 
 class RunFailure(RingbenchError):
-    """A run could not finish (a rank crashed, stalled or failed its check). The CLI exits with code 1."""
+    """A run could not finish (a rank crashed, stalled or failed its check). The CLI exits with code 1.
+    ``run_dir``: the results folder that keeps the cases finished before the failure, when there is one."""
+
+    def __init__(self, message: str, run_dir: str | None = None) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
 
 
 def bad_value(field: str, value: object, allowed: str) -> UsageError:

@@ -227,7 +227,8 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
                          device=device, on_item=on_item, case_names=[c.case_id for c in cases])  # fmt: skip
         except RunFailure as exc:
             folder.fail(str(exc))
-            raise RunFailure(f"{exc} [run {folder.run_dir}, {finished}/{total} cases kept]") from None
+            raise RunFailure(f"{exc} [run {folder.run_dir}, {finished}/{total} cases kept]",
+                             run_dir=str(folder.run_dir)) from None  # fmt: skip
         folder.meta.setdefault("launch_seconds", []).append(round(time.monotonic() - started, 3))
     folder.finish()
 

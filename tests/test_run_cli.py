@@ -132,14 +132,17 @@ def test_embedded_default_matches_the_shipped_file():
 def test_crash_ends_the_run_naming_rank_and_step(tmp_path):
     started = time.monotonic()
     result = _run(
-        "--world", "3", *SMALL, "--fault", "crash:1:1", "--timeout", "20", "--no-check", "--out", str(tmp_path)
-    )
+        "--world", "3", *SMALL, "--fault", "crash:1:1", "--timeout", "20", "--no-check", "--out", str(tmp_path),
+        "--json",
+    )  # fmt: skip
     elapsed = time.monotonic() - started
     assert result.exit_code == 1, result.output
-    assert "rank 1 died" in result.output and "fwd ring step 1" in result.output
+    assert "rank 1 died" in result.stderr and "fwd ring step 1" in result.stderr
     assert elapsed < 20  # well within the timeout: the dead process is noticed at once
     (run_dir,) = tmp_path.iterdir()
     assert "rank 1 died" in json.loads((run_dir / "meta.json").read_text())["failure"]
+    document = json.loads(result.stdout)  # --json still prints its one document, saying where and why
+    assert document["run_dir"] == str(run_dir) and "rank 1 died" in document["error"]
 
 
 def test_hang_ends_the_run_within_the_timeout(tmp_path):

@@ -239,6 +239,7 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOption = False,
     ) -> None:
         """Run rings across a sweep; write results/<run-id>/ (events, cases, metadata); print the answers."""
+        from ringbench.errors import RunFailure
         from ringbench.scenario import load_scenario
         from ringbench.store import load_run
         from ringbench.sweep import execute, recorded_scenario
@@ -279,10 +280,14 @@ def register(app: typer.Typer) -> None:
                         progress.console.print(case_line(row, done, total_cases), markup=False, highlight=False)
                     progress.update(task, completed=done)
 
-                state = execute(
-                    chosen, out=out_dir, resume=resume, trace=not no_trace, on_case=on_case, device=device,
-                    command=shlex.join(["ringbench", *sys.argv[1:]]), profile=profile, loopback=loopback,
-                )  # fmt: skip
+                try:
+                    state = execute(
+                        chosen, out=out_dir, resume=resume, trace=not no_trace, on_case=on_case, device=device,
+                        command=shlex.join(["ringbench", *sys.argv[1:]]), profile=profile, loopback=loopback,
+                    )  # fmt: skip
+                except RunFailure as exc:  # --json still gets its one document: where the kept cases are, and why
+                    out.emit({"run_dir": exc.run_dir, "error": str(exc), "cases": _kept_cases(exc.run_dir)})
+                    raise
             if state is None:  # a non-zero rank under torchrun / SLURM: rank 0 reports
                 return
             for note in state.notes:
@@ -304,6 +309,20 @@ def register(app: typer.Typer) -> None:
             if len(failed):
                 diag.print(f"error: {len(failed)} case(s) failed the correctness check", markup=False)
                 raise typer.Exit(1)
+
+
+def _kept_cases(run_dir: str | None) -> list[dict]:
+    """The cases a failed run finished before it stopped (its results folder), for the --json document."""
+    from ringbench.errors import RingbenchError
+    from ringbench.store import load_run
+
+    if run_dir is None:
+        return []
+    try:
+        cases = load_run(run_dir).cases
+    except (OSError, RingbenchError):
+        return []
+    return json_cases(cases) if len(cases) else []
 
 
 def _answers(run_data, run_dir):
