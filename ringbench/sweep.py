@@ -75,7 +75,7 @@ def execute(
     (an independent witness of the recorder: ``ringbench check-timeline``). ``loopback``: a 1-rank ring exchanges
     its blocks with itself (the one-device test of the transfer path).
     """
-    from ringbench.dist import gpu_shortage, launched_env, local_gpu_count
+    from ringbench.dist import launched_env
 
     folder = ResultsFolder.reopen(resume) if resume is not None else None
     if folder is not None:
@@ -88,14 +88,9 @@ def execute(
             raise UsageError("resume is not supported under torchrun/SLURM yet; start a new run (or resume locally)")
         if launched[1] not in scenario.world:  # the launcher decides the ring size
             scenario = dataclasses.replace(scenario, world=(launched[1],))
-    scenario.validate()
+    settings = preflight(scenario, device=device, loopback=loopback, trace=trace, launched=launched)
     cases = [case for case in scenario.cases() if launched is None or case.world == launched[1]]
     cases, skipped = _runnable(cases, device, launched)
-    if loopback and any(case.world != 1 for case in cases):
-        raise UsageError(f"loopback=True is not allowed with world={list(scenario.world)}; expected world 1")
-    if launched is None and device == "cuda" and local_gpu_count() < max(scenario.world):
-        raise gpu_shortage(max(scenario.world), local_gpu_count())  # before spawning anything
-    settings = RunSettings.of(scenario, trace=trace, loopback=loopback)
     if launched is not None:
         return _execute_launched(scenario, cases, settings, out=out, command=command, on_case=on_case,
                                  device=device, profile=profile)  # fmt: skip
@@ -112,6 +107,24 @@ def execute(
     settings = _with_auto_rate(settings, folder, scenario, cases, device)
     _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device)
     return folder
+
+
+def preflight(scenario: Scenario, *, device: str | None = None, loopback: bool = False, trace: bool = True,
+              launched=None) -> RunSettings:  # fmt: skip
+    """Every check a run makes before it starts anything (UsageError, one line): the scenario, the device, the
+    loopback's world, GPUs enough for the ranks, the faults a run can inject. The CLI calls it before it prints
+    anything, and ``execute`` again (a library caller may not have)."""
+    from ringbench.dist import gpu_shortage, local_gpu_count
+    from ringbench.errors import bad_value
+
+    scenario.validate()
+    if device not in (None, "cpu", "cuda"):
+        raise bad_value("device", device, "cpu or cuda")
+    if loopback and any(world != 1 for world in scenario.world):
+        raise UsageError(f"loopback=True is not allowed with world={list(scenario.world)}; expected world 1")
+    if launched is None and device == "cuda" and local_gpu_count() < max(scenario.world):
+        raise gpu_shortage(max(scenario.world), local_gpu_count())  # before spawning anything
+    return RunSettings.of(scenario, trace=trace, loopback=loopback)
 
 
 def _runnable(cases: list[Case], device: str | None, launched) -> tuple[list[Case], dict[str, str]]:

@@ -242,7 +242,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.errors import RunFailure
         from ringbench.scenario import load_scenario
         from ringbench.store import load_run
-        from ringbench.sweep import execute, recorded_scenario
+        from ringbench.sweep import execute, preflight, recorded_scenario
 
         out = Output(json=json_out, quiet=quiet)
         with cli_errors():
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
             if no_fault:  # the scenario's faults go; those given with --fault stay
                 chosen = dataclasses.replace(chosen, faults=tuple(fault))
-            chosen.validate()
+            preflight(chosen, device=device, loopback=loopback, trace=not no_trace)  # nothing printed before it
             cases = chosen.cases()
             total = len(cases) * chosen.repeat
             emulated = any(c.emulated for c in cases) or chosen.emulate_links
