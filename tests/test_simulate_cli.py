@@ -136,3 +136,7 @@ def test_a_bounded_record_is_analysed_without_per_rank_balance(tmp_path):
     summary = analyze(run).summary
     bounded = summary[summary["case_id"].isin(run.meta.bounded_cases)]
     assert len(bounded) and bounded["imbalance"].isna().all()
+    rows = run.cases.drop_duplicates("case_id").set_index("case_id")  # the figures are the simulator's, every rank
+    for figure in ("step_ms", "exposed_comm_frac"):
+        expected = bounded["case_id"].map(rows[figure]).to_numpy(float)
+        assert bounded[figure].to_numpy(float) == pytest.approx(expected), figure

@@ -150,7 +150,7 @@ def analyze(run: RunData) -> RunAnalysis:
     balance = balance_cases(ranks, events, cases)
     if bounded and len(balance) and "case_id" in balance:
         balance = balance[~balance["case_id"].astype(str).isin(bounded)]
-    summary = _summary(events, cases, figures, confidence, blame, per_case, balance)
+    summary = _summary(events, cases, figures, confidence, blame, per_case, balance, bounded)
     return RunAnalysis(
         run=run,
         transfers=xfers,
@@ -170,7 +170,7 @@ def analyze(run: RunData) -> RunAnalysis:
     )
 
 
-def _summary(events, cases, figures, confidence, blame, per_case, balance) -> pd.DataFrame:
+def _summary(events, cases, figures, confidence, blame, per_case, balance, bounded=frozenset()) -> pd.DataFrame:
     ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
     out = pd.DataFrame({"case_id": pd.Series(ids, dtype=object)})
     if not cases.empty:
@@ -185,9 +185,11 @@ def _summary(events, cases, figures, confidence, blame, per_case, balance) -> pd
     out = out.merge(measured, on="case_id", how="left")
     if not cases.empty:
         stored = cases.assign(case_id=cases["case_id"].astype(str)).drop_duplicates("case_id").set_index("case_id")
+        whole = out["case_id"].isin(bounded)  # bounded records: the simulator's row saw every rank, the events not
         for column in measured.columns.drop("case_id"):
             if column in stored:
-                out[column] = out[column].fillna(out["case_id"].map(stored[column]))
+                from_row = out["case_id"].map(stored[column])
+                out[column] = out[column].where(~whole, from_row).fillna(from_row)
     per_case = per_case.drop(columns=["buffer", "iteration_ms", "exposed_ms", "exposed_comm_frac"])
     per_case = per_case.drop(columns=[c for c in per_case.columns if c.startswith("exposed_comm_frac")])
     for table in (confidence, blame, per_case, balance.drop(columns="world")):
