@@ -97,7 +97,10 @@ def notes(comparison: Comparison) -> list[str]:
     """Warnings a reader must see: emulated timings, timings the confidence check does not trust (saturated
     emulation, disagreeing clocks), injected faults, allowed mismatches, one-sided cases."""
     lines = []
-    if comparison.baseline.emulated or comparison.current.emulated:
+    sides = (comparison.baseline, comparison.current)
+    if any(side.kind == "run" and side.meta.get("simulated") for side in sides):
+        lines.append("SIMULATED: step times are a model's prediction, nothing was measured")
+    elif any(side.emulated for side in sides):
         lines.append("EMULATED compute: step times are modelled, not measured arithmetic")
     for name, side in (("baseline", comparison.baseline), ("current", comparison.current)):
         for caveat in side.caveats:
@@ -194,7 +197,9 @@ def _change_line(comparison: Comparison, case: CaseComparison) -> str:
 
 def _caveats(comparison: Comparison) -> str:
     parts = []
-    if comparison.baseline.emulated or comparison.current.emulated:
+    if any(side.kind == "run" and side.meta.get("simulated") for side in (comparison.baseline, comparison.current)):
+        parts.append("SIMULATED (step times are a model's prediction)")
+    elif comparison.baseline.emulated or comparison.current.emulated:
         parts.append("EMULATED compute (step times are modelled)")
     for name, side in (("baseline", comparison.baseline), ("current", comparison.current)):
         if side.caveats:

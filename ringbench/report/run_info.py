@@ -40,6 +40,8 @@ def _run_table(run: RunData) -> Table:
     scenario = meta.scenario or {}
     if meta.get("scenario_source") or scenario.get("name"):
         described = f" — {scenario['description']}" if scenario.get("description") else ""
+        if meta.get("simulated"):  # the scenario named the sweep's axes; nothing of it ran
+            described = " — its sweep axes, SIMULATED (the scenario's words about ranks and compute do not apply)"
         rows.append(["scenario", f"{scenario.get('name') or meta.get('scenario_source')}{described}"])
     for key, title in (("created", "created"), ("finished", "finished"), ("command", "command")):
         if meta.get(key):

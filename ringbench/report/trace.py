@@ -74,8 +74,10 @@ def _cap(events: pd.DataFrame, max_events: int) -> tuple[pd.DataFrame, bool]:
     return events[index.isin(keep)], True
 
 
-def build_trace(events: pd.DataFrame, xfers: pd.DataFrame, run_id: str, max_events: int = DEFAULT_MAX_EVENTS) -> str:
-    """The trace as a JSON string (see the module docstring); ``xfers`` is critical_path.transfers(events)."""
+def build_trace(events: pd.DataFrame, xfers: pd.DataFrame, run_id: str, max_events: int = DEFAULT_MAX_EVENTS,
+                label: dict | None = None) -> str:  # fmt: skip
+    """The trace as a JSON string (see the module docstring); ``xfers`` is critical_path.transfers(events);
+    ``label``: where the record came from and what was modelled (source, simulated, emulated), into otherData."""
     events, capped = _cap(events, max_events)
     ev = _slices(events)
     procs, labels = _processes(ev)
@@ -86,7 +88,8 @@ def build_trace(events: pd.DataFrame, xfers: pd.DataFrame, run_id: str, max_even
     ev = ev.sort_values(["pid", "tid", "start", "end"], kind="stable").reset_index(drop=True)
     parts = [_span_records(ev), _step_marks(ev), *_flows(xfers, ev)]
     body = ",".join(part for part in parts if part)
-    other = {"capped": capped, "max_events": max_events, "run_id": run_id, "source": "ringbench", "cases": labels}
+    other = {"capped": capped, "max_events": max_events, "run_id": run_id, "source": "ringbench",
+             **(label or {}), "cases": labels}  # fmt: skip
     head = json.dumps(_metadata(procs, tracks))[1:-1]
     return (
         '{"displayTimeUnit": "ms", "otherData": '
