@@ -37,7 +37,9 @@ def numerics_table(cases: pd.DataFrame) -> pd.DataFrame:
         bwd_max_abs_err=("bwd_max_abs_err", "max"),
         passed=("passed", lambda s: bool(pd.Series(s).fillna(True).astype(bool).all())),
     )
-    return out.reset_index().astype({"world": "int64", "checked": "int64"})[NUMERICS_COLUMNS]
+    out = out.reset_index().astype({"world": "int64", "checked": "int64"})
+    out["passed"] = out["passed"].astype(object).where(out["checked"] > 0, None)  # nothing checked: no verdict
+    return out[NUMERICS_COLUMNS]
 
 
 def worst_error(cases: pd.DataFrame) -> pd.DataFrame:
