@@ -76,6 +76,10 @@ QuietOption = Annotated[
     typer.Option("--quiet", "-q", help="Print only errors (and the JSON document with --json).",
                  rich_help_panel=OUTPUT_PANEL),
 ]  # fmt: skip
+QuietPathOption = Annotated[  # commands without --json
+    bool,
+    typer.Option("--quiet", "-q", help="Print only errors.", rich_help_panel=OUTPUT_PANEL),
+]  # fmt: skip
 TopologyOption = Annotated[
     Optional[Path],
     typer.Option("--topology", "-t", metavar="FILE",

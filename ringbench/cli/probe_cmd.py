@@ -66,7 +66,7 @@ def _render(result, run_dir: Path, out) -> None:
         f"latency {lat.min():,.1f}-{lat.max():,.1f} us (median {float(np.median(lat)):,.1f}); "
         f"bandwidth {bw.min():.3g}-{bw.max():.3g} GB/s"
     )
-    out.print(f"wrote {run_dir}/ (meta.json, probe.parquet, probe_heatmap.png)")
+    out.progress(f"wrote {run_dir}/ (meta.json, probe.parquet, probe_heatmap.png)")
     out.print(f"next: ringbench recommend {run_dir}")
 
 

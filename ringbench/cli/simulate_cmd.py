@@ -237,7 +237,7 @@ def register(app: typer.Typer) -> None:
         section = scale_section(outcome.scale)
         if section is not None:
             output.print("\n".join(line for line in render_section(section) if not line.startswith(("<a id", "!["))))
-        output.print(f"wrote {outcome.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json) -- SIMULATED")
+        output.progress(f"wrote {outcome.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json) -- SIMULATED")
         output.emit(json_document(outcome))
 
 
