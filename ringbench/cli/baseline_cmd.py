@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ringbench.cli.common import CONTEXT_SETTINGS, Output, QuietPathOption, cli_errors
+from ringbench.cli.common import CONTEXT_SETTINGS, Output, PlainQuietOption, cli_errors
 
 baseline_app = typer.Typer(
     name="baseline",
@@ -25,7 +25,7 @@ baseline_app = typer.Typer(
 def save(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/<run-id>).")],
     path: Annotated[Path, typer.Argument(help="The baseline file to write (JSON), e.g. baselines/ring.json.")],
-    quiet: QuietPathOption = False,
+    quiet: PlainQuietOption = False,
 ) -> None:
     """Write RUN_DIR's must-match metadata, case axes and per-iteration samples to PATH."""
     from ringbench.gate.baseline import write_baseline

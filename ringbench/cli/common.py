@@ -76,7 +76,7 @@ QuietOption = Annotated[
     typer.Option("--quiet", "-q", help="Print only errors (and the JSON document with --json).",
                  rich_help_panel=OUTPUT_PANEL),
 ]  # fmt: skip
-QuietPathOption = Annotated[  # commands without --json
+PlainQuietOption = Annotated[  # commands without --json
     bool,
     typer.Option("--quiet", "-q", help="Print only errors.", rich_help_panel=OUTPUT_PANEL),
 ]  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ringbench.cli.common import OUTPUT_PANEL, Output, QuietPathOption, cli_errors
+from ringbench.cli.common import OUTPUT_PANEL, Output, PlainQuietOption, cli_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[
             Path, typer.Option("--out", help="Parent folder of the report folder.", rich_help_panel=OUTPUT_PANEL)
         ] = Path("reports"),
-        quiet: QuietPathOption = False,
+        quiet: PlainQuietOption = False,
     ) -> None:
         from ringbench.report import write_report
         from ringbench.store import load_run
