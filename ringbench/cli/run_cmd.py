@@ -37,7 +37,7 @@ from ringbench.cli.common import (
 from ringbench.fmt import json_value, number
 from ringbench.scenario import DEFAULT_SCENARIO
 
-AXES_PANEL = "Sweep axes (repeatable; the cartesian product is run; defaults of a run without a scenario file)"
+AXES_PANEL = "Sweep axes (repeatable; defaults: without a scenario file)"
 RUN_PANEL = "Run settings"
 SHOWN_AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel",
               "impl")  # fmt: skip
