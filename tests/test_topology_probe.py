@@ -26,7 +26,7 @@ def probe_run(tmp_path_factory):
     """One emulated probe on 3 ranks, through the CLI with --json (the slow part of this file: one launch)."""
     out = tmp_path_factory.mktemp("probe")
     result = invoke(
-        "probe", "--world", "3", "--sizes", "8,16KiB", "--repeat", "3", "--timeout", "30",
+        "probe", "--world", "3", "--sizes", "8,16KiB", "--round-trips", "3", "--timeout", "30",
         "--out", str(out), "--topology", str(SLOW_PAIR), "--emulate-links", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -115,7 +115,7 @@ def test_sizes_parse():
         (["--sizes", "8,lots"], "sizes="),
         (["--sizes", "0"], "sizes="),
         (["--world", "1"], "world=1"),
-        (["--repeat", "0"], "repeats=0"),
+        (["--round-trips", "0"], "round_trips=0"),
         (["--timeout", "0"], "timeout=0"),
         (["--topology", "no-such-topology.yaml", "--emulate-links"], "no-such-topology.yaml"),
         (["--topology", str(SLOW_PAIR), "--emulate-links", "--world", "4"], "world=4"),

@@ -1,7 +1,7 @@
 """`ringbench probe`: latency and bandwidth of every ordered pair of ranks, saved as a run with its topology.
 
 ringbench probe                                       # 2 local ranks (gloo on CPU, NCCL with a GPU per rank)
-ringbench probe --world 4 --sizes 8,64KiB,4MiB --repeats 9
+ringbench probe --world 4 --sizes 8,64KiB,4MiB --round-trips 9
 ringbench probe --emulate-links cluster.yaml          # the YAML topology's link costs injected as delays
 torchrun --nproc-per-node 8 -m ringbench probe        # the launched group (RANK / WORLD_SIZE set)
 ringbench recommend results/<run-id>                  # then: the ring order for the measured topology
@@ -54,7 +54,7 @@ def _render(result, run_dir: Path, out) -> None:
     where = f"emulated links from {result.emulated_from}" if result.emulated_from else f"{result.backend}"
     out.print(
         f"probe: {result.world} ranks ({result.launcher}, {where}); sizes {sizes}; "
-        f"{result.repeats} repeats per pair and size; {result.elapsed_s:.1f} s"
+        f"{result.repeats} round trips per pair and size; {result.elapsed_s:.1f} s"
     )
     if result.world <= MAX_MATRIX_COLUMNS:
         out.print(_matrix_table("latency, us (half round trip, median)", result.latency_us, "{:,.1f}"))
@@ -83,7 +83,9 @@ def register(app: typer.Typer) -> None:
         sizes: Annotated[
             str, typer.Option(help="Message sizes: smallest gives latency, largest bandwidth (e.g. 8,64KiB,1MiB).")
         ] = "8,64KiB,1MiB",
-        repeat: Annotated[int, typer.Option(help="Timed round trips per pair and size (median kept).")] = 5,
+        round_trips: Annotated[
+            int, typer.Option("--round-trips", help="Timed round trips per pair and size (median kept).")
+        ] = 5,
         timeout: Annotated[float, typer.Option(help=TIMEOUT_HELP)] = DEFAULT_TIMEOUT_S,
         topology: TopologyOption = None,
         emulate_links: Annotated[
@@ -110,7 +112,7 @@ def register(app: typer.Typer) -> None:
             if emulate_links and topology is None:
                 raise bad_value("emulate_links", True, "only together with --topology FILE")
             result = run_probe(
-                world, sizes=sizes, repeats=repeat, timeout_s=timeout, device=device,
+                world, sizes=sizes, repeats=round_trips, timeout_s=timeout, device=device,
                 emulate_links=str(topology) if emulate_links else None,
             )  # fmt: skip
             if result is None:  # a non-zero rank of a torchrun / SLURM launch: rank 0 writes

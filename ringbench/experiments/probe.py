@@ -101,7 +101,7 @@ class ProbeSpec:
     def validate(self) -> ProbeSpec:
         parse_sizes(list(self.sizes))
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise bad_value("repeats", self.repeats, "an integer >= 1")
+            raise bad_value("round_trips", self.repeats, "an integer >= 1")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise bad_value("warmup", self.warmup, "an integer >= 0")
         ok = isinstance(self.timeout_s, (int, float)) and not isinstance(self.timeout_s, bool)
