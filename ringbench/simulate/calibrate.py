@@ -386,6 +386,15 @@ def calibrate(run) -> Calibration:
     if slow:
         cal.excluded.append(f"ranks {sorted(slow)} (injected slow-rank / slow-host faults): not in the compute fit")
     fit_table = table[~table["rank"].isin(slow)]
+    kernels = run.cases.drop_duplicates("case_id").set_index("case_id").get("emulated")
+    if kernels is not None and kernels.fillna(False).astype(bool).nunique() > 1:
+        # One machine model per calibration: real kernels run at the machine's rate, emulated ones at the model's.
+        modelled = set(kernels[kernels.fillna(False).astype(bool)].index.astype(str))
+        real = fit_table.loc[~fit_table["case_id"].astype(str).isin(modelled), "case_id"].nunique()
+        cal.excluded.append(f"{real} case(s) with real kernels: not in the compute fit (the run mixes real and "
+                            "emulated compute; the fit follows the emulated cases)")  # fmt: skip
+        fit_table = fit_table[fit_table["case_id"].astype(str).isin(modelled)]
+        table = table[table["case_id"].astype(str).isin(modelled)]
     saturated = _saturated_cases(run)
     if saturated and len(saturated) < fit_table["case_id"].nunique():
         cal.excluded.append(f"{len(saturated)} case(s) with saturated emulated blocks: not in the compute fit "
