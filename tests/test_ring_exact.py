@@ -22,13 +22,14 @@ def test_every_variant_is_exact(world):
 
 
 def test_eight_ranks():
+    # float64 at 8 ranks (every mask, layout, buffer, and three orders for causal); float32's tolerance is held at
+    # 1 to 4 ranks above and on the odd shapes below.
     cases = [
-        CheckCase(mask=m, layout=lay, buffer=b, order=o, dtype=d, seq_per_rank=4)
+        CheckCase(mask=m, layout=lay, buffer=b, order=o, dtype="float64", seq_per_rank=4)
         for m in ("causal", "causal-naive", "none")
         for lay in ("contiguous", "zigzag", "striped")
         for b in ("sync", "double", "allgather")
         for o in ("identity", "stride:3", "random:1")
-        for d in ("float64", "float32")
         if not (m != "causal" and o != "identity")
     ]
     _assert_exact(cases, run_selfcheck(8, cases))
