@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ringbench.record.store import load_run
 from ringbench.simulate import SimConfig, write_simulated_run
-from ringbench.store import load_run
 
 
 def main() -> None:

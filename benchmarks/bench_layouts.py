@@ -17,8 +17,8 @@ import time
 import numpy as np
 import torch
 
-from ringbench.scenario import Scenario
-from ringbench.sweep import execute
+from ringbench.rank.scenario import Scenario
+from ringbench.run.sweep import execute
 
 
 def single_process(seq: int, heads: int, head_dim: int, iters: int) -> list[float]:

@@ -7,8 +7,8 @@ Default mode runs `ringbench run ... --json` per point, with and without --check
 `peak_mem_mb` (max over ranks; CPU: peak RSS of each rank process, CUDA: torch.cuda.max_memory_allocated).
 
 ``--direct`` needs no runner: one fresh process per point plays one rank (one thread, rank 0). It builds that rank's inputs with
-ringbench.inputs.rank_shards (and, with the check, holds zero out/dq/dk/dv of the same shape and runs
-ringbench.reference.check_errors under ``--budget-s``), then reports its peak RSS (getrusage ru_maxrss). ``--old``
+ringbench.engine.inputs.rank_shards (and, with the check, holds zero out/dq/dk/dv of the same shape and runs
+ringbench.engine.reference.check_errors under ``--budget-s``), then reports its peak RSS (getrusage ru_maxrss). ``--old``
 adds the previous approach for comparison: every rank draws the full (B, H, S, D) q, k, v, dout and slices its
 shard. "floor" is the RSS after imports and a warm-up, before any input exists; "above floor" is peak - floor.
 The target: (2N, 2S) / (N, S) <= 1.10 without the check and <= 1.25 with it.
@@ -36,11 +36,11 @@ def child(config: dict) -> dict:
     """One rank's inputs (and check) in this process; returns its peak RSS in MB."""
     import torch
 
-    from ringbench.inputs import rank_shards
-    from ringbench.layout import shard
-    from ringbench.reference import check_errors
+    from ringbench.engine.inputs import rank_shards
+    from ringbench.engine.layout import shard
+    from ringbench.engine.reference import check_errors
 
-    torch.set_num_threads(1)  # as a local rank runs (ringbench.launch)
+    torch.set_num_threads(1)  # as a local rank runs (ringbench.run.launch)
     torch.zeros(64, 64) @ torch.zeros(64, 64)  # warm-up: thread pools and allocator exist before the floor
     floor = _rss_mb()
     shape = dict(batch=config["batch"], heads=config["heads"], head_dim=config["head_dim"])

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from ringbench.scenario import Scenario
-from ringbench.sweep import execute
+from ringbench.rank.scenario import Scenario
+from ringbench.run.sweep import execute
 
 
 def main() -> None:

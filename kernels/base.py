@@ -121,7 +121,7 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 class MaskTensors:
     """Device-resident tensors derived from block masks, built on first use and reused afterwards.
 
-    Plans are cached for the whole run (``ringbench.plan.pair_plan``), so the same BlockMask object comes back at
+    Plans are cached for the whole run (``ringbench.engine.plan.pair_plan``), so the same BlockMask object comes back at
     every ring step of every iteration. Rebuilding its bias from the CPU bool tensor each time would cost
     allocations, kernels and a host-to-device copy per block. Entries are keyed by ``id(mask)`` and hold a
     reference to the mask, so the id cannot be reused by another object while its entry lives. A kernel owns one

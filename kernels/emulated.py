@@ -5,7 +5,7 @@ checkable, and then pads the block to the modelled duration. On 2-core machines 
 compete for the same cores, so this is how overlap, stragglers and topology effects are exercised honestly there.
 
 ``emulated:auto`` picks, per case and before timing, the highest rate at which this machine's real arithmetic stays
-under a third of the modelled time, with room for the CPU scheduler (ringbench.autorate).
+under a third of the modelled time, with room for the CPU scheduler (ringbench.rank.autorate).
 
 ``modelled:GFLOPS`` skips the arithmetic altogether (outputs are zeros: nothing to check) and only takes the
 modelled time, so scale and memory experiments (long S, many ranks) run on small machines.
@@ -13,7 +13,7 @@ modelled time, so scale and memory experiments (long S, many ranks) run on small
 Both are labelled emulated in every output. The padding acts where the work runs (``Pacer``):
   * CPU: the host sleeps until the modelled end (the host is the compute lane); a block whose arithmetic alone
     took longer than the modelled time is *saturated* (counted, reported).
-  * CUDA: a calibrated spin is enqueued on the compute stream (ringbench.spin) for the modelled time minus the
+  * CUDA: a calibrated spin is enqueued on the compute stream (ringbench.kernels.spin) for the modelled time minus the
     arithmetic's own time, measured with events in the previous iteration; after each iteration ``settle``
     resolves those events, updates the estimates and counts saturated blocks. The host never waits.
 """
@@ -27,8 +27,8 @@ import torch
 
 from ringbench.errors import bad_value
 from ringbench.kernels.base import BlockKernel, BlockMask, block_flops, stats_dtype
+from ringbench.kernels.spin import spin
 from ringbench.kernels.torch_sdpa import TorchSdpaKernel
-from ringbench.spin import spin
 
 PAD_LABEL = "ringbench:emulated pad"  # the profiler sees the modelled wait under this name (check-timeline)
 
@@ -152,14 +152,14 @@ class EmulatedKernel(BlockKernel):
 
 class AutoRate(BlockKernel):
     """``emulated:auto`` before calibration: the runner measures this machine and replaces it with
-    ``EmulatedKernel(rate)`` (ringbench.autorate); it computes nothing itself."""
+    ``EmulatedKernel(rate)`` (ringbench.rank.autorate); it computes nothing itself."""
 
     name = "emulated:auto"
     emulated = True
     auto = True
 
     def forward(self, q, k, v, mask, scale):
-        raise RuntimeError("emulated:auto must be calibrated (ringbench.autorate) before it computes")
+        raise RuntimeError("emulated:auto must be calibrated (ringbench.rank.autorate) before it computes")
 
     backward = forward
 

@@ -5,8 +5,8 @@ Library use (inside any torch.distributed program)::
     from ringbench import ring_attention, shard, unshard
 """
 
-from ringbench.api import build_context, reference_attention, ring_attention
-from ringbench.layout import shard, token_positions, unshard
+from ringbench.engine.api import build_context, reference_attention, ring_attention
+from ringbench.engine.layout import shard, token_positions, unshard
 from ringbench.orders import parse_order
 from ringbench.vocab import Buffer, Layout, Mask
 

@@ -1,6 +1,6 @@
 """The annotations ringbench puts in a profiler capture (`run --profile`), which the trace readers look for.
 
-The capture (ringbench/profiling.py) writes them with ``record_function``; check-timeline and the importer find
+The capture (ringbench/rank/profiling.py) writes them with ``record_function``; check-timeline and the importer find
 the profiled iteration and each ring step by them. They only say *which* iteration or step an op belongs to: the
 times compared are always the profiler's own op and kernel timestamps.
 """

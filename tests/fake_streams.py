@@ -12,7 +12,7 @@ import contextlib
 import threading
 import time
 
-from ringbench.timeline import StreamTimeline, host_wait
+from ringbench.engine.timeline import StreamTimeline, host_wait
 
 
 class FakeEvent:

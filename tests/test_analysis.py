@@ -18,10 +18,10 @@ from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
 from ringbench.analysis.stragglers import culprits, straggler_table
 from ringbench.cli.app import app
-from ringbench.critical_path import clock_tolerance_ns, critical_path, transfers
-from ringbench.meta import RunMeta
+from ringbench.figures.critical_path import clock_tolerance_ns, critical_path, transfers
+from ringbench.record.meta import RunMeta
+from ringbench.record.store import RunData, load_run
 from ringbench.simulate import SimConfig, simulate, simulate_run
-from ringbench.store import RunData, load_run
 
 FIXTURE = Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank"
 

@@ -7,9 +7,9 @@ import itertools
 import pytest
 import torch
 
-from ringbench import autorate
-from ringbench.api import build_context
+from ringbench.engine.api import build_context
 from ringbench.kernels.base import block_flops
+from ringbench.rank import autorate
 
 
 def _context(seq: int = 64):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
-from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
+from ringbench.rank.scenario import DEFAULT_SCENARIO, load_scenario
 
 DATA = Path(__file__).parent / "data" / "topology"
 TINY = ["--world", "2", "--seq", "64", "--heads", "1", "--head-dim", "8", "--iters", "3", "--warmup", "1"]
@@ -50,7 +50,7 @@ def test_run_help_shows_the_defaults_of_the_embedded_scenario():
 
 
 def test_dtype_aliases_and_shipped_names():
-    from ringbench.scenario import Scenario
+    from ringbench.rank.scenario import Scenario
 
     assert Scenario(dtype=("bf16", "fp32")).dtype == ("bfloat16", "float32")
     with pytest.raises(ValueError, match=r"shipped scenario name: buffers, default, .*stragglers"):

@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ringbench.collectives import GroupOps
-from ringbench.launch import launch_local
-from ringbench.rank import RunSettings, rank_worker
-from ringbench.scenario import Scenario
+from ringbench.rank.collectives import GroupOps
+from ringbench.rank.runner import RunSettings, rank_worker
+from ringbench.rank.scenario import Scenario
+from ringbench.run.launch import launch_local
 
 
 class _RecordingDist:
@@ -64,7 +64,7 @@ def test_group_ops_hand_the_backend_tensors_on_the_group_device_only():
     assert fake.devices and all(device.type == "meta" for device in fake.devices)
 
 
-_ALLOWED = ("ringbench.comm", "ringbench.ring", "ringbench.collectives", "ringbench.clock")
+_ALLOWED = ("ringbench.engine.comm", "ringbench.engine.ring", "ringbench.rank.collectives", "ringbench.rank.clock")
 # isend / irecv are left alone: batch_isend_irecv checks its ops against those very functions.
 _GUARDED = ("all_reduce", "all_gather", "broadcast", "reduce", "gather", "scatter", "barrier", "batch_isend_irecv",
             "send", "recv", "all_gather_object", "gather_object", "broadcast_object_list")  # fmt: skip

@@ -14,9 +14,9 @@ import dataclasses
 import pytest
 
 from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
-from ringbench.scenario import Scenario, load_scenario
-from ringbench.store import load_run
-from ringbench.sweep import execute
+from ringbench.rank.scenario import Scenario, load_scenario
+from ringbench.record.store import load_run
+from ringbench.run.sweep import execute
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """The critical path and a straggler's cost on hand-built event tables whose path is known.
 
 ``_ring`` writes the events a ring records, exchange by exchange, with the posting and waiting order of
-ringbench/schema.py for each buffer strategy and phase (the backward with its separate dK/dV exchange), and one
+ringbench/record/schema.py for each buffer strategy and phase (the backward with its separate dK/dV exchange), and one
 thing the simulator leaves out: every wait lasts at least a wake-up (``WAKE_MS``), as on a real machine, where a
 rank always sits a few microseconds in a wait for an exchange that finished long before. That is what fooled the
 walk: it followed such a wait back to the exchange's post and skipped the compute in between.
@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ringbench import metrics
 from ringbench.analysis.stragglers import culprits, straggler_table
-from ringbench.critical_path import critical_path
-from ringbench.schema import EVENT_COLUMNS
+from ringbench.figures import metrics
+from ringbench.figures.critical_path import critical_path
+from ringbench.record.schema import EVENT_COLUMNS
 
 WAKE_MS = 0.05  # a wait lasts at least this long (a thread wakes up)
 COMPUTE_MS, LINK_MS, WORLD, ITERATIONS = 2.0, 0.5, 4, 5

@@ -13,9 +13,9 @@ import pytest
 
 from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
 from ringbench.analysis.stragglers import CLOCK_VIOLATION_SHARE
-from ringbench.scenario import Scenario
-from ringbench.store import load_run
-from ringbench.sweep import execute
+from ringbench.rank.scenario import Scenario
+from ringbench.record.store import load_run
+from ringbench.run.sweep import execute
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from ringbench.gate.stats import (
 )
 from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
 from ringbench.gate.verdict import GateConfig, Verdict, decide, describe_change
-from ringbench.store import load_run
+from ringbench.record.store import load_run
 
 
 def test_samples_are_first_start_to_last_end_of_iteration_spans(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from ringbench.errors import UsageError
-from ringbench.impls import Workload, adapter_names, get_adapter
-from ringbench.impls.rank import run_impl_case
-from ringbench.launch import launch_local
+from ringbench.rank.impls import Workload, adapter_names, get_adapter
+from ringbench.rank.impls.rank import run_impl_case
+from ringbench.run.launch import launch_local
 
 SMALL = dict(world=4, seq=512, heads=2, head_dim=16, dtype="float64")
 
@@ -41,7 +41,7 @@ def test_unsupported_workloads_are_refused_in_one_line():
 
 
 def test_torch_ring_without_the_private_api_is_one_line(monkeypatch):
-    from ringbench.impls import torch_ring
+    from ringbench.rank.impls import torch_ring
 
     fake = types.ModuleType(torch_ring.MODULE)
     monkeypatch.setitem(sys.modules, torch_ring.MODULE, fake)
@@ -52,7 +52,7 @@ def test_torch_ring_without_the_private_api_is_one_line(monkeypatch):
 
 def user_ring(q, k, v, *, mask, layout, group):
     """A user's implementation (module:function): ringbench's engine under another name."""
-    from ringbench.api import ring_attention
+    from ringbench.engine.api import ring_attention
 
     return ring_attention(q, k, v, mask=mask, layout=layout, group=group)
 

@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import invoke
 
 from ringbench.errors import UsageError
-from ringbench.store import load_run
+from ringbench.record.store import load_run
 from ringbench.traces.agreement import agreement, pair_spans
 from ringbench.traces.importer import import_traces, reconstruct
 from ringbench.traces.kineto import read_kineto_trace

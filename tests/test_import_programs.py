@@ -18,11 +18,11 @@ import torch.nn.functional as F
 from cli_helpers import invoke
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from ringbench.impls import Workload
-from ringbench.impls.rank import run_impl_case
-from ringbench.inputs import rank_shards
-from ringbench.launch import launch_local
-from ringbench.store import load_run
+from ringbench.engine.inputs import rank_shards
+from ringbench.rank.impls import Workload
+from ringbench.rank.impls.rank import run_impl_case
+from ringbench.record.store import load_run
+from ringbench.run.launch import launch_local
 from ringbench.traces.importer import import_traces
 
 WORLD = 4

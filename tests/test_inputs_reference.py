@@ -10,12 +10,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ringbench import reference
-from ringbench.api import reference_attention
+from ringbench.engine import reference
+from ringbench.engine.api import reference_attention
+from ringbench.engine.inputs import chunk_seed, rank_shards, token_block
+from ringbench.engine.layout import token_positions, unshard
+from ringbench.engine.reference import check_errors, rank_reference
 from ringbench.errors import UsageError
-from ringbench.inputs import chunk_seed, rank_shards, token_block
-from ringbench.layout import token_positions, unshard
-from ringbench.reference import check_errors, rank_reference
 
 SHAPE = dict(batch=2, heads=3, head_dim=5)  # odd on purpose
 SEQ = 600  # not a multiple of CHUNK_TOKENS; divisible by 2N for N = 1..4 (zigzag)

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from ringbench.launch import _SLOTS, PHASE_CODES, _failure
+from ringbench.run.launch import _SLOTS, PHASE_CODES, _failure
 
 
 def _progress(*where):

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from ringbench.dist import free_port
+from ringbench.rank.dist import free_port
 
 
 def test_torchrun_launch_writes_one_run(tmp_path):

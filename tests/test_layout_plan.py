@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from ringbench import shard, token_positions, unshard
+from ringbench.engine.merge import merge
+from ringbench.engine.plan import plan_table
 from ringbench.errors import UsageError
-from ringbench.merge import merge
-from ringbench.plan import plan_table
 
 LAYOUTS = ("contiguous", "zigzag", "striped")
 

@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from ringbench import metrics
 from ringbench.analysis.findings import analyze, verdict_document
 from ringbench.cli.app import app
+from ringbench.figures import metrics
+from ringbench.record.store import load_run
 from ringbench.simulate import SimConfig, simulate_run
-from ringbench.store import load_run
 
 SHARED = ("step_ms", "fwd_ms", "bwd_ms", "tokens_per_s", "tflops", "exposed_comm_ms", "exposed_comm_frac")
 

@@ -5,7 +5,7 @@ import torch
 
 from ringbench import parse_order, ring_attention
 from ringbench.errors import UsageError
-from ringbench.launch import launch_local
+from ringbench.run.launch import launch_local
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
+from ringbench.record.store import load_run
 from ringbench.report import write_report
 from ringbench.simulate import SimConfig, simulate_run
-from ringbench.store import load_run
 
 FIXTURE = Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank"
 EVIL = '<img src=x onerror="alert(1)">|"&'

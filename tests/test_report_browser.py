@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from ringbench.record.store import load_run
 from ringbench.report import write_report
 from ringbench.simulate import SimConfig, simulate_run
-from ringbench.store import load_run
 
 DATA = Path(__file__).parent / "data" / "analysis"
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)

@@ -20,12 +20,12 @@ from PIL import Image
 
 from ringbench.analysis.answers import answers
 from ringbench.analysis.findings import analyze
+from ringbench.record.store import load_run
 from ringbench.report import case_figures, case_sections, figures, write_report
 from ringbench.report.content import Cell, _cases, _chart_rows, build_content
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
 from ringbench.simulate import SimConfig, simulate_run
-from ringbench.store import load_run
 from ringbench.vocab import TOLERANCE
 
 DATA = Path(__file__).parent / "data" / "analysis"

@@ -1,12 +1,12 @@
 """Every ring variant against float64 single-device attention, forward and backward, on local gloo ranks.
 
 Every mask x layout x buffer x ordering, in float64 and float32, at world sizes 1, 2, 3, 4 and one 8-rank set.
-Tolerances per dtype live in ringbench.selfcheck.TOLERANCE (fp32: 1e-5 forward, 5e-5 on gradients).
+Tolerances per dtype live in ringbench.run.selfcheck.TOLERANCE (fp32: 1e-5 forward, 5e-5 on gradients).
 """
 
 import pytest
 
-from ringbench.selfcheck import CheckCase, all_cases, run_selfcheck, within_tolerance
+from ringbench.run.selfcheck import CheckCase, all_cases, run_selfcheck, within_tolerance
 from ringbench.vocab import TOLERANCE
 
 

@@ -10,8 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
-from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
-from ringbench.schema import EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.rank.scenario import DEFAULT_SCENARIO, load_scenario
+from ringbench.record.schema import EVENT_COLUMNS, SCHEMA_VERSION
 
 runner = CliRunner()
 SMALL = ["--seq", "48", "--heads", "2", "--head-dim", "8", "--iters", "2", "--warmup", "1", "--kernel", "emulated:50"]
@@ -181,8 +181,8 @@ def test_a_hang_with_no_live_peer_still_ends(tmp_path):
 def test_nan_errors_fail_the_check():
     import math
 
-    from ringbench.results import summarize_case
-    from ringbench.scenario import Scenario
+    from ringbench.rank.scenario import Scenario
+    from ringbench.run.results import summarize_case
 
     scenario = Scenario(world=(1,), seq=(64,))
     (case,) = scenario.cases()

@@ -9,10 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ringbench import metrics
-from ringbench.critical_path import transfers
 from ringbench.errors import UsageError
-from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
+from ringbench.figures import metrics
+from ringbench.figures.critical_path import transfers
+from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
+from ringbench.record.store import load_run
 from ringbench.simulate import (
     Costs,
     LinkCost,
@@ -24,7 +25,6 @@ from ringbench.simulate import (
     write_simulated_run,
 )
 from ringbench.simulate.case import Cluster
-from ringbench.store import load_run
 
 # Costs with visible communication: 0.1 ms + 2 MB/ms links, a slow compute rate, noise and a barrier spread.
 NOISY = Costs(gflops=300.0, links={"local": LinkCost(latency_us=100, bandwidth_gbps=0.5)}, compute_cv=0.05,

@@ -1,4 +1,4 @@
-"""The simulator's pair classes are ringbench.plan.pair_plan: every pair, every mask and layout, at small N."""
+"""The simulator's pair classes are ringbench.engine.plan.pair_plan: every pair, every mask and layout, at small N."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ringbench.plan import pair_plan
+from ringbench.engine.plan import pair_plan
 from ringbench.simulate import plans
 from ringbench.simulate.plans import pair_classes
 from ringbench.vocab import Layout, Mask

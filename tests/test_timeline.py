@@ -14,13 +14,13 @@ import pytest
 import torch
 from fake_streams import FakeRuntime
 
-from ringbench.api import build_context, reference_attention, ring_attention
-from ringbench.comm import RingComm, RingStall
-from ringbench.launch import launch_local
-from ringbench.layout import shard
-from ringbench.record import ListRecorder
-from ringbench.spin import spin
-from ringbench.timeline import CudaRuntime, HostTimeline, StreamTimeline, timeline_for
+from ringbench.engine.api import build_context, reference_attention, ring_attention
+from ringbench.engine.comm import RingComm, RingStall
+from ringbench.engine.layout import shard
+from ringbench.engine.recorder import ListRecorder
+from ringbench.engine.timeline import CudaRuntime, HostTimeline, StreamTimeline, timeline_for
+from ringbench.kernels.spin import spin
+from ringbench.run.launch import launch_local
 
 
 def test_marks_resolve_against_the_iteration_anchor_only_after_they_fire():

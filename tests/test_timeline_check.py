@@ -19,10 +19,10 @@ from ringbench.analysis.timeline_check import (
     compare_timelines,
     profiled_spans,
 )
-from ringbench.atomic import write_json
-from ringbench.profiling import ProfileCapture
-from ringbench.schema import EVENT_COLUMNS, SCHEMA_VERSION
-from ringbench.store import write_events
+from ringbench.rank.profiling import ProfileCapture
+from ringbench.record.atomic import write_json
+from ringbench.record.schema import EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.record.store import write_events
 from ringbench.traces.kineto import read_kineto_trace
 
 GLOO_RING = Path(__file__).parent / "data" / "kineto" / "gloo_ring_w4"

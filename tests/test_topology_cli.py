@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import assert_one_line_error as _assert_one_line_error
 from cli_helpers import invoke
 
-from ringbench.schema import SCHEMA_VERSION
+from ringbench.record.schema import SCHEMA_VERSION
 from ringbench.topology import load_topology
 
 DATA = Path(__file__).parent / "data" / "topology"

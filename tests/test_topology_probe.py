@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
-from ringbench.atomic import write_json
 from ringbench.experiments.probe import ProbeSpec, format_bytes, parse_sizes, summarize
-from ringbench.meta import META_FILE
-from ringbench.results import new_run_id
-from ringbench.scenario import Scenario
-from ringbench.schema import SCHEMA_VERSION
+from ringbench.rank.scenario import Scenario
+from ringbench.record.atomic import write_json
+from ringbench.record.meta import META_FILE
+from ringbench.record.schema import SCHEMA_VERSION
+from ringbench.run.results import new_run_id
 
 DATA = Path(__file__).parent / "data" / "topology"
 SLOW_PAIR = DATA / "three_rank_slow_pair.yaml"  # 1 <-> 2: 3 ms latency, 0.05 GB/s; the other pairs NV4
@@ -71,7 +71,7 @@ def test_recommend_reads_a_probe_run(probe_run):
 
 
 def test_recommend_reads_a_run_made_with_topology(tmp_path):
-    from ringbench.metadata import collect_metadata
+    from ringbench.rank.metadata import collect_metadata
 
     scenario = Scenario(name="t", world=(4,), topology=str(DATA / "two_host_slow_net.yaml"), emulate_links=True)
     run_dir = tmp_path / new_run_id(scenario.name)

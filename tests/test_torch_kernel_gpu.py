@@ -15,10 +15,10 @@ import contextlib
 import pytest
 import torch
 
-from ringbench.api import reference_attention, ring_attention
+from ringbench.engine.api import reference_attention, ring_attention
+from ringbench.engine.layout import shard
 from ringbench.kernels import BlockMask, MaskKind, get_kernel
 from ringbench.kernels.torch_sdpa import MathKernel, TorchSdpaKernel
-from ringbench.layout import shard
 
 pytestmark = pytest.mark.gpu
 

@@ -20,10 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
-from ringbench.critical_path import transfers
+from ringbench.figures.critical_path import transfers
+from ringbench.record.schema import EVENT_COLUMNS
+from ringbench.record.store import load_run
 from ringbench.report.trace import LANES, build_trace
-from ringbench.schema import EVENT_COLUMNS
-from ringbench.store import load_run
 
 DATA = Path(__file__).parent / "data" / "analysis"
 

@@ -21,7 +21,7 @@ from ringbench.kernels import get_kernel, triton_attn
 from ringbench.kernels.base import BlockMask, MaskKind, stats_dtype
 from ringbench.kernels.torch_sdpa import MathKernel
 from ringbench.kernels.triton_attn import TritonKernel
-from ringbench.selfcheck import CheckCase, check_case
+from ringbench.run.selfcheck import CheckCase, check_case
 from ringbench.vocab import TOLERANCE
 
 # (atol, rtol) against the math kernel run on the same inputs, for out and for dq/dk/dv. 16-bit outputs differ by

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ringbench.figures.metrics import step_times
 from ringbench.fmt import number
-from ringbench.metrics import step_times
-from ringbench.schema import CASE_AXES
+from ringbench.record.schema import CASE_AXES
 
 AXES = tuple(axis for axis in CASE_AXES if axis != "backward")
 RESAMPLES = 1000

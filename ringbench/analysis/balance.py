@@ -7,7 +7,7 @@ predicted work is the sum of the ``flops`` column per iteration; the measured wo
     imbalance           = max over ranks / mean over ranks of measured compute ms per iteration
     predicted_imbalance = the same ratio of FLOPs per iteration (what the plan alone implies)
 
-(both defined in ringbench/metrics.py, with the per-rank work they are taken from).
+(both defined in ringbench/figures/metrics.py, with the per-rank work they are taken from).
 
 1.0 is perfect balance; causal + contiguous on N ranks predicts about 2N/(N+1) (rank N-1 does almost all the
 work), zigzag about 1.0. Medians over iterations, so one slow iteration does not skew a rank.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ringbench.metrics import imbalance, rank_work
+from ringbench.figures.metrics import imbalance, rank_work
 
 BALANCE_RANK_COLUMNS = [
     "case_id",

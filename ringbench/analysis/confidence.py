@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ringbench.meta import RunMeta
+from ringbench.record.meta import RunMeta
 
 CONFIDENCE_COLUMNS = ["case_id", "confidence", "inconclusive_reasons", "reason_codes", "reason_details"]
 CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"

@@ -4,7 +4,7 @@
 report; ``verdict_lines`` / ``verdict_line`` put the answer in words; ``verdict_document`` is the `--json` form.
 Run-level figures: the headline straggler is the flagged culprit that costs its case the most time per
 iteration; the exposed-communication share is the median over cases; the imbalance is the worst case's. Per-case
-figures are those of ringbench/metrics.py, the same the cases table holds.
+figures are those of ringbench/figures/metrics.py, the same the cases table holds.
 
 Confidence (analysis/confidence.py): a case whose timings cannot support attribution is *inconclusive*; nothing
 is flagged there. The run is conclusive when it names a culprit, or when every traced case could be judged;
@@ -32,10 +32,10 @@ from ringbench.analysis.hops import hop_table
 from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
 from ringbench.analysis.stragglers import clock_violations, culprits, straggler_table
-from ringbench.critical_path import clock_tolerance_ns, critical_path_segments, transfers
+from ringbench.figures.critical_path import clock_tolerance_ns, critical_path_segments, transfers
+from ringbench.figures.metrics import case_figures
 from ringbench.fmt import number
-from ringbench.metrics import case_figures
-from ringbench.store import RunData
+from ringbench.record.store import RunData
 
 SUMMARY_COLUMNS = [
     "case_id",
@@ -101,7 +101,7 @@ class RunAnalysis:
     @property
     def faults(self) -> list[str]:
         """Injected fault specs from the metadata and the cases' ``faults`` column, de-duplicated."""
-        specs = self.run.meta.faults  # canonical specs (ringbench.faults), as every producer writes them
+        specs = self.run.meta.faults  # canonical specs (ringbench.rank.faults), as every producer writes them
         if "faults" in self.run.cases:
             for value in self.run.cases["faults"].dropna().astype(str):
                 specs.extend(part for part in value.split(";") if part)

@@ -1,6 +1,6 @@
 """Hops: per ordered pair src -> dst, the transfer itself apart from the wait for the upstream rank.
 
-Transfers (``transfers``) are matched across ranks in ringbench/critical_path.py, where the transfer time and the
+Transfers (``transfers``) are matched across ranks in ringbench/figures/critical_path.py, where the transfer time and the
 upstream wait are defined; this module summarises them per hop: the naive recv time, the upstream wait, the
 transfer itself (median, p10/p90) and the achieved bandwidth, kept apart per exchange (``kv`` / ``dkv``).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ringbench.metrics import bandwidth_gbps
+from ringbench.figures.metrics import bandwidth_gbps
 
 HOP_COLUMNS = [
     "case_id",

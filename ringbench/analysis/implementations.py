@@ -1,6 +1,6 @@
 """The report's "implementations side by side" table, from the record (one row per implementation and case).
 
-Figures are those of the cases table (ringbench/metrics.py defines them): step time with its p10 / p90,
+Figures are those of the cases table (ringbench/figures/metrics.py defines them): step time with its p10 / p90,
 tokens/s, exposed communication, peak memory and the largest errors against float64. The cases table names the
 implementation in an ``impl`` column (absent in records made before adapters: ``ringbench``).
 """

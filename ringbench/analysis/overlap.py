@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ringbench.critical_path import STEP_KEYS
-from ringbench.metrics import case_figures, comm_by_step, overlap_efficiency
+from ringbench.figures.critical_path import STEP_KEYS
+from ringbench.figures.metrics import case_figures, comm_by_step, overlap_efficiency
 
 RANK_STEP_KEYS = [*STEP_KEYS, "rank"]
 OVERLAP_STEP_COLUMNS = [*RANK_STEP_KEYS, "compute_ms", "comm_ms", "transfer_ms", "waited_ms", "hidden_ms"]

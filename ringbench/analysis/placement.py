@@ -119,7 +119,7 @@ def shared_hop_costs(topology, ring) -> tuple[list[int], list[float]]:
 
 def _hop_stats(events: pd.DataFrame) -> pd.DataFrame:
     from ringbench.analysis.hops import hop_table
-    from ringbench.critical_path import transfers
+    from ringbench.figures.critical_path import transfers
 
     if events.empty or not (events["kind"] == "recv").any():
         return pd.DataFrame()

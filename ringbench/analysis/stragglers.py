@@ -1,6 +1,6 @@
 """Stragglers: the critical path of each iteration across all ranks, and which rank or link held the ring back.
 
-Critical path: ringbench/critical_path.py (the walk is part of the figures' definitions).
+Critical path: ringbench/figures/critical_path.py (the walk is part of the figures' definitions).
 
 Verdict. Per rank, compute time per unit of work (ms per GFLOP from the ``flops`` column, so that the mask plan's
 uneven work is not mistaken for slowness); per link, transfer time per MB, kept apart per phase and exchange (the
@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 
 from ringbench.analysis.confidence import CLOCK_VIOLATION_SHARE
-from ringbench.critical_path import DEFAULT_TOL_NS, GROUP_KEYS, critical_path_segments, transfers
-from ringbench.metrics import step_times
+from ringbench.figures.critical_path import DEFAULT_TOL_NS, GROUP_KEYS, critical_path_segments, transfers
+from ringbench.figures.metrics import step_times
 
 STRAGGLER_COLUMNS = [
     "case_id",

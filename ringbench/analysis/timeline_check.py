@@ -267,7 +267,7 @@ class TimelineCheck:
 
 
 def check_timeline(run) -> TimelineCheck:
-    """Check a loaded run (ringbench.store.RunData) against its ``profile/`` traces."""
+    """Check a loaded run (ringbench.record.store.RunData) against its ``profile/`` traces."""
     from ringbench.errors import UsageError
     from ringbench.traces.profile_set import load_profile_set
 

@@ -1,1 +1,4 @@
-"""The `ringbench` command line: one module per command, each a thin layer over one library call."""
+"""The `ringbench` command line: one module per command, each a thin layer over one library call.
+
+May import every floor below; nothing imports it.
+"""

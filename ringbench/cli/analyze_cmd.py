@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from ringbench.analysis.answers import answers
         from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
-        from ringbench.store import load_run
+        from ringbench.record.store import load_run
 
         out = Output(json=json_out, quiet=quiet)
         with cli_errors():

@@ -30,7 +30,7 @@ def save(
     """Write RUN_DIR's must-match metadata, case axes and per-iteration samples to PATH."""
     from ringbench.gate.baseline import write_baseline
     from ringbench.gate.samples import sample_set_from_run
-    from ringbench.store import load_run
+    from ringbench.record.store import load_run
 
     with cli_errors():
         samples = sample_set_from_run(load_run(run_dir), source=str(run_dir))

@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOption = False,
     ) -> None:
         from ringbench.analysis.timeline_check import check_timeline, timeline_document
-        from ringbench.store import load_run
+        from ringbench.record.store import load_run
 
         out = Output(json=json_out, quiet=quiet)
         with cli_errors():

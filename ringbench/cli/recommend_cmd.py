@@ -32,7 +32,7 @@ def _counts(counts: dict[str, int]) -> str:
 
 def _run_ring(run_dir: Path) -> str | None:
     """The ring the run measured (its cases' one ring order), to compare with; None when it varied or is absent."""
-    from ringbench.store import load_run
+    from ringbench.record.store import load_run
 
     cases = load_run(run_dir).cases
     rings = cases["ring"].dropna().astype(str).unique() if "ring" in cases else []

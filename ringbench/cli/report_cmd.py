@@ -22,8 +22,8 @@ def register(app: typer.Typer) -> None:
         ] = Path("reports"),
         quiet: PlainQuietOption = False,
     ) -> None:
+        from ringbench.record.store import load_run
         from ringbench.report import write_report
-        from ringbench.store import load_run
 
         out = Output(quiet=quiet)
         with cli_errors():

@@ -35,7 +35,7 @@ from ringbench.cli.common import (
     diag,
 )
 from ringbench.fmt import json_value, number
-from ringbench.scenario import DEFAULT_SCENARIO
+from ringbench.rank.scenario import DEFAULT_SCENARIO
 
 AXES_PANEL = "Sweep axes (repeatable; defaults: without a scenario file)"
 RUN_PANEL = "Run settings"
@@ -240,9 +240,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run rings across a sweep; write results/<run-id>/ (events, cases, metadata); print the answers."""
         from ringbench.errors import RunFailure
-        from ringbench.scenario import load_scenario
-        from ringbench.store import load_run
-        from ringbench.sweep import execute, preflight, recorded_scenario
+        from ringbench.rank.scenario import load_scenario
+        from ringbench.record.store import load_run
+        from ringbench.run.sweep import execute, preflight, recorded_scenario
 
         out = Output(json=json_out, quiet=quiet)
         with cli_errors():
@@ -314,7 +314,7 @@ def register(app: typer.Typer) -> None:
 def _kept_cases(run_dir: str | None) -> list[dict]:
     """The cases a failed run finished before it stopped (its results folder), for the --json document."""
     from ringbench.errors import RingbenchError
-    from ringbench.store import load_run
+    from ringbench.record.store import load_run
 
     if run_dir is None:
         return []

@@ -199,9 +199,9 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOption = False,
     ) -> None:
         """Predict rings with a calibrated model; write results/<run-id>/ labelled SIMULATED."""
+        from ringbench.rank.scenario import DEFAULT_SCENARIO, load_scenario
         from ringbench.report.markdown import render_section
         from ringbench.report.scale import scale_section
-        from ringbench.scenario import DEFAULT_SCENARIO, load_scenario
         from ringbench.simulate.sweep import SimRequest, run_simulation
 
         output = Output(json=json_out, quiet=quiet)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.analysis.stragglers import culprits, straggler_table
-from ringbench.critical_path import transfers
+from ringbench.figures.critical_path import transfers
 from ringbench.simulate import SimConfig, simulate
 
 TRIAL_COLUMNS = ["trial", "fault", "injected", "named_kind", "named", "hit", "false_alarm", "ratio", "cost_ms"]

@@ -9,7 +9,7 @@ Ranks of one namespace reach each other through its local route (fast); every by
 the veth, whose token bucket (``tc qdisc ... tbf``) limits it to ``rate``, so ring hops between the two "hosts" share
 one slow link exactly as GPUs of two servers share their network link. Each rank is a separate process started
 with ``ip netns exec NS python -m ringbench.experiments.netns_rank``; gloo binds to the namespace's veth
-(GLOO_SOCKET_IFNAME) and rank 0's address is the master. The rank runs cases with `ringbench.rank.run_case` and
+(GLOO_SOCKET_IFNAME) and rank 0's address is the master. The rank runs cases with `ringbench.rank.runner.run_case` and
 prints one JSON line per case; the parent summarises them like `ringbench run` does.
 
 Only addresses inside namespaces created here are touched (10.200.0.0/24 by default); everything is deleted in a
@@ -223,9 +223,9 @@ def compare_orders_in_namespaces(
 
     Returns {"step_ms": {order: ms}, "cases": [case rows], "cluster": description, "block_bytes": bytes per hop}.
     """
-    from ringbench.rank import RunSettings
-    from ringbench.results import summarize_case
-    from ringbench.scenario import Scenario
+    from ringbench.rank.runner import RunSettings
+    from ringbench.rank.scenario import Scenario
+    from ringbench.run.results import summarize_case
 
     scenario = Scenario(
         name="netns", world=(2 * ranks_per_host,), seq=(seq,), heads=(heads,), head_dim=(head_dim,), mask=("none",),

@@ -2,7 +2,7 @@
 
 Reads RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT (as torchrun sets them) and RINGBENCH_NETNS_SPEC (a
 JSON file: the cases and the run settings), joins the gloo group on the namespace's interface (GLOO_SOCKET_IFNAME),
-runs each case with `ringbench.rank.run_case` and prints one ``RINGBENCH_NETNS_RESULT {json}`` line per case.
+runs each case with `ringbench.rank.runner.run_case` and prints one ``RINGBENCH_NETNS_RESULT {json}`` line per case.
 Errors go to stderr as one line, with exit code 1.
 """
 
@@ -16,10 +16,10 @@ import sys
 def main() -> int:
     import torch.distributed as dist
 
-    from ringbench.dist import init_launched
     from ringbench.experiments.netns import RESULT_PREFIX
-    from ringbench.rank import RunSettings, open_session, run_case
-    from ringbench.scenario import Case
+    from ringbench.rank.dist import init_launched
+    from ringbench.rank.runner import RunSettings, open_session, run_case
+    from ringbench.rank.scenario import Case
 
     with open(os.environ["RINGBENCH_NETNS_SPEC"], encoding="utf-8") as handle:
         spec = json.load(handle)

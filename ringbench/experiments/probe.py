@@ -14,7 +14,7 @@ Every wait is bounded by the timeout.
 
 With an emulated topology (``--emulate-links FILE``) each message is delayed on arrival by the link's
 ``latency + bytes / bandwidth``, exactly as `ringbench run --emulate-links` delays ring transfers
-(`ringbench.faults.RankFaults.link_delay`), so the matrix shows the emulated cluster. One pair is active at a time, so
+(`ringbench.rank.faults.RankFaults.link_delay`), so the matrix shows the emulated cluster. One pair is active at a time, so
 no hop shares a network link with another.
 
 Results go to ``results/<run-id>/``: meta.json (``"probe"``: the matrices; ``"topology"``: the measured topology,
@@ -117,7 +117,7 @@ class _Wire:
     """Bounded point-to-point messages of one rank, with the emulated link delay applied on arrival."""
 
     def __init__(self, rank: int, backend: str, device, timeout_s: float, link_model: dict | None) -> None:
-        from ringbench.faults import RankFaults
+        from ringbench.rank.faults import RankFaults
 
         self.rank = rank
         self.backend = backend
@@ -188,7 +188,7 @@ def probe_rank(env, spec: ProbeSpec) -> dict:
 
 
 def probe_worker(worker_ctx, spec: ProbeSpec) -> dict:
-    """Entry point inside each rank started by `ringbench.launch.launch_local`."""
+    """Entry point inside each rank started by `ringbench.run.launch.launch_local`."""
     return probe_rank(worker_ctx.env, spec)
 
 
@@ -305,7 +305,7 @@ def summarize(per_rank: list[dict], spec: ProbeSpec, world: int, elapsed_s: floa
 
 def emulated_link_model(path: str | Path) -> tuple[dict, dict]:
     """(link_model, topology document) for ``--emulate-links FILE``: the same delays `ringbench run` injects."""
-    from ringbench.scenario import Scenario
+    from ringbench.rank.scenario import Scenario
     from ringbench.topology.load import load_topology
 
     topology = load_topology(path)
@@ -329,7 +329,7 @@ def run_probe(
     ``emulate_links``: a topology file whose link costs are injected as delays (its device count is the default
     world).
     """
-    from ringbench.dist import launched_env
+    from ringbench.rank.dist import launched_env
 
     sizes = parse_sizes(sizes if isinstance(sizes, str) else list(sizes))
     model, topology_doc = emulated_link_model(emulate_links) if emulate_links is not None else (None, None)
@@ -350,7 +350,7 @@ def run_probe(
         if per_rank is None:
             return None
     else:
-        from ringbench.launch import launch_local
+        from ringbench.run.launch import launch_local
 
         per_rank = launch_local(world, probe_worker, (spec,), timeout_s=spec.timeout_s, device=device)
     result = summarize(per_rank, spec, world, time.monotonic() - started)
@@ -363,7 +363,7 @@ def run_probe(
 def _probe_launched(spec: ProbeSpec, device: str | None) -> list[dict] | None:
     import torch.distributed as dist
 
-    from ringbench.dist import init_launched
+    from ringbench.rank.dist import init_launched
 
     env = init_launched(spec.timeout_s, device)
     try:
@@ -380,10 +380,10 @@ def _probe_launched(spec: ProbeSpec, device: str | None) -> list[dict] | None:
 
 def save_probe(result: ProbeResult, out: str | Path = "results", *, command: str = "") -> Path:
     """Write ``out/<run-id>/`` (meta.json, probe.parquet, probe_heatmap.png); returns that folder."""
-    from ringbench.atomic import write_bytes
-    from ringbench.meta import META_FILE
-    from ringbench.metadata import collect_environment
-    from ringbench.results import ResultsFolder
+    from ringbench.rank.metadata import collect_environment
+    from ringbench.record.atomic import write_bytes
+    from ringbench.record.meta import META_FILE
+    from ringbench.run.results import ResultsFolder
 
     topology = result.topology()
     meta = {

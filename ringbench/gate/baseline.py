@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ringbench.atomic import write_bytes
 from ringbench.errors import UsageError
 from ringbench.fmt import native
 from ringbench.gate.match import MUST_MATCH_META
 from ringbench.gate.samples import AXIS_DEFAULTS, MATCH_FIELDS, CaseSamples, SampleSet
+from ringbench.record.atomic import write_bytes
 
 BASELINE_FORMAT = "ringbench-baseline"
 BASELINE_VERSION = 1

@@ -29,7 +29,7 @@ from ringbench.gate.stats import (
     smallest_p_value,
 )
 from ringbench.gate.verdict import GateConfig, Verdict, decide
-from ringbench.store import load_run
+from ringbench.record.store import load_run
 
 
 def load_sample_set(path: str | Path) -> SampleSet:

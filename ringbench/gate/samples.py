@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ringbench.figures.metrics import step_times
 from ringbench.fmt import native
-from ringbench.metrics import step_times
-from ringbench.schema import CASE_AXES
-from ringbench.store import RunData
+from ringbench.record.schema import CASE_AXES
+from ringbench.record.store import RunData
 
 # A case is identified across runs by its axes (never by its case_id, which a run may number differently). The
 # injected faults are kept with the axes; whether they take part in matching is decided in match.py (only when a
@@ -38,7 +38,7 @@ def iteration_samples(run: RunData) -> pd.DataFrame:
     events = run.events
     if events.empty or "kind" not in events:
         return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
-    times = step_times(events)  # the one definition of step time (ringbench/metrics.py)
+    times = step_times(events)  # the one definition of step time (ringbench/figures/metrics.py)
     return times.sort_values(["case_id", "repeat", "iteration"]).reset_index(drop=True)[list(SAMPLE_COLUMNS)]
 
 
@@ -175,7 +175,7 @@ def timing_caveats(run: RunData) -> tuple[str, ...]:
     """Per case whose timings the confidence check does not trust: ``<case_id>: <reason>`` (distinct lines)."""
     from ringbench.analysis.confidence import case_confidence
     from ringbench.analysis.stragglers import clock_violations
-    from ringbench.critical_path import clock_tolerance_ns, transfers
+    from ringbench.figures.critical_path import clock_tolerance_ns, transfers
 
     if run.events.empty or not run.events["kind"].isin(["compute", "wait"]).any():
         return ()

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from ringbench.fmt import ring_text
-from ringbench.meta import write_meta
-from ringbench.schema import CASE_AXES, CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
-from ringbench.store import write_cases, write_events
+from ringbench.record.meta import write_meta
+from ringbench.record.schema import CASE_AXES, CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.record.store import write_cases, write_events
 
 DEFAULT_AXES: dict[str, object] = {
     "world": 4,

@@ -256,7 +256,7 @@ def _cases_section(analysis: RunAnalysis, cases: Cases, detailed: set[str]) -> S
             reasons.setdefault("; ".join(row["inconclusive_reasons"]), []).append(str(row["number"]))
     why = " | ".join(f"case {', '.join(numbers)}: {text}" for text, numbers in reasons.items())
     note = (
-        "case: the axes that varied (full ids below; hover for the id). Figures as defined in ringbench/metrics.py (docs/results.md); "
+        "case: the axes that varied (full ids below; hover for the id). Figures as defined in ringbench/figures/metrics.py (docs/results.md); "
         "exposed comm: wait time on the critical path; x peers and cost: the culprit's. Inconclusive: the timings "
         "cannot support naming a rank or a hop" + (f" ({why})." if why else ".")
     )

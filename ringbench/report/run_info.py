@@ -1,13 +1,13 @@
 """The run's metadata as tables: the run, the versions, the devices and what the ranks of each world size reported.
 
-Read from meta.json through ``ringbench.meta.RunMeta`` (its accessors, or plain keys for what is only shown):
+Read from meta.json through ``ringbench.record.meta.RunMeta`` (its accessors, or plain keys for what is only shown):
 never a dict's repr in a cell.
 """
 
 from __future__ import annotations
 
+from ringbench.record.store import RunData
 from ringbench.report.content import Section, Table, fmt
-from ringbench.store import RunData
 
 VERSION_ORDER = ("ringbench", "python", "torch", "triton", "cuda", "nccl")
 GPU_FIELDS = {

@@ -24,7 +24,7 @@ could steal a flow.
 Times are integer nanoseconds, written as exact decimal microseconds ("12.345"): nothing is rounded, so what is
 disjoint in the record stays disjoint after Perfetto's parse (it rounds ts x 1000 to the nearest ns).
 
-Flows: one per transfer, as ringbench/critical_path.py matches them (``transfers``): "s" 1 ns into the sender's
+Flows: one per transfer, as ringbench/figures/critical_path.py matches them (``transfers``): "s" 1 ns into the sender's
 send slice, "f" with "bp": "e" 1 ns before the end of the receiver's recv slice, ids 1..n.
 
 Cases are laid one after another on the time axis (each keeps its own origin, shifted), since their clocks are

@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 
 from ringbench.analysis.findings import RunAnalysis, analyze
-from ringbench.atomic import write_bytes
+from ringbench.record.atomic import write_bytes
+from ringbench.record.store import RunData
 from ringbench.report.content import build_content
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
 from ringbench.report.trace import DEFAULT_MAX_EVENTS, build_trace
-from ringbench.store import RunData
 
 
 def _safe_name(run_id: str) -> str:

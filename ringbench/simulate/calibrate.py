@@ -6,7 +6,7 @@ compute   every compute span is one pair of the mask plan (plans.py): its kernel
           ms per GFLOP is the emulated kernel's (1000 / its rate, as ``emulated:auto`` chose it) or, for real
           kernels, the run's own median. Ranks slowed by an injected fault are left out; every rank's ratio to
           the fit is reported (a slow rank shows up there).
-links     each received block's transfer (recv end - max(both posts), ringbench.critical_path.transfers),
+links     each received block's transfer (recv end - max(both posts), ringbench.figures.critical_path.transfers),
           less the delay the run injected (emulated links, slow-link, half a jitter): latency + bytes /
           bandwidth fitted on the medians per message size, per link class when the run has a topology with
           real links, else as ``local``.
@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from ringbench.errors import UsageError
-from ringbench.faults import parse_fault
 from ringbench.kernels.base import block_flops
+from ringbench.rank.faults import parse_fault
 from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, KINDS, PHASES, Costs, LinkCost
 from ringbench.simulate.plans import pair_classes
 from ringbench.vocab import Layout, Mask
@@ -245,7 +245,7 @@ def _ring_of(run, case_id: str) -> np.ndarray | None:
 
 
 def _fit_links(run, cal: Calibration) -> dict[str, LinkCost]:
-    from ringbench.critical_path import transfers
+    from ringbench.figures.critical_path import transfers
 
     xfers = transfers(run.events)
     xfers = xfers[xfers["transfer_ms"].notna() & (xfers["bytes"] > 0)]
@@ -280,7 +280,7 @@ def _fit_links(run, cal: Calibration) -> dict[str, LinkCost]:
 
 def _host_steps(run) -> dict:
     """Per phase and buffer: medians of enter, pre, mid and post (engine.PhaseModel)."""
-    from ringbench.critical_path import transfers
+    from ringbench.figures.critical_path import transfers
 
     events = run.events
     xfers = transfers(events)
@@ -349,7 +349,7 @@ def _ratios(values: pd.Series, by: pd.Series) -> np.ndarray:
 def _noise(run, table: pd.DataFrame) -> dict:
     """Compute and transfer times around their medians (CV and NOISE_QUANTILES quantiles), the ranks' spread of
     iteration starts, the barrier's gap."""
-    from ringbench.critical_path import transfers
+    from ringbench.figures.critical_path import transfers
 
     out = {}
     xfers = transfers(run.events)
@@ -375,7 +375,7 @@ def _noise(run, table: pd.DataFrame) -> dict:
 
 
 def calibrate(run) -> Calibration:
-    """Fit the simulator's costs on a run (a RunData; ringbench.store.load_run)."""
+    """Fit the simulator's costs on a run (a RunData; ringbench.record.store.load_run)."""
     if run.meta.get("simulated"):
         raise UsageError(f"{run.path}: a SIMULATED record; calibrate on a measured run (run, emulated or imported)")
     cal = Calibration(costs=DEFAULTS)

@@ -2,7 +2,7 @@
 
 ``SimCase`` names a point of a sweep exactly as ``ringbench run`` does (world, seq, heads, head dim, batch,
 dtype, mask, layout, buffer, order, backward) plus the injected faults in their canonical specs
-(ringbench/faults.py). ``Cluster`` says where the ranks live: a topology (link classes, hosts, NIC sharing)
+(ringbench/rank/faults.py). ``Cluster`` says where the ranks live: a topology (link classes, hosts, NIC sharing)
 and whether its links are real or emulated (a run with ``--emulate-links`` moves blocks over the local
 transport and then holds them for the topology's cost: the simulator does the same).
 """
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
-from ringbench.faults import Fault, check_faults, parse_fault
 from ringbench.kernels.base import block_flops
-from ringbench.layout import check_divisible
 from ringbench.orders import format_ring, parse_order
-from ringbench.scenario import Case
+from ringbench.rank.faults import Fault, check_faults, parse_fault
+from ringbench.rank.scenario import Case
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
 from ringbench.simulate.plans import PairClasses, pair_classes

@@ -1,6 +1,6 @@
 """The ring engine: one phase of a ring, vectorised over iterations and ring positions, looping over ring steps.
 
-It follows ringbench/ring.py step by step. For ring position p at ring step s (T = the step's start on p):
+It follows ringbench/engine/ring.py step by step. For ring position p at ring step s (T = the step's start on p):
 
   fwd double  post K/V at T; compute [T + pre, + c]; wait for the K/V exchange; next step at its end + post
   fwd sync    (s >= 1) post K/V at T and wait; compute [wait end + pre, + c]; next step at compute end + post

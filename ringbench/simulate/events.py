@@ -1,4 +1,4 @@
-"""From a simulated timeline to the record's events table (ringbench/schema.py), full or bounded.
+"""From a simulated timeline to the record's events table (ringbench/record/schema.py), full or bounded.
 
 Full: every span of every rank, as a run records it. Bounded (large rings; docs/simulate.md): the ``iteration``
 rows of every rank (so step times are exact), every span of the kept positions (faulty ranks and links with their
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ringbench.schema import EVENT_COLUMNS
+from ringbench.record.schema import EVENT_COLUMNS
 from ringbench.simulate.case import class_flops
 from ringbench.simulate.engine import StepCells
 from ringbench.simulate.plans import EQUAL, GREATER, LESS

@@ -21,14 +21,14 @@ import pandas as pd
 
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
-from ringbench.schema import CASE_COLUMNS
+from ringbench.record.schema import CASE_COLUMNS
+from ringbench.record.store import RunData
 from ringbench.simulate.case import DTYPE_BYTES, SimCase, class_compute
 from ringbench.simulate.costs import Costs, LinkCost
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
 from ringbench.simulate.events import full_events
 from ringbench.simulate.results import _row, run_data, write_run
 from ringbench.simulate.timeline import simulate_timeline
-from ringbench.store import RunData
 
 BUFFERS = ("sync", "double")
 MASKS = ("none", "causal", "causal-naive")
@@ -114,7 +114,7 @@ class SimConfig:
         )
 
     def faults(self) -> list[str]:
-        """Injected faults as canonical specs (ringbench.faults), the ``faults`` column of the cases table."""
+        """Injected faults as canonical specs (ringbench.rank.faults), the ``faults`` column of the cases table."""
         specs = []
         if self.slow_rank is not None and self.slow_factor != 1.0:
             specs.append(f"slow-rank:{self.slow_rank}:{self.slow_factor:g}")

@@ -1,4 +1,4 @@
-"""The mask plan at any scale: O(1) pair classes per (mask, layout), each backed by ringbench.plan.pair_plan.
+"""The mask plan at any scale: O(1) pair classes per (mask, layout), each backed by ringbench.engine.plan.pair_plan.
 
 The plan of a (query rank q, key rank k) pair depends only on the sign of k - q, whatever the layout:
 
@@ -23,9 +23,9 @@ from functools import cache
 
 import numpy as np
 
+from ringbench.engine.layout import check_divisible, token_positions
+from ringbench.engine.plan import pair_plan
 from ringbench.kernels.base import MaskKind, block_flops
-from ringbench.layout import check_divisible, token_positions
-from ringbench.plan import pair_plan
 from ringbench.vocab import Layout, Mask
 
 LESS, EQUAL, GREATER = 0, 1, 2  # class of a pair: k < q, k == q, k > q

@@ -2,7 +2,7 @@
 
 Every case row carries kernel ``simulated`` and ``emulated: true``; meta.json carries ``simulated: true``,
 ``emulated: true`` and, under ``simulation``, the costs used (the calibration), whether the events are full or
-bounded, and the per-step profile. The figures of a case row are ringbench/metrics.py's: computed from the
+bounded, and the per-step profile. The figures of a case row are ringbench/figures/metrics.py's: computed from the
 events when they are full; when bounded, step times still come from every rank's ``iteration`` rows and the
 exposed communication from the engine's own walk of the critical path (walk.py, the same definition).
 """
@@ -20,15 +20,15 @@ import numpy as np
 import pandas as pd
 
 from ringbench.errors import UsageError
-from ringbench.meta import write_meta
-from ringbench.metrics import CASE_FIGURES, case_figures
+from ringbench.figures.metrics import CASE_FIGURES, case_figures
 from ringbench.orders import format_ring
-from ringbench.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.record.meta import write_meta
+from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.record.store import RunData, write_cases, write_events
 from ringbench.simulate.case import SIMULATED_KERNEL, Cluster, SimCase, class_flops
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.events import bounded_events, full_events
 from ringbench.simulate.timeline import Timeline, simulate_timeline
-from ringbench.store import RunData, write_cases, write_events
 
 MAX_EVENTS = 1_000_000
 """Above this many rows a case's events are bounded (docs/simulate.md, "Events at scale")."""

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringbench.errors import UsageError, bad_value
-from ringbench.scenario import Scenario
+from ringbench.rank.scenario import Scenario
+from ringbench.record.store import RunData, load_run
 from ringbench.simulate.calibrate import Calibration, calibrate
 from ringbench.simulate.case import Cluster, SimCase
 from ringbench.simulate.costs import DEFAULTS, Costs
 from ringbench.simulate.results import MAX_EVENTS, CaseResult, run_data, simulate_case, write_run
 from ringbench.simulate.scale import scale_view
-from ringbench.store import RunData, load_run
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -135,7 +135,7 @@ def resolve_costs(request: SimRequest) -> tuple[Costs, Calibration | None]:
 
 def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int], None] | None = None) -> SimOutcome:
     """Simulate the request's cases, write results/<run-id>/, and compute the scale view when asked."""
-    from ringbench.results import new_run_dir
+    from ringbench.run.results import new_run_dir
 
     costs, calibration = resolve_costs(request)
     like = load_run(request.like) if request.like is not None else None

@@ -1,6 +1,6 @@
 """The critical path of a simulated iteration, and the exposed communication on it, at any ring size.
 
-The walk is the one ringbench/critical_path.py runs on a record (metrics.py's definition of exposed communication),
+The walk is the one ringbench/figures/critical_path.py runs on a record (metrics.py's definition of exposed communication),
 done on the engine's own cells: from the rank that finished last, back in time; on each rank take the latest
 blocking span (compute or wait) that ended by the cursor:
 

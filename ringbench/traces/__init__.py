@@ -1,4 +1,7 @@
-"""Readers for traces made by other instruments (the PyTorch profiler), as DataFrames of their own events."""
+"""Readers for traces made by other instruments (the PyTorch profiler), as DataFrames of their own events.
+
+Also turns them into a record (``importer``). May import: the vocabulary, the record and the figures.
+"""
 
 from ringbench.traces.kineto import TRACE_EVENT_COLUMNS, KinetoTrace, read_kineto_trace
 

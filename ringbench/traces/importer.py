@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ringbench import store
 from ringbench.errors import UsageError
-from ringbench.meta import write_meta
-from ringbench.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.record import store
+from ringbench.record.meta import write_meta
+from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
 from ringbench.traces.clocks import align_clocks
 from ringbench.traces.exchanges import WAIT_OPS, attach_waits, rank_exchanges
 from ringbench.traces.kineto import read_kineto_trace
@@ -344,7 +344,7 @@ def _shifted(frame: pd.DataFrame, shift: int, remap: dict[int, int], columns: li
 
 
 def _case_table(events: pd.DataFrame, case: dict) -> pd.DataFrame:
-    from ringbench.metrics import CASE_FIGURES, case_figures
+    from ringbench.figures.metrics import CASE_FIGURES, case_figures
 
     sizes = pd.DataFrame([{"case_id": case["case_id"], "batch": case["batch"], "seq": case["seq"]}])
     figures = case_figures(events, sizes)
@@ -359,7 +359,7 @@ def _case_table(events: pd.DataFrame, case: dict) -> pd.DataFrame:
 
 
 def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patterns, notes) -> dict:
-    """meta.json of an import (ringbench/meta.py registry; what only an import has goes under ``imported``)."""
+    """meta.json of an import (ringbench/record/meta.py registry; what only an import has goes under ``imported``)."""
     from ringbench import __version__
 
     hosts = sorted({r.file.host for r in ranks})

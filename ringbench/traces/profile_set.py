@@ -1,6 +1,6 @@
 """The ``profile/`` folder of a run: one profiler trace per (case, repeat, rank) for the profiled iteration.
 
-Layout (written by ``ringbench run --profile``, see ringbench/profiling.py)::
+Layout (written by ``ringbench run --profile``, see ringbench/rank/profiling.py)::
 
     results/<run-id>/meta.json      "profile": {"iteration": K, "dir": "profile"}
     results/<run-id>/profile/<case_id>/r<repeat>-rank<rank>.json.gz

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.errors import UsageError
-from ringbench.schema import EVENT_COLUMNS
+from ringbench.record.schema import EVENT_COLUMNS
 
 
 def ring_order(exchanges: dict[int, pd.DataFrame], world: int) -> tuple[list[int], str]:

@@ -1,6 +1,6 @@
 """The profiler's view of the ring: one rank's trace -> compute / send / recv spans per ring step.
 
-The ring-step markers (ringbench/profiling.py) only say which step an op belongs to; every time here is the
+The ring-step markers (ringbench/rank/profiling.py) only say which step an op belongs to; every time here is the
 profiler's own op or kernel timestamp, in ns from the start of the ``ringbench:iteration K`` marker.
 
 * Steps. A host event belongs to ring step (phase, s) when it starts inside the ``ringbench:<phase> step s`` range

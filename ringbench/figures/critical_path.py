@@ -1,6 +1,6 @@
 """Transfers matched across ranks and the critical path of each iteration: the facts the figures stand on.
 
-Both are pure functions of the events table. ringbench/metrics.py defines the reported figures on them (exposed
+Both are pure functions of the events table. ringbench/figures/metrics.py defines the reported figures on them (exposed
 communication is the wait time on the critical path), and the analyses (hops, stragglers) read them from here.
 
 Transfers. A receiver's ``recv`` span runs from its post to the block being in hand. Part of that is not the link's fault:
@@ -11,7 +11,7 @@ the block cannot leave ``src`` before ``src`` posted its send (the sender's ``se
     upstream_wait_ms = max(0, send_start on src - recv_start on dst)   (dst waited for a late sender)
     bandwidth       = bytes / transfer_ms
 
-(ringbench/metrics.py defines transfer_ms and bandwidth; this module matches the spans they are computed from.)
+(ringbench/figures/metrics.py defines transfer_ms and bandwidth; this module matches the spans they are computed from.)
 Blaming the link for the whole recv span (``recv_ms``) is the classic mistake: behind a slow rank, every
 downstream link looks slow. Sends and recvs of one exchange share (case, repeat, iteration, phase, step, src, dst);
 when a step carries several exchanges (the backward's K/V and dK/dV), the k-th send matches the k-th recv in
@@ -45,7 +45,7 @@ so the walk loops over ring steps (vectorised over iterations), never over event
 A ``collective`` span (the all-gather baseline) ends when the last rank joined it: the walk continues on the rank
 that posted it last (its time before that is ``other``); a collective is not a hop, so no link is named there.
 
-Exposed communication (ringbench/metrics.py) is the wait / collective time on the path: of a wait that the walk
+Exposed communication (ringbench/figures/metrics.py) is the wait / collective time on the path: of a wait that the walk
 follows to its exchange, the part while the transfer was in flight; of a collective, the part after its last rank
 joined. It is what perfect overlap would win: the path would run through the compute beside the exchange instead.
 """

@@ -12,7 +12,7 @@ and at the end o_i = acc_i / l_i, lse_i = m_i + log l_i. Tiles run in ascending 
 dq of a rank's rows streams over key tiles. dk, dv of its key rows need every query row's lse and delta, so the
 whole sequence is swept in query groups (a constant number of tokens): each group's (o, lse) is recomputed by
 streaming the keys, then its contribution is added to the rank's dk, dv. Inputs are regenerated from the seed
-(ringbench.inputs), so per-rank memory is O(S/N + tile^2 + group) and no (S x S) or (S x D) tensor exists; the
+(ringbench.engine.inputs), so per-rank memory is O(S/N + tile^2 + group) and no (S x S) or (S x D) tensor exists; the
 price is compute: the sweep is a full attention forward on every rank. ``check_errors`` therefore estimates its
 cost and, over ``budget_s``, checks less and says so (see CheckResult).
 """
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ringbench.engine.inputs import CHUNK_TOKENS, token_block, token_rows
+from ringbench.engine.layout import token_positions
 from ringbench.errors import bad_value
-from ringbench.inputs import CHUNK_TOKENS, token_block, token_rows
-from ringbench.layout import token_positions
 from ringbench.vocab import Mask
 
 
@@ -130,7 +130,7 @@ def add_key_grads(dk, dv, k, v, k_blocks, q, dout, lse, delta, q_blocks, *, scal
 def attention(q, k, v, *, causal: bool, scale: float | None = None, tile: int = CHUNK_TOKENS) -> torch.Tensor:
     """Float64 attention of in-memory (B, H, S, D) tensors, token i at position i; autograd-capable.
 
-    The small-shape oracle behind ``ringbench.api.reference_attention``: the same math as the streaming check.
+    The small-shape oracle behind ``ringbench.engine.api.reference_attention``: the same math as the streaming check.
     """
     q, k, v = q.double(), k.double(), v.double()
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -160,7 +160,7 @@ def rank_reference(
     *, seed, batch, heads, head_dim, seq, dtype, mask, layout, world, rank, device=None, backward=True,
     key_grads=True, rows=None, tile=None, group=None, tick=None,
 ) -> RankReference:  # fmt: skip
-    """The float64 out, lse, dq of a rank's query rows and dk, dv of its key rows (inputs of ringbench.inputs).
+    """The float64 out, lse, dq of a rank's query rows and dk, dv of its key rows (inputs of ringbench.engine.inputs).
 
     ``rows``: local row indices to restrict out/lse/dq to (then dk, dv are not computed). ``key_grads=False``
     skips dk, dv (their full-sequence sweep is most of the cost). ``tile``/``group``: score tile and query group
@@ -330,7 +330,7 @@ def check_errors(
 ) -> CheckResult:  # fmt: skip
     """Compare the ring's ``out`` and ``grads`` = (dq, dk, dv) (this rank's local rows, (B, H, S/N, D), any dtype
     and device; grads None for a forward-only case) with the float64 reference, computed on ``device`` (default:
-    out's device) from the same (seed, ...) that ringbench.inputs.rank_shards used.
+    out's device) from the same (seed, ...) that ringbench.engine.inputs.rank_shards used.
 
     With ``budget_s`` (seconds), the full check's cost is estimated from a quick timing on the device; beyond the
     budget it drops dk, dv (their full-sequence sweep) and, if still too slow, checks out and dq on an evenly

@@ -15,23 +15,22 @@ from pathlib import Path
 
 import torch
 
-from ringbench import spin
-from ringbench.api import build_context, ring_attention
-from ringbench.autorate import rank_rate, round_down
-from ringbench.clock import ClockAlignment, align_clocks
-from ringbench.collectives import GroupOps
-from ringbench.comm import RingStall
+from ringbench.engine.api import build_context, ring_attention
+from ringbench.engine.comm import RingStall
+from ringbench.engine.inputs import rank_shards
+from ringbench.engine.recorder import ListRecorder
+from ringbench.engine.reference import check_errors
+from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError
-from ringbench.faults import RankFaults, parse_fault
-from ringbench.inputs import rank_shards
-from ringbench.kernels import get_kernel
+from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
-from ringbench.memory import peak_mb, reset_peak
-from ringbench.metadata import describe_device
-from ringbench.record import ListRecorder
-from ringbench.reference import check_errors
-from ringbench.scenario import Case, Scenario
-from ringbench.timeline import timeline_for
+from ringbench.rank.autorate import rank_rate, round_down
+from ringbench.rank.clock import ClockAlignment, align_clocks
+from ringbench.rank.collectives import GroupOps
+from ringbench.rank.faults import RankFaults, parse_fault
+from ringbench.rank.memory import peak_mb, reset_peak
+from ringbench.rank.metadata import describe_device
+from ringbench.rank.scenario import Case, Scenario
 
 # Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
 CHECK_BUDGET_S = 60.0
@@ -51,7 +50,7 @@ class RunSettings:
     timeout: float
     """Seconds any distributed wait may take."""
     faults: tuple[str, ...] = ()
-    """Injected faults as canonical specs (ringbench.faults)."""
+    """Injected faults as canonical specs (ringbench.rank.faults)."""
     seed: int = 0
     """Inputs are a function of (seed, token chunk)."""
     trace: bool = True
@@ -127,7 +126,7 @@ class RunRecorder(ListRecorder):
 class RankSession:
     """What a rank keeps across the cases of one process group: its collectives, timeline and aligned clock."""
 
-    env: object  # ringbench.dist.DistEnv
+    env: object  # ringbench.rank.dist.DistEnv
     ops: GroupOps
     timeline: object
     clock: ClockAlignment
@@ -266,9 +265,9 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
 
 def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunSettings, repeat: int,
                    profile_path: Path | None) -> dict:  # fmt: skip
-    """Another implementation (ringbench.impls): whole iterations timed on the host, per-step spans from its
+    """Another implementation (ringbench.rank.impls): whole iterations timed on the host, per-step spans from its
     profiler capture (converted in the parent), outputs and gradients checked against float64 like the engine's."""
-    from ringbench.impls.rank import run_impl_case
+    from ringbench.rank.impls.rank import run_impl_case
 
     env = session.env
     if settings.faults:
@@ -333,7 +332,7 @@ def calibrate_auto(session: RankSession, cases: list[Case], settings: RunSetting
 
 
 def calibration_worker(worker_ctx, cases: list[Case], settings: RunSettings) -> float | None:
-    """Entry point inside each local rank of the calibration launch (ringbench.sweep)."""
+    """Entry point inside each local rank of the calibration launch (ringbench.run.sweep)."""
     return calibrate_auto(open_session(worker_ctx.env), cases, settings)
 
 
@@ -358,7 +357,7 @@ def _maybe_profile(path: Path | None, device):
     if path is None:
         yield None
         return
-    from ringbench.profiling import ProfileCapture
+    from ringbench.rank.profiling import ProfileCapture
 
     with ProfileCapture(path, device) as capture:
         yield capture

@@ -3,7 +3,7 @@
 Peers are optional (``pip install ringbench[peers]``), imported only when used; one that is absent, or needs
 CUDA on a machine without it, gives one line saying so (``missing``).
 
-* ``ringbench``: ringbench.api.ring_attention with the workload's mask, layout, buffer, order and kernel.
+* ``ringbench``: ringbench.engine.api.ring_attention with the workload's mask, layout, buffer, order and kernel.
 * ``ring-attention-pytorch`` (lucidrains): ``ring_flash_attn(q, k, v, causal=..., ring_reduce_col=True,
   striped_ring_attn=...)``, tensors (B, L, H, D); contiguous or striped shards; one bucket per rank (its striped
   mask is exact only then); the default process group only (it caches rank and world size per process).
@@ -24,7 +24,7 @@ import importlib
 import torch
 
 from ringbench.errors import UsageError
-from ringbench.impls.base import Adapter, AttentionFn, Support, flash_layout, world_group
+from ringbench.rank.impls.base import Adapter, AttentionFn, Support, flash_layout, world_group
 
 ALL_LAYOUTS = ("contiguous", "zigzag", "striped")
 RING_FLASH_FUNCTIONS = {"contiguous": "ring_flash_attn_func", "zigzag": "zigzag_ring_flash_attn_func",
@@ -33,11 +33,11 @@ RING_FLASH_FUNCTIONS = {"contiguous": "ring_flash_attn_func", "zigzag": "zigzag_
 
 class RingbenchAdapter(Adapter):
     name = "ringbench"
-    description = "ringbench's own ring engine (ringbench.api.ring_attention)"
+    description = "ringbench's own ring engine (ringbench.engine.api.ring_attention)"
     support = Support(layouts={m: ALL_LAYOUTS for m in ("none", "causal", "causal-naive")}, orders=("*",))
 
     def build(self, workload, *, group, device, recorder) -> AttentionFn:
-        from ringbench.api import ring_attention
+        from ringbench.engine.api import ring_attention
 
         options = dict(mask=workload.mask, layout=workload.layout, buffer=getattr(workload, "buffer", "double"),
                        order=getattr(workload, "order", "identity"), kernel=getattr(workload, "kernel", "torch"),

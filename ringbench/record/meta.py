@@ -5,7 +5,7 @@ imported profiler trace (``import``) -- writes its metadata through ``write_meta
 in ``KEYS`` or a value of the wrong type, so the registry below is the whole vocabulary of meta.json. Consumers
 read it through ``RunMeta`` (a dict with typed properties), never with ad-hoc ``.get`` chains.
 
-Versions: meta.json carries ``schema_version`` (ringbench/schema.py: the version of the whole record). The reader
+Versions: meta.json carries ``schema_version`` (ringbench/record/schema.py: the version of the whole record). The reader
 accepts every version in READABLE_VERSIONS; what a newer key adds reads as its default in an older file.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringbench.errors import UsageError
-from ringbench.schema import READABLE_VERSIONS
+from ringbench.record.schema import READABLE_VERSIONS
 
 META_FILE = "meta.json"
 PRODUCERS = ("run", "probe", "simulate", "import")
@@ -37,7 +37,9 @@ class MetaKey:
 
 
 KEYS = (
-    MetaKey("schema_version", _INT, _ALL, "version of the record (events, cases, meta); see ringbench/schema.py"),
+    MetaKey(
+        "schema_version", _INT, _ALL, "version of the record (events, cases, meta); see ringbench/record/schema.py"
+    ),
     MetaKey("run_id", _TEXT, _ALL, "the folder's name: <UTC time>-<scenario name>"),
     MetaKey("kind", _TEXT, _ALL, "what made the folder: run, probe, simulate or import"),
     MetaKey("created", _TEXT, _ALL, "ISO 8601 UTC time the folder was created"),
@@ -51,7 +53,7 @@ KEYS = (
     MetaKey("emulated", _BOOL, _ALL, "some compute or link time is modelled, not measured"),
     MetaKey("emulated_links", _BOOL, _ALL, "link costs of a topology were injected as delays"),
     MetaKey("simulated", _BOOL, frozenset({"simulate"}), "nothing was measured: a model wrote every number"),
-    MetaKey("faults", _LIST, _ALL, "injected faults as canonical specs (ringbench.faults: slow-rank:3:1.5, ...)"),
+    MetaKey("faults", _LIST, _ALL, "injected faults as canonical specs (ringbench.rank.faults: slow-rank:3:1.5, ...)"),
     MetaKey("trace", _BOOL, _ALL, "per-step spans were recorded (false: iteration times only, --no-trace)"),
     MetaKey("topology", _DICT + _NONE, _ALL, "the ranks' topology (ringbench.topology.Topology.to_dict), or null"),
     MetaKey("backend", _TEXT, _ALL, "the backend the ranks ran on: gloo or nccl"),
@@ -184,9 +186,13 @@ def check_meta(meta: Mapping, producer: str) -> None:
     for name, value in meta.items():
         key = REGISTRY.get(name)
         if key is None:
-            raise ValueError(f"meta.json key {name!r} is not in ringbench.meta.KEYS: register it (type, meaning)")
+            raise ValueError(
+                f"meta.json key {name!r} is not in ringbench.record.meta.KEYS: register it (type, meaning)"
+            )
         if producer not in key.producers:
-            raise ValueError(f"meta.json key {name!r} is not written by a {producer!r} producer (ringbench.meta)")
+            raise ValueError(
+                f"meta.json key {name!r} is not written by a {producer!r} producer (ringbench.record.meta)"
+            )
         if not isinstance(value, key.types) or (isinstance(value, bool) and bool not in key.types):
             kinds = ", ".join(t.__name__ for t in key.types)
             raise ValueError(f"meta.json key {name!r}={value!r} has type {type(value).__name__}; expected {kinds}")
@@ -194,8 +200,8 @@ def check_meta(meta: Mapping, producer: str) -> None:
 
 def write_meta(run_dir: str | Path, meta: Mapping, producer: str) -> None:
     """The one writer of meta.json (atomic, sorted keys, NaN as null)."""
-    from ringbench.atomic import write_bytes
     from ringbench.fmt import json_value
+    from ringbench.record.atomic import write_bytes
 
     check_meta(meta, producer)
     document = json_value({**meta, "kind": meta.get("kind", producer)})

@@ -21,7 +21,7 @@ import contextlib
 
 import torch
 
-from ringbench.impls.base import Adapter, AttentionFn, Support, world_group
+from ringbench.rank.impls.base import Adapter, AttentionFn, Support, world_group
 
 MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
 PINNED = ("_templated_ring_attention", "_templated_ring_attention_backward", "_cp_options", "_RotateMethod")

@@ -1,24 +1,24 @@
 """Other ring-attention implementations under ringbench's sweeps and checks: adapters and their registry.
 
-    from ringbench.impls import get_adapter, adapter_names
+    from ringbench.rank.impls import get_adapter, adapter_names
     adapter = get_adapter("torch-ring:alltoall")   # or ringbench, ring-attention-pytorch, my_pkg.ring:attention
     adapter.check(workload, "cpu")                 # one line (UsageError) when it cannot run here
 
-The interface is ringbench/impls/base.py; the per-rank call the runner makes is ringbench/impls/rank.py.
+The interface is ringbench/rank/impls/base.py; the per-rank call the runner makes is ringbench/rank/impls/rank.py.
 """
 
 from __future__ import annotations
 
 from ringbench.errors import UsageError
-from ringbench.impls.base import Adapter, AttentionFn, Support, Workload
-from ringbench.impls.builtin import (
+from ringbench.rank.impls.base import Adapter, AttentionFn, Support, Workload
+from ringbench.rank.impls.builtin import (
     RingAttentionPytorchAdapter,
     RingbenchAdapter,
     RingFlashAttnAdapter,
     TransformerEngineAdapter,
     UserAdapter,
 )
-from ringbench.impls.torch_ring import TorchRingAdapter
+from ringbench.rank.impls.torch_ring import TorchRingAdapter
 
 DEFAULT_IMPL = "ringbench"
 _BUILTIN = {

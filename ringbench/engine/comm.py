@@ -5,7 +5,7 @@ An exchange sends one buffer to the ring successor and receives one into a given
 The all-gather baseline's collectives go through the same class. Every wait is bounded by the timeout, and a
 failure raises RingStall naming this rank, the phase, the ring step and the peer.
 
-Completion is tracked on the ring's timeline (ringbench/timeline.py):
+Completion is tracked on the ring's timeline (ringbench/engine/timeline.py):
 
 * host timeline (gloo on CPU): gloo P2P works have no futures and report ``is_completed() == False`` until
   ``wait()``, so when recording (or when a link fault must delay a block) a watcher thread per direction calls
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ringbench.engine.timeline import COMM, HostTimeline, host_wait
 from ringbench.errors import RunFailure
-from ringbench.timeline import COMM, HostTimeline, host_wait
 
 
 def _short(exc: BaseException) -> str:

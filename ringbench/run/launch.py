@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ringbench.dist import DistEnv, init_local
 from ringbench.errors import RunFailure, UsageError
+from ringbench.rank.dist import DistEnv, init_local
 
 PHASE_CODES = {"setup": 0, "fwd": 1, "bwd": 2, "done": 3, "check": 4}
 PHASE_NAMES = {code: name for name, code in PHASE_CODES.items()}
@@ -152,7 +152,7 @@ def launch_local(
     progress_array = spawn.Array("i", world * _SLOTS, lock=False)
     stored = spawn.Value("i", 0)  # items whose on_item call completed (counts complete items, see on_item)
     # Rendezvous through a file in a private folder: no listening socket at all (a TCP store would listen on
-    # every interface); gloo's own connections are bound to loopback (see ringbench.dist.init_local).
+    # every interface); gloo's own connections are bound to loopback (see ringbench.rank.dist.init_local).
     rendezvous = tempfile.mkdtemp(prefix="ringbench-rdzv-")
     store_path = os.path.join(rendezvous, "store")
     procs = [

@@ -3,12 +3,12 @@
 ``execute(scenario, out=..., resume=...)`` is the library call behind ``ringbench run``; the CLI adds nothing to
 it. One pipeline serves every way a run starts:
 
-  local     this process spawns the ranks (ringbench.launch), one process group per (repeat, world size);
+  local     this process spawns the ranks (ringbench.run.launch), one process group per (repeat, world size);
   launched  this process *is* a rank (torchrun / SLURM): it runs its cases and rank 0 stores them;
   resumed   ``resume=RUN_DIR`` reopens a folder, takes its recorded scenario unless one is given, leaves out the
             one-shot faults (crash, hang: they ended the first attempt on purpose) and runs only what is missing.
 
-Whichever way, the folder, its meta.json and each case's row are written by ringbench.results.ResultsFolder.
+Whichever way, the folder, its meta.json and each case's row are written by ringbench.run.results.ResultsFolder.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ringbench.errors import RunFailure, UsageError
-from ringbench.launch import launch_local
-from ringbench.metadata import collect_metadata
-from ringbench.rank import RunSettings, rank_worker
-from ringbench.results import ResultsFolder
-from ringbench.scenario import Case, Scenario
+from ringbench.rank.metadata import collect_metadata
+from ringbench.rank.runner import RunSettings, rank_worker
+from ringbench.rank.scenario import Case, Scenario
+from ringbench.run.launch import launch_local
+from ringbench.run.results import ResultsFolder
 
 ONE_SHOT_FAULTS = ("crash:", "hang:")
 
 
 def recorded_scenario(run_dir: str | Path) -> Scenario:
     """The scenario a run recorded in its meta.json (what ``--resume RUN_DIR`` runs when given no other)."""
-    from ringbench.meta import read_meta
+    from ringbench.record.meta import read_meta
 
     meta = read_meta(run_dir)
     recorded = meta.scenario
@@ -75,7 +75,7 @@ def execute(
     (an independent witness of the recorder: ``ringbench check-timeline``). ``loopback``: a 1-rank ring exchanges
     its blocks with itself (the one-device test of the transfer path).
     """
-    from ringbench.dist import launched_env
+    from ringbench.rank.dist import launched_env
 
     folder = ResultsFolder.reopen(resume) if resume is not None else None
     if folder is not None:
@@ -114,8 +114,8 @@ def preflight(scenario: Scenario, *, device: str | None = None, loopback: bool =
     """Every check a run makes before it starts anything (UsageError, one line): the scenario, the device, the
     loopback's world, GPUs enough for the ranks, the faults a run can inject. The CLI calls it before it prints
     anything, and ``execute`` again (a library caller may not have)."""
-    from ringbench.dist import gpu_shortage, local_gpu_count
     from ringbench.errors import bad_value
+    from ringbench.rank.dist import gpu_shortage, local_gpu_count
 
     scenario.validate()
     if device not in (None, "cpu", "cuda"):
@@ -130,9 +130,9 @@ def preflight(scenario: Scenario, *, device: str | None = None, loopback: bool =
 def _runnable(cases: list[Case], device: str | None, launched) -> tuple[list[Case], dict[str, str]]:
     """Cases another implementation cannot run here (not installed, CUDA only, a layout it does not take) are
     skipped with their reason, not failed: a sweep of implementations runs what this machine can."""
-    from ringbench.dist import local_gpu_count
     from ringbench.errors import UsageError
-    from ringbench.impls import get_adapter
+    from ringbench.rank.dist import local_gpu_count
+    from ringbench.rank.impls import get_adapter
 
     keep, skipped = [], {}
     for case in cases:
@@ -162,7 +162,7 @@ def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool, c
 def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, cases, device) -> RunSettings:
     """emulated:auto: one rate for the whole run, measured before any case is timed (kept on resume)."""
     from ringbench.kernels import get_kernel
-    from ringbench.rank import calibration_worker
+    from ringbench.rank.runner import calibration_worker
 
     auto = [case for case in cases if getattr(get_kernel(case.kernel), "auto", False) and case.impl == "ringbench"]
     if not auto:
@@ -190,7 +190,7 @@ def _reported(case: Case, per_rank: list[dict], repeat: int, folder: ResultsFold
     if case.impl == "ringbench":
         return per_rank
     from ringbench.errors import UsageError
-    from ringbench.impls import get_adapter
+    from ringbench.rank.impls import get_adapter
     from ringbench.traces.captures import with_profile_rows
 
     try:
@@ -250,8 +250,8 @@ def _execute_launched(scenario, cases, settings, *, out, command, on_case, devic
     """torchrun / SLURM: this process is one rank; rank 0 gathers each case and writes the results."""
     import torch.distributed as dist
 
-    from ringbench.dist import init_launched
-    from ringbench.rank import open_session, profile_path, run_case
+    from ringbench.rank.dist import init_launched
+    from ringbench.rank.runner import open_session, profile_path, run_case
 
     env = init_launched(scenario.timeout, device)
     session = open_session(env)
@@ -261,7 +261,7 @@ def _execute_launched(scenario, cases, settings, *, out, command, on_case, devic
         folder = ResultsFolder.create(out, scenario.name, meta)
         settings = _with_profile(settings, folder, profile, cases)
     settings = session.ops.all_objects(settings)[0]
-    from ringbench.rank import calibrate_auto
+    from ringbench.rank.runner import calibrate_auto
 
     rate = calibrate_auto(session, cases, settings)  # every rank calls it: it is collective
     if rate is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ringbench.dist import local_gpu_count
+from ringbench.rank.dist import local_gpu_count
 
 
 def collect_versions() -> dict:
@@ -123,8 +123,8 @@ def collect_environment(command: str = "") -> dict:
 
 
 def collect_metadata(scenario, *, command: str, trace: bool) -> dict:
-    """A run's metadata before its first case (ringbench.results adds run_id and the schema version)."""
-    from ringbench.faults import parse_fault
+    """A run's metadata before its first case (ringbench.run.results adds run_id and the schema version)."""
+    from ringbench.rank.faults import parse_fault
 
     worlds = list(scenario.world)
     device = collect_device_metadata(max(worlds))

@@ -2,15 +2,15 @@
 
 Inside each rank (after the process group is up)::
 
-    from ringbench.impls.rank import run_impl_case
+    from ringbench.rank.impls.rank import run_impl_case
     result = run_impl_case("torch-ring:alltoall", case, rank=r, world=n, device=device, group=None,
                            iters=10, warmup=2, seed=0, check=True, profile_path=path_or_None)
 
-It builds this rank's shards in the layout the adapter expects (ringbench.inputs.rank_shards), runs the warm-up
+It builds this rank's shards in the layout the adapter expects (ringbench.engine.inputs.rank_shards), runs the warm-up
 and timed iterations (forward, and backward through autograd with the same ``dout`` as ringbench's engine),
 times every whole iteration on the host clock (``perf_counter_ns``, after a barrier; on CUDA the device is
 synchronised at the iteration's end, since an outside library's streams are not ringbench's to instrument),
-checks the output and gradients against float64 (ringbench.reference.check_errors) and returns a dict shaped
+checks the output and gradients against float64 (ringbench.engine.reference.check_errors) and returns a dict shaped
 like the runner's per-rank result: ``rows`` (``iteration`` rows, fwd and bwd, host ns), ``fwd_err``, ``bwd_err``,
 ``check_note``, ``peak_mem_mb``, ``memory_method``, ``impl``, ``profile``.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ringbench.impls import get_adapter
+from ringbench.rank.impls import get_adapter
 
 
 def _barrier(group) -> None:
@@ -56,10 +56,10 @@ def run_impl_case(
 ) -> dict:  # fmt: skip
     """Run one case of adapter ``impl`` on this rank (see the module doc); ``before_iteration(i)``: a hook
     called before each iteration (warm-up ones negative), e.g. for progress reports."""
-    from ringbench.inputs import rank_shards
-    from ringbench.memory import peak_mb, reset_peak
-    from ringbench.profiling import ProfileCapture
-    from ringbench.reference import check_errors
+    from ringbench.engine.inputs import rank_shards
+    from ringbench.engine.reference import check_errors
+    from ringbench.rank.memory import peak_mb, reset_peak
+    from ringbench.rank.profiling import ProfileCapture
 
     device = torch.device(device) if device is not None else torch.device("cpu")
     adapter = get_adapter(impl)

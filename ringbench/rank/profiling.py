@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ringbench.atomic import atomic_write
 from ringbench.markers import (
     EMULATED_MARKER,
     ITERATION_MARKER,
@@ -39,6 +38,7 @@ from ringbench.markers import (
     iteration_marker,
     step_marker,
 )
+from ringbench.record.atomic import atomic_write
 
 _GZIP_LEVEL = 6  # traces reach hundreds of MB: level 9 costs several times the CPU for a few % of size
 # The profiler's library prints two status lines per capture per rank on stderr ("USDT: ... profiler_start /

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.api import build_context, reference_attention, ring_attention
+from ringbench.engine.api import build_context, reference_attention, ring_attention
+from ringbench.engine.layout import shard
 from ringbench.fmt import ring_text
-from ringbench.layout import shard
 from ringbench.vocab import DTYPES, TOLERANCE
 
 
@@ -108,7 +108,7 @@ def exactness_worker(worker_ctx, cases: list[CheckCase]) -> dict[str, tuple[floa
 
 def run_selfcheck(world: int, cases: list[CheckCase], timeout_s: float = 60.0) -> dict[str, tuple[float, float]]:
     """Launch ``world`` local ranks; return the worst errors over ranks for each case."""
-    from ringbench.launch import launch_local
+    from ringbench.run.launch import launch_local
 
     if world == 1:
         return {case.name: check_case(case, 1, 0) for case in cases}

@@ -1,7 +1,7 @@
 """The adapter interface: how ringbench runs someone else's ring attention under its sweeps and checks.
 
 An adapter says what it supports (``Support``), which shard layout it expects (a ringbench layout name: the
-rows each rank holds, see ringbench/layout.py), whether it can run here (``missing``: one line, or None), and
+rows each rank holds, see ringbench/engine/layout.py), whether it can run here (``missing``: one line, or None), and
 builds a per-case attention function:
 
     fn = adapter.prepare(workload, group=group, device=device)  # once per case, outside the timed loop
@@ -10,8 +10,8 @@ builds a per-case attention function:
     fn.close()
 
 ``out`` is (B, H, S/N, D) in q's dtype, the rows of this rank's queries; gradients flow to q, k, v. Inputs come
-from ringbench.inputs.rank_shards(layout=adapter.layout(workload)) and the output and gradients are checked
-against float64 by ringbench.reference.check_errors, exactly as for ringbench's own engine.
+from ringbench.engine.inputs.rank_shards(layout=adapter.layout(workload)) and the output and gradients are checked
+against float64 by ringbench.engine.reference.check_errors, exactly as for ringbench's own engine.
 
 A *workload* is any object with the case axes as attributes (world, seq, heads, head_dim, batch, dtype, mask,
 layout, buffer, order, kernel, backward): a ringbench Case, or ``Workload`` below.
@@ -27,7 +27,7 @@ from ringbench.errors import UsageError
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
-    """One point of a sweep, for adapters (the same axes as ringbench.scenario.Case)."""
+    """One point of a sweep, for adapters (the same axes as ringbench.rank.scenario.Case)."""
 
     world: int = 4
     seq: int = 4096

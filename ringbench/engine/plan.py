@@ -19,8 +19,8 @@ from functools import cache
 
 import torch
 
+from ringbench.engine.layout import Segment, segments
 from ringbench.kernels.base import BlockMask, MaskKind
-from ringbench.layout import Segment, segments
 from ringbench.vocab import Layout, Mask
 
 

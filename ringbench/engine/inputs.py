@@ -4,7 +4,7 @@ The global sequence is cut into chunks of CHUNK_TOKENS tokens. Chunk c of tensor
 is drawn from its own torch.Generator seeded with a stable hash of (seed, name, c), always at full chunk size, so
 token t's vectors depend only on (seed, name, t, batch, heads, head_dim, dtype): never on the world size, the
 layout, the rank or even the sequence length. A run at N=2 and one at N=8 with the same seed see the same global
-tensors, and any rank can regenerate any token (the float64 reference does, see ringbench.reference).
+tensors, and any rank can regenerate any token (the float64 reference does, see ringbench.engine.reference).
 
 Values are standard normal draws made in float32 and rounded to the case dtype, so they are exactly representable
 in it: ``rank_shards`` hands out tensors of the case dtype, ``token_block`` and ``token_rows(..., float64=True)``
@@ -21,8 +21,8 @@ import hashlib
 
 import torch
 
+from ringbench.engine.layout import token_positions
 from ringbench.errors import bad_value
-from ringbench.layout import token_positions
 
 CHUNK_TOKENS = 256  # tokens per generated chunk; fixed, independent of world size and layout (see module doc)
 TENSOR_NAMES = ("q", "k", "v", "dout")
@@ -124,7 +124,7 @@ def rank_shards(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """This rank's (q, k, v, dout), each (B, H, S/N, D) in the case ``dtype`` on ``device``.
 
-    Rows are in the local-row order of ``ringbench.layout.token_positions(layout, seq, world, rank)``, so the
+    Rows are in the local-row order of ``ringbench.engine.layout.token_positions(layout, seq, world, rank)``, so the
     shards of all ranks reassemble (``unshard``) to the same global tensors for any N and layout. Built on the CPU
     chunk by chunk (peak O(S/N + chunk)) and moved to ``device`` once. The tensors do not require grad.
     """

@@ -17,15 +17,15 @@ import math
 import torch
 import torch.distributed as dist
 
-from ringbench.comm import RingComm
+from ringbench.engine.comm import RingComm
+from ringbench.engine.layout import check_divisible
+from ringbench.engine.recorder import NullRecorder
+from ringbench.engine.reference import attention
+from ringbench.engine.ring import RingContext, ring_backward, ring_forward
+from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import get_kernel
-from ringbench.layout import check_divisible
 from ringbench.orders import parse_order, validate_ring
-from ringbench.record import NullRecorder
-from ringbench.reference import attention
-from ringbench.ring import RingContext, ring_backward, ring_forward
-from ringbench.timeline import timeline_for
 from ringbench.vocab import Buffer, Layout, Mask
 
 
@@ -75,7 +75,7 @@ def build_context(
 ) -> RingContext:
     """Validate everything once and build the per-rank ring context (and its communicator).
 
-    ``timeline``: where spans get their times (ringbench.timeline.timeline_for(device) picks it; the host clock
+    ``timeline``: where spans get their times (ringbench.engine.timeline.timeline_for(device) picks it; the host clock
     when None). ``loopback``: a 1-rank ring still exchanges its block with itself (the one-device transfer test).
     """
     _check_tensors(q, k, v)
@@ -189,7 +189,7 @@ def ring_attention(
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str = "causal", scale=None):
     """Single-device attention over the whole sequence in float64 (the exactness oracle; autograd-capable).
 
-    q, k, v: (B, H, S, D), token i at position i. Delegates to ``ringbench.reference.attention``, the project's
+    q, k, v: (B, H, S, D), token i at position i. Delegates to ``ringbench.engine.reference.attention``, the project's
     one float64 attention implementation (the same math the run's streaming check uses).
     """
     mask = Mask.parse(mask, "mask")

@@ -13,7 +13,7 @@ post to the completion of each exchange, ``wait`` for the time the rank sat bloc
 s carries the block used at step s+1 (double) or at step s (sync, posted at the start of the step); in the
 backward, the dK/dV exchange of step s is posted after step s's compute and waited for in step s+1.
 
-Times are marks of the context's timeline (ringbench/timeline.py): host nanoseconds on CPU, events on the streams
+Times are marks of the context's timeline (ringbench/engine/timeline.py): host nanoseconds on CPU, events on the streams
 that run the work on a GPU. Nothing here reads a clock or synchronises a device; the recorder resolves the marks
 after the iteration. Buffers are allocated once per call and rotated (two K/V buffers; three dK/dV buffers in the
 backward: the one being filled by this step's compute and the two that travel), never once per hop.
@@ -26,18 +26,18 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ringbench.comm import RingComm, Transfer
+from ringbench.engine.comm import RingComm, Transfer
+from ringbench.engine.merge import merge_into
+from ringbench.engine.plan import PairPlan, pair_plan
+from ringbench.engine.recorder import NullRecorder
+from ringbench.engine.timeline import HostTimeline
 from ringbench.kernels.base import BlockKernel, block_flops, stats_dtype
-from ringbench.merge import merge_into
-from ringbench.plan import PairPlan, pair_plan
-from ringbench.record import NullRecorder
-from ringbench.timeline import HostTimeline
 from ringbench.vocab import Buffer, Layout, Mask
 
 
 @dataclass(kw_only=True, slots=True)
 class RingContext:
-    """What one rank needs to run the ring; built and validated by ringbench.api."""
+    """What one rank needs to run the ring; built and validated by ringbench.engine.api."""
 
     mask: Mask
     layout: Layout

@@ -32,7 +32,7 @@ from datetime import timedelta
 
 import torch
 
-from ringbench.spin import spin
+from ringbench.kernels.spin import spin
 
 COMPUTE = "compute"
 COMM = "comm"

@@ -1,10 +1,10 @@
 """A results folder being written: `results/<run-id>/` with the record (events, cases, meta), case by case.
 
 Every producer that measures -- a local run, a launched (torchrun/SLURM) run, a resumed run, a probe -- opens its
-folder here, so each writes the same meta.json (ringbench/meta.py) the same way. Each finished case is one atomic
+folder here, so each writes the same meta.json (ringbench/record/meta.py) the same way. Each finished case is one atomic
 rewrite of events.parquet, cases.parquet/csv and meta.json, so an interrupted sweep loses nothing and `--resume`
 runs only what is missing. ``summarize_case`` turns the ranks' reports of one case into its events table and its
-case row (the figures of ringbench/metrics.py).
+case row (the figures of ringbench/figures/metrics.py).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ringbench import store
-from ringbench.critical_path import clock_tolerance_ns
 from ringbench.errors import UsageError
+from ringbench.figures.critical_path import clock_tolerance_ns
+from ringbench.figures.metrics import CASE_FIGURES, case_figures
 from ringbench.kernels import get_kernel
-from ringbench.meta import RunMeta, write_meta
-from ringbench.metrics import CASE_FIGURES, case_figures
-from ringbench.scenario import Case, Scenario
-from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.rank.scenario import Case, Scenario
+from ringbench.record import store
+from ringbench.record.meta import RunMeta, write_meta
+from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
 from ringbench.vocab import TOLERANCE
 
 
@@ -115,7 +115,7 @@ class ResultsFolder:
 
 
 def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> tuple[pd.DataFrame, dict]:
-    """This case's events table and its summary row: the figures of ringbench/metrics.py (medians over timed
+    """This case's events table and its summary row: the figures of ringbench/figures/metrics.py (medians over timed
     iterations, with p10/p90), the numerical check, peak memory and the emulation's saturated kernel calls."""
     rows = [row for result in per_rank for row in result["rows"]]
     events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))

@@ -1,4 +1,4 @@
-"""Every figure ringbench reports, defined once as a function of the record (ringbench/schema.py).
+"""Every figure ringbench reports, defined once as a function of the record (ringbench/record/schema.py).
 
 The run summary (results.summarize_case), the analyses, the simulator's own summary, the report and the CI gate call
 these functions; none computes a figure of its own. docs/results.md ("Figures: one definition each") says why each
@@ -8,7 +8,7 @@ definition is the one chosen.
                    case reports the median over its iterations, with p10 / p90
   fwd / bwd time   the same over the iteration rows of one phase
   exposed comm     per iteration: the wait / collective time that lies on the iteration's critical path
-                   (ringbench/critical_path.py); ``exposed_comm_frac`` = median exposed ms / median step ms
+                   (ringbench/figures/critical_path.py); ``exposed_comm_frac`` = median exposed ms / median step ms
   overlap          overlap efficiency = hidden / comm, with comm the exchanges' time from post to block in hand
                    (summed over ranks and steps) and hidden the part of it during which the rank was not blocked
   imbalance        max / mean over ranks of compute ms per iteration (median over iterations); predicted: the same
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ringbench.critical_path import DEFAULT_TOL_NS, critical_path, transfer_window  # noqa: F401 (transfer_window: a figure)
+from ringbench.figures.critical_path import DEFAULT_TOL_NS, critical_path, transfer_window  # noqa: F401 (transfer_window: a figure)
 
 ITER_KEYS = ["case_id", "repeat", "iteration"]
 ITERATION_COLUMNS = [*ITER_KEYS, "step_ms", "fwd_ms", "bwd_ms", "exposed_comm_ms", "gflop"]

@@ -2,17 +2,17 @@
 
 The engine never stores timings itself. It calls ``recorder.on_step(phase, step)`` when a ring step begins,
 ``recorder.end_phase(phase)`` when a phase's ring loop is done, and ``recorder.span(...)`` for each span (compute,
-send, recv, wait, collective) with its start and end as *marks* of the ring's timeline (ringbench/timeline.py).
+send, recv, wait, collective) with its start and end as *marks* of the ring's timeline (ringbench/engine/timeline.py).
 A mark is resolved into nanoseconds only after the iteration (``finish_iteration``): on a GPU the marks are events
 that fire when the device reaches them, so resolving inside the loop would drain the streams it measures. The run
-layer passes a ``ListRecorder`` and turns its rows into the events table (ringbench/schema.py).
+layer passes a ``ListRecorder`` and turns its rows into the events table (ringbench/record/schema.py).
 """
 
 from __future__ import annotations
 
 import math
 
-from ringbench.timeline import HostTimeline
+from ringbench.engine.timeline import HostTimeline
 
 
 class NullRecorder:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import yaml
 
+from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
-from ringbench.faults import check_faults, parse_fault
 from ringbench.kernels import KERNEL_HELP, get_kernel
-from ringbench.layout import check_divisible
 from ringbench.orders import ORDER_HELP, format_ring, parse_order
+from ringbench.rank.faults import check_faults, parse_fault
 from ringbench.vocab import DTYPES, Buffer, Layout, Mask
 
 AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl")
@@ -49,7 +49,7 @@ class Case:
     order: str
     kernel: str
     impl: str = "ringbench"
-    """The ring-attention implementation (ringbench.impls): ringbench's own engine unless another is named."""
+    """The ring-attention implementation (ringbench.rank.impls): ringbench's own engine unless another is named."""
     backward: bool = True
 
     @property
@@ -96,7 +96,7 @@ class Scenario:
     order: tuple[str, ...] = ("identity",)
     kernel: tuple[str, ...] = ("torch",)
     impl: tuple[str, ...] = ("ringbench",)
-    """Ring-attention implementations (ringbench.impls): ringbench, torch-ring, ..., module:function."""
+    """Ring-attention implementations (ringbench.rank.impls): ringbench, torch-ring, ..., module:function."""
     backward: bool = True
     """Time the backward ring too."""
     iters: int = 10
@@ -164,7 +164,7 @@ class Scenario:
                 raise fail("kernel", value, KERNEL_HELP) from None
             if self.check and not getattr(kernel, "computes", True):
                 raise fail("check", True, f"false with kernel {value!r}: it computes nothing to check (--no-check)")
-        from ringbench.impls import get_adapter
+        from ringbench.rank.impls import get_adapter
 
         for value in self.impl:
             try:

@@ -14,10 +14,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ringbench.atomic import atomic_write
 from ringbench.errors import UsageError
-from ringbench.meta import RunMeta, read_meta
-from ringbench.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
+from ringbench.record.atomic import atomic_write
+from ringbench.record.meta import RunMeta, read_meta
+from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
 
 EVENTS_FILE = "events.parquet"
 CASES_FILE = "cases.parquet"

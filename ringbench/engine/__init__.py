@@ -1,0 +1,11 @@
+"""The engine: the exact ring and nothing else.
+
+Owns the shards (``layout``), the mask plan of every (query segment, key segment) pair (``plan``), the fp32
+(out, lse) merge (``merge``), where spans get their times (``timeline``: the host clock on CPU, stream events on a
+GPU), the one class that moves blocks between neighbours (``comm``), the ring loops forward and backward (``ring``),
+the recorder interface the loops call (``recorder``: no-op by default), the public ``ring_attention`` (``api``), and
+the exactness side of the ring: inputs from (seed, token chunk) (``inputs``) and float64 attention (``reference``).
+
+May import: the vocabulary (``ringbench.errors``, ``vocab``, ``fmt``, ``orders``, ``markers``) and the kernels.
+Never the record, a run, the figures or an analysis: the ring knows nothing of timing storage.
+"""
