@@ -68,3 +68,50 @@ def test_the_map_shows_every_package():
     house = _map()
     absent = [name for name in house.packages() if f">{name}</text>" not in svg]
     assert not absent, f"docs/architecture.svg lacks {absent}: run python docs/architecture_map.py"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """ringbench module -> the ringbench modules it imports (lazy imports included; kernels/ as ringbench.kernels)."""
+    files = {}
+    for path in (ROOT / "ringbench").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for path in (ROOT / "kernels").glob("*.py"):
+        files["ringbench.kernels" + ("" if path.stem == "__init__" else f".{path.stem}")] = path
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                candidates = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            elif isinstance(node, ast.Import):
+                candidates = [alias.name for alias in node.names]
+            else:
+                continue
+            for candidate in candidates:
+                if candidate in files and candidate != name:
+                    targets.add(candidate)
+                    break
+        graph[name] = targets
+    return graph
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or round about (the report's model and its sections: one way)."""
+    graph, state, circles = _module_graph(), {}, []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if target == "ringbench" or target.startswith("ringbench.__"):
+                continue  # the package's face re-exports; its importers are outside the circle question
+            if state.get(target) == "open":
+                circles.append(" -> ".join([*path[path.index(target):], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not circles, "import circles:\n" + "\n".join(circles)

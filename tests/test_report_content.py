@@ -22,9 +22,10 @@ from ringbench.analysis.answers import answers
 from ringbench.analysis.findings import analyze
 from ringbench.record.store import load_run
 from ringbench.report import case_figures, case_sections, figures, write_report
-from ringbench.report.content import Cell, _cases, _chart_rows, build_content
+from ringbench.report.content import _chart_rows, build_content
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
+from ringbench.report.model import Cell, cases_of
 from ringbench.simulate import SimConfig, simulate_run
 from ringbench.vocab import TOLERANCE
 
@@ -118,7 +119,7 @@ def test_case_sections_skip_cases_that_cannot_be_judged(sweep):
     confidence = sweep.confidence.copy()
     confidence.at[0, "reason_codes"] = ["oversubscribed"]
     spoilt = dataclasses.replace(sweep, summary=summary, confidence=confidence)
-    picks, notes = case_sections.choose(spoilt, _cases(spoilt))
+    picks, notes = case_sections.choose(spoilt, cases_of(spoilt))
     shown = [case_id for case_id, _ in picks]
     assert first not in shown
     assert shown[0] == str(sweep.headline()["case_id"]) and "headline culprit" in picks[0][1][0]
@@ -133,13 +134,13 @@ def test_case_sections_say_so_when_none_could_be_judged(sweep):
     for codes, sentence in ((["clock"], "step times can be trusted"), (["oversubscribed"], "not as evidence")):
         confidence["reason_codes"] = [codes] * len(confidence)
         blind = dataclasses.replace(sweep, summary=summary, confidence=confidence)
-        picks, notes = case_sections.choose(blind, _cases(blind))
+        picks, notes = case_sections.choose(blind, cases_of(blind))
         assert picks and notes[0].startswith("No case could be judged") and sentence in notes[0]
 
 
 def test_case_sections_are_capped(sweep, monkeypatch):
     monkeypatch.setattr(case_sections, "MAX_SECTIONS", 2)
-    picks, notes = case_sections.choose(sweep, _cases(sweep))
+    picks, notes = case_sections.choose(sweep, cases_of(sweep))
     assert len(picks) == 2 and any("at most 2 are shown" in note for note in notes)
 
 
@@ -216,7 +217,7 @@ def test_step_time_chart_groups_by_kernel_and_marks_emulated(sweep):
     cases["kernel"] = ["torch", "emulated:auto", "torch", "emulated:auto"]
     cases["emulated"] = [False, True, False, True]
     mixed = dataclasses.replace(sweep, run=dataclasses.replace(run, cases=cases))
-    rows = _chart_rows(_cases(mixed))
+    rows = _chart_rows(cases_of(mixed))
     assert list(dict.fromkeys(rows["panel"])) == ["torch · sync", "emulated:auto · double"]
     fig = figures.step_time_chart.figure(rows)
     assert [ax.get_title(loc="left") for ax in fig.axes] == ["torch · sync", "emulated:auto · double"]
@@ -243,7 +244,7 @@ def test_figures_are_2x_with_labels_of_at_least_9_pt(sweep, real, tmp_path):
     iteration = case_figures.representative_iteration(sweep.run.events, case_id)
     culprit = figures.Culprit(rank=2)
     drawn = [
-        figures.step_time_chart.figure(_chart_rows(_cases(sweep))),
+        figures.step_time_chart.figure(_chart_rows(cases_of(sweep))),
         figures.overlap_bars.figure(sweep.overlap_buffers),
         figures.error_figure.figure(sweep.numerics, TOLERANCE),
         case_figures.timeline.figure(iteration, sweep.transfers, [0, 1, 2, 3], culprit),

@@ -24,8 +24,8 @@ from ringbench.analysis.stragglers import (
     UNIT_QUANTILE,
 )
 from ringbench.report import case_figures
-from ringbench.report.content import Cases, Section, Table, culprit_text, fmt, ring_of, table
 from ringbench.report.figures import Culprit, Png
+from ringbench.report.model import Cases, Section, Table, culprit_text, fmt, ring_of, table
 
 MAX_SECTIONS = 6
 TITLE = "Cases in detail"

@@ -11,8 +11,8 @@ import base64
 import re
 from html import escape
 
-from ringbench.report.content import Cell, ReportContent, Section, Table
 from ringbench.report.figures import Png
+from ringbench.report.model import Cell, ReportContent, Section, Table
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em auto; max-width: 1200px;

@@ -6,7 +6,7 @@ table; a short case label links to its section, and the full case ids are in the
 
 from __future__ import annotations
 
-from ringbench.report.content import Cell, ReportContent, Section, Table
+from ringbench.report.model import Cell, ReportContent, Section, Table
 
 
 def _cell(text: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ringbench.analysis.placement import CasePlacement, PlacedHop, Placement, placement
 from ringbench.errors import UsageError
 from ringbench.fmt import number, ring_text
-from ringbench.report.content import Section, Table
+from ringbench.report.model import Section, Table
 
 TITLE = "Placement: ring hops against the topology"
 MAX_HOP_ROWS = 32

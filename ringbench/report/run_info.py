@@ -7,7 +7,7 @@ never a dict's repr in a cell.
 from __future__ import annotations
 
 from ringbench.record.store import RunData
-from ringbench.report.content import Section, Table, fmt
+from ringbench.report.model import Section, Table, fmt
 
 VERSION_ORDER = ("ringbench", "python", "torch", "triton", "cuda", "nccl")
 GPU_FIELDS = {

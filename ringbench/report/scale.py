@@ -10,7 +10,7 @@ import io
 import math
 
 from ringbench.report import figures
-from ringbench.report.content import Section, Table
+from ringbench.report.model import Section, Table
 
 TITLE = "Scale (SIMULATED)"
 
