@@ -106,7 +106,7 @@ def test_no_import_circles():
             if target == "ringbench" or target.startswith("ringbench.__"):
                 continue  # the package's face re-exports; its importers are outside the circle question
             if state.get(target) == "open":
-                circles.append(" -> ".join([*path[path.index(target):], target]))
+                circles.append(" -> ".join([*path[path.index(target) :], target]))
             elif target not in state:
                 visit(target, [*path, target])
         state[node] = "done"

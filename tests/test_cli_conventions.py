@@ -87,3 +87,29 @@ def test_no_fault_clears_a_scenarios_faults_and_one_rank_says_so(tmp_path):
     assert all(case["faults"] == "" for case in document["cases"])
     assert "a 1-rank ring has no communication" in result.stderr
     assert document["answers"]["straggler"].startswith("not applicable")
+
+
+def test_every_json_document_opens_with_its_format_and_gives_the_run_dir(tmp_path):
+    """One envelope: "format" (which document) and "format_version" first; "run_dir" wherever a record exists."""
+    from ringbench.cli.common import JSON_DOCUMENTS
+
+    run = str(Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank")
+    baseline = str(tmp_path / "base.json")
+    calls = {
+        "analyze": ["analyze", run, "--json"],
+        "report": ["report", run, "--out", str(tmp_path / "reports"), "--json"],
+        "baseline": ["baseline", "save", run, baseline, "--json"],
+        "compare": ["compare", baseline, run, "--json"],
+        "recommend": ["recommend", "--topology", str(DATA / "dgx_a100_nv12.txt"), "--order", "stride:3", "--json"],
+        "topo": ["topo", "--topology", str(DATA / "dgx_a100_nv12.txt"), "--json"],
+    }
+    for name, args in calls.items():
+        result = invoke(*args)
+        assert result.exit_code in (0, 1, 3), (name, result.output)
+        document = json.loads(result.stdout)
+        assert list(document)[:2] == ["format", "format_version"], (name, list(document)[:3])
+        assert isinstance(document["format_version"], int)
+        if name in JSON_DOCUMENTS and name not in ("topo", "compare"):
+            assert document["format"] == f"ringbench-{name}", document["format"]
+        if name in ("analyze", "report", "baseline"):
+            assert document["run_dir"] == run, name

@@ -55,7 +55,7 @@ def test_topo_without_nvml_says_so_and_exits_2():
 
 
 def test_recommend_json_fields():
-    result = invoke("recommend", "--topology", PCIE8, "--current", "stride:2", "--json")
+    result = invoke("recommend", "--topology", PCIE8, "--order", "stride:2", "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     for key in ("order", "worst_hop_class", "current_worst_hop_class", "predicted_speedup", "all_equivalent"):
@@ -67,7 +67,7 @@ def test_recommend_json_fields():
 
 
 def test_recommend_human_output_shows_hops_and_launch_forms():
-    result = invoke("recommend", "--topology", PCIE8, "--current", "0-4-1-5-2-6-3-7")
+    result = invoke("recommend", "--topology", PCIE8, "--order", "0-4-1-5-2-6-3-7")
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "Recommended ring: 0-1-2-3-4-5-6-7" in text
@@ -114,9 +114,9 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
         (("recommend", "--topology", str(not_matrix)), ("not a topology",)),
         (("recommend", "--topology", str(unknown_class)), ("GPU1 -> GPU0", "WARP")),
         (("topo", "--topology", str(bad_yaml)), ("intra='FAST'",)),
-        (("recommend", "--topology", PCIE8, "--current", "0-1-2"), ("not a permutation",)),
-        (("recommend", "--topology", PCIE8, "--current", "0-1-2-3-4-5-6-6"), ("not a permutation",)),
-        (("recommend", "--topology", PCIE8, "--current", "sideways"), ("current",)),
+        (("recommend", "--topology", PCIE8, "--order", "0-1-2"), ("not a permutation",)),
+        (("recommend", "--topology", PCIE8, "--order", "0-1-2-3-4-5-6-6"), ("not a permutation",)),
+        (("recommend", "--topology", PCIE8, "--order", "sideways"), ("order",)),
         (("recommend", "--topology", str(tmp_path / "missing.txt")), ("missing.txt",)),
         (("recommend",), ("no topology",)),
         (("recommend", "--topology", PCIE8, "--message-mib", "0"), ("message_mib",)),

@@ -77,7 +77,7 @@ def test_recommend_reads_a_run_made_with_topology(tmp_path):
     run_dir = tmp_path / new_run_id(scenario.name)
     meta = collect_metadata(scenario.validate(), command="test", trace=True) | {"run_id": run_dir.name}
     write_json(run_dir / META_FILE, {**meta, "schema_version": SCHEMA_VERSION})  # what `run` writes first
-    result = invoke("recommend", str(run_dir), "--current", "stride:2", "--json")
+    result = invoke("recommend", str(run_dir), "--order", "stride:2", "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["order"] == [0, 1, 2, 3] and document["current_hop_classes"] == {"NET": 4}

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
         from ringbench.record.store import load_run
 
-        out = Output(json=json_out, quiet=quiet)
+        out = Output(json=json_out, quiet=quiet, document="analyze")
         with cli_errors():
             analysis = analyze(load_run(run_dir))
             block = answers(analysis, str(run_dir))
@@ -36,4 +36,4 @@ def register(app: typer.Typer) -> None:
         out.print("verdict:")
         for line in verdict_lines(analysis):
             out.print(f"  {line}")
-        out.emit(verdict_document(analysis) | {"answers": block.document()})
+        out.emit({"run_dir": str(run_dir)} | verdict_document(analysis) | {"answers": block.document()})

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ringbench.cli.common import CONTEXT_SETTINGS, Output, PlainQuietOption, cli_errors
+from ringbench.cli.common import CONTEXT_SETTINGS, JsonOption, Output, QuietOption, cli_errors
 
 baseline_app = typer.Typer(
     name="baseline",
@@ -25,7 +25,8 @@ baseline_app = typer.Typer(
 def save(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (results/<run-id>).")],
     path: Annotated[Path, typer.Argument(help="The baseline file to write (JSON), e.g. baselines/ring.json.")],
-    quiet: PlainQuietOption = False,
+    json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Write RUN_DIR's must-match metadata, case axes and per-iteration samples to PATH."""
     from ringbench.gate.baseline import write_baseline
@@ -37,9 +38,12 @@ def save(
         written = write_baseline(samples, path)
     size = written.stat().st_size
     total = sum(case.n_samples for case in samples.cases)
-    Output(quiet=quiet).print(
+    out = Output(json=json_out, quiet=quiet, document="baseline")
+    out.print(
         f"saved {len(samples.cases)} cases ({total} samples) from run {samples.run_id} to {written} ({size} bytes)"
     )
+    out.emit({"run_dir": str(run_dir), "run_id": samples.run_id, "baseline": str(written), "bytes": size,
+              "cases": len(samples.cases), "samples": total})  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

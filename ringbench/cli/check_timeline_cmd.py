@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.analysis.timeline_check import check_timeline, timeline_document
         from ringbench.record.store import load_run
 
-        out = Output(json=json_out, quiet=quiet)
+        out = Output(json=json_out, quiet=quiet, document="check-timeline")
         with cli_errors():
             check = check_timeline(load_run(run_dir))
         verdict = "agree within tolerance" if check.passed else "DISAGREE beyond tolerance"
@@ -86,5 +86,5 @@ def register(app: typer.Typer) -> None:
             out.print("emulated compute: the profiler sees the modelled time as 'ringbench:emulated pad'")
         for note in check.notes:
             out.note(note)
-        out.emit(timeline_document(check))
+        out.emit({"run_dir": str(run_dir)} | timeline_document(check))
         raise typer.Exit(0 if check.passed else 1)

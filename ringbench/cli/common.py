@@ -22,6 +22,14 @@ from rich.markup import escape
 from ringbench.errors import RunFailure, UsageError
 
 OUTPUT_PANEL = "Output"
+# Every --json document opens with "format" (which document: ringbench-<command>) and "format_version" (bumped when
+# a key changes meaning or goes; new keys do not bump it), and gives "run_dir" wherever a record exists.
+# docs/results.md lists them. Documents with a life of their own (compare's gate document, a topology) carry their
+# own format and version.
+JSON_DOCUMENTS = {
+    "run": 1, "analyze": 1, "report": 1, "import": 1, "simulate": 1, "probe": 1, "recommend": 1, "topo": 1,
+    "check-timeline": 1, "baseline": 1, "compare": 1,
+}  # fmt: skip
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
@@ -41,6 +49,7 @@ class Output:
     json: bool = False
     quiet: bool = False
     console: Console | None = None
+    document: str = ""  # which --json document this command writes (JSON_DOCUMENTS)
 
     def __post_init__(self) -> None:
         if self.console is None:
@@ -60,10 +69,10 @@ class Output:
         if not self.quiet:
             diag.print(message, markup=False, soft_wrap=True)
 
-    def emit(self, document: object) -> None:
-        """The --json document, on stdout."""
+    def emit(self, document: dict) -> None:
+        """The --json document, on stdout, opening with its format and format_version."""
         if self.json:
-            emit_json(document)
+            emit_json(json_document(self.document, document))
 
 
 JsonOption = Annotated[
@@ -110,6 +119,14 @@ def cli_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         diag.print("interrupted")
         raise typer.Exit(130) from None
+
+
+def json_document(kind: str, body: dict) -> dict:
+    """``body`` under the envelope every --json document opens with (a document with its own format keeps it)."""
+    if "format" in body:
+        assert "format_version" in body, f"{body['format']}: a document with a format gives its format_version"
+        return body
+    return {"format": f"ringbench-{kind}", "format_version": JSON_DOCUMENTS[kind], **body}
 
 
 def emit_json(document: object) -> None:

@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
             if markdown is not None:
                 markdown.parent.mkdir(parents=True, exist_ok=True)
                 markdown.write_text(render_markdown(result))
-        out = Output(json=json_output, quiet=quiet)
+        out = Output(json=json_output, quiet=quiet, document="compare")
         out.print(
             headline(result),
             style="bold red" if result.regressed else "bold yellow" if result.too_few else "bold green",

@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
 
         from ringbench.traces.importer import import_traces
 
-        out = Output(json=json_out, quiet=quiet)
+        out = Output(json=json_out, quiet=quiet, document="import")
         with cli_errors():
             result = import_traces(traces, out=out_dir, iteration_marker=iteration_marker,
                                    compute_patterns=tuple(compute_pattern or ()),

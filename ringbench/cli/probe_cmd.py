@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.errors import bad_value
         from ringbench.experiments.probe import run_probe, save_probe
 
-        out = Output(json=json_output, quiet=quiet)
+        out = Output(json=json_output, quiet=quiet, document="probe")
         with cli_errors():
             if emulate_links and topology is None:
                 raise bad_value("emulate_links", True, "only together with --topology FILE")

@@ -1,7 +1,7 @@
 """`ringbench recommend`: the ring order that avoids slow hops, with what it changes and how to launch it.
 
 ringbench recommend --topology pcie8.txt                      # compare with the identity ring
-ringbench recommend --topology cluster.yaml --current stride:2
+ringbench recommend --topology cluster.yaml --order stride:2
 ringbench recommend results/run-0412                           # the topology recorded in the run's meta.json
 ringbench recommend --topology node.txt --json
 """
@@ -102,9 +102,15 @@ def register(app: typer.Typer) -> None:
             Optional[Path], typer.Argument(help="A results run directory whose meta.json records the topology.")
         ] = None,
         topology: TopologyOption = None,
-        current: Annotated[
+        order: Annotated[
             Optional[str],
-            typer.Option(help="The order to compare with: identity, reverse, stride:K, random:SEED or 0-3-1-2."),
+            typer.Option(
+                "--order",
+                "-o",
+                metavar="ORDER",
+                help="The ring order to compare with (as run --order takes it): identity, reverse, "
+                "stride:K, random:SEED or 0-3-1-2. Default: the run's ring, when a RUN_DIR is given.",
+            ),
         ] = None,
         message_mib: Annotated[
             Optional[float], typer.Option(help="Reference message per hop in MiB (default: the topology's, 32).")
@@ -118,14 +124,18 @@ def register(app: typer.Typer) -> None:
 
         with cli_errors():
             loaded = resolve_topology(topology, run_dir)
-            if current is None and run_dir is not None:
+            if order is None and run_dir is not None:
                 ring = _run_ring(run_dir)
-                current = ring if ring is not None and len(ring.split("-")) == loaded.world else None
+                order = ring if ring is not None and len(ring.split("-")) == loaded.world else None
             if message_mib is not None:
                 if not message_mib > 0:
                     raise bad_value("message_mib", message_mib, "a number > 0")
                 loaded = loaded.with_message_bytes(max(1, round(message_mib * 1024 * 1024)))
-            result = recommend_order(loaded, current)
-        out = Output(json=json_output, quiet=quiet)
+            result = recommend_order(loaded, order)
+        out = Output(json=json_output, quiet=quiet, document="recommend")
         render(result, loaded, out)
-        out.emit({**result.to_dict(), "topology": loaded.describe()})
+        out.emit(
+            ({"run_dir": str(run_dir)} if run_dir is not None else {})
+            | result.to_dict()
+            | {"topology": loaded.describe()}
+        )

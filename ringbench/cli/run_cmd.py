@@ -244,7 +244,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.record.store import load_run
         from ringbench.run.sweep import execute, preflight, recorded_scenario
 
-        out = Output(json=json_out, quiet=quiet)
+        out = Output(json=json_out, quiet=quiet, document="run")
         with cli_errors():
             if scenario:
                 base = load_scenario(scenario)

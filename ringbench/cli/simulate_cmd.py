@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.report.scale import scale_section
         from ringbench.simulate.sweep import SimRequest, run_simulation
 
-        output = Output(json=json_out, quiet=quiet)
+        output = Output(json=json_out, quiet=quiet, document="simulate")
         with cli_errors():
             base = load_scenario(scenario) if scenario else DEFAULT_SCENARIO
             chosen = base.with_overrides(

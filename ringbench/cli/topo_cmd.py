@@ -83,6 +83,6 @@ def register(app: typer.Typer) -> None:
             loaded = load_topology(topology) if topology is not None else collect_nvml_topology()
         if loaded is None:
             raise fail(NVML_HINT, 2)
-        out = Output(json=json_output, quiet=quiet)
+        out = Output(json=json_output, quiet=quiet, document="topo")
         out.print(link_table(loaded))
         out.emit({**loaded.to_dict(), "classes": loaded.label_matrix()})

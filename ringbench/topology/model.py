@@ -155,7 +155,7 @@ class Topology:
         """A JSON-ready document (what a run's meta.json keeps under ``"topology"``)."""
         return {
             "format": TOPOLOGY_FORMAT,
-            "version": TOPOLOGY_VERSION,
+            "format_version": TOPOLOGY_VERSION,
             "source": self.source,
             "message_bytes": self.cost_model.message_bytes,
             "class_costs": self.cost_model.overrides(),
@@ -177,9 +177,10 @@ class Topology:
         """Inverse of `to_dict`; a malformed document raises UsageError naming the field."""
         if not isinstance(document, Mapping):
             raise bad_value(field_name, type(document).__name__, "a mapping with devices and links")
-        version = document.get("version", TOPOLOGY_VERSION)
+        # "version" is how records written before the common JSON envelope named it
+        version = document.get("format_version", document.get("version", TOPOLOGY_VERSION))
         if version != TOPOLOGY_VERSION:
-            raise bad_value(f"{field_name}.version", version, str(TOPOLOGY_VERSION))
+            raise bad_value(f"{field_name}.format_version", version, str(TOPOLOGY_VERSION))
         devices_doc = document.get("devices")
         links_doc = document.get("links")
         if not isinstance(devices_doc, list) or not devices_doc:
