@@ -63,6 +63,19 @@ def json_value(value: object) -> object:
     return value
 
 
+def p_text(p: float, alpha: float) -> str:
+    """A p-value with the fewest significant digits (at least 1) that leave it on its own side of ``alpha``:
+    p = 0.013 at alpha 0.01 reads ``0.013``, never ``0.01`` (which would read as "not below alpha" and as alpha)."""
+    if not isinstance(p, (int, float)) or not math.isfinite(p):
+        return "–"
+    for digits in range(1, 6):
+        text = f"{p:.{digits}g}"
+        shown = float(text)
+        if (shown < alpha) == (p < alpha) and shown != alpha:
+            return text
+    return f"{p:.6g}"
+
+
 def ring_text(ring: Iterable[int]) -> str:
     """Ranks in ring order as ``0-1-2-3`` (the form ``--order`` accepts)."""
     return "-".join(str(int(rank)) for rank in ring)

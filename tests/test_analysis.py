@@ -278,3 +278,24 @@ def test_one_slow_iteration_is_not_a_straggler():
     events.loc[spike, "end_ns"] += 3 * (events.loc[spike, "end_ns"] - events.loc[spike, "start_ns"])
     row = culprits(straggler_table(events)).iloc[0]
     assert row["straggler_kind"] is None
+
+
+def test_a_comparison_over_some_contexts_only_says_which():
+    """The default run's headline covers the emulated cases only (real compute on 2 cores cannot be compared):
+    the headline and the line say so, never a bare ratio that the real rows contradict."""
+    from ringbench.analysis.answers import compare_axis
+
+    rows, samples = [], []
+    for kernel in ("torch", "emulated:auto"):
+        for layout, step in (("contiguous", 30.0), ("zigzag", 20.0)):
+            case_id = f"{layout}-{kernel}"
+            rows.append({"case_id": case_id, "layout": layout, "kernel": kernel, "mask": "causal", "world": 4})
+            samples += [{"case_id": case_id, "step_ms": step + i * 0.1} for i in range(5)]
+    cases, steps = pd.DataFrame(rows), pd.DataFrame(samples)
+    judged = {"contiguous-emulated:auto", "zigzag-emulated:auto"}
+    (comparison,) = compare_axis("layout", cases, steps, judged, {})
+    assert comparison.faster == "zigzag" and comparison.contexts == 1 and comparison.untrusted == 1
+    assert "only the 1 of 2 contexts whose timings can be compared (causal, 4 ranks, emulated:auto)" in comparison.scope
+    assert "1 other context(s) not compared" in comparison.line()
+    (everywhere,) = compare_axis("layout", cases, steps, judged | {"contiguous-torch", "zigzag-torch"}, {})
+    assert everywhere.scope == "" and "not compared" not in everywhere.line()

@@ -120,3 +120,11 @@ def test_three_repeats_keep_false_alarms_low_and_power_high():
         )
         assert null.regression_rate <= 0.05
         assert slow.regression_rate >= 0.95
+
+
+def test_p_values_are_printed_with_the_digits_that_decide_against_alpha():
+    from ringbench.fmt import p_text
+
+    assert p_text(0.013, 0.01) == "0.013" and p_text(0.0098, 0.01) == "0.0098" and p_text(0.2, 0.01) == "0.2"
+    assert p_text(4e-21, 0.01) == "4e-21" and p_text(0.01, 0.01) == "0.01" and p_text(float("nan"), 0.01) == "–"
+    assert p_text(0.0151, 0.015) == "0.02" and p_text(0.051, 0.05) == "0.051" and p_text(0.0149, 0.015) == "0.01"

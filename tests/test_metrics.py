@@ -104,6 +104,7 @@ def test_run_json_analyze_json_and_report_give_the_same_figures(tmp_path, monkey
     assert result.exit_code == 0, result.output
     ran = json.loads(result.stdout)
     run_dir = Path(ran["run_dir"])
+    assert ran["answers"]["next"].startswith(f"open {Path('reports') / run_dir.name / 'report.html'}"), ran["answers"]
     analysed = runner.invoke(app, ["analyze", str(run_dir), "--json"])
     assert analysed.exit_code == 0, analysed.output
     by_case = {case["case_id"]: case for case in json.loads(analysed.stdout)["cases"]}

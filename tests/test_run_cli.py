@@ -139,6 +139,7 @@ def test_crash_ends_the_run_naming_rank_and_step(tmp_path):
     assert result.exit_code == 1, result.output
     assert "rank 1 died" in result.stderr and "fwd ring step 1" in result.stderr
     assert elapsed < 20  # well within the timeout: the dead process is noticed at once
+    assert "within 20 s" not in result.stderr, result.stderr  # the peers' waits failed early: said as when
     (run_dir,) = tmp_path.iterdir()
     assert "rank 1 died" in json.loads((run_dir / "meta.json").read_text())["failure"]
     document = json.loads(result.stdout)  # --json still prints its one document, saying where and why

@@ -46,6 +46,16 @@ class Comparison:
     contexts: int
     context: str  # the other axes, when they are the same in every context compared
     note: str = ""  # e.g. what double buffering hid
+    untrusted: int = 0  # contexts that had both values but whose step times could not be compared
+
+    @property
+    def scope(self) -> str:
+        """What the ratio covers, when it is not every context that ran both values (else "")."""
+        if not self.untrusted:
+            return ""
+        total = self.contexts + self.untrusted
+        where = f" ({self.context})" if self.context else ""
+        return f"only the {self.contexts} of {total} contexts whose timings can be compared{where}"
 
     def line(self) -> str:
         spread = "range" if self.contexts > 1 else "90% interval"
@@ -61,6 +71,8 @@ class Comparison:
                 f"{self.axis}: {self.faster} {_x(self.ratio)} faster than {self.slower} "
                 f"({spread} {_x(self.low)}–{_x(self.high)}{over}){where}"
             )
+        if self.untrusted:
+            text += f"; {self.untrusted} other context(s) not compared (their timings cannot be trusted)"
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -95,6 +107,7 @@ class Answers:
                     "contexts": c.contexts,
                     "context": c.context,
                     "note": c.note,
+                    "untrusted_contexts": c.untrusted,
                     "line": c.line(),
                 }
                 for c in self.comparisons
@@ -147,10 +160,13 @@ def compare_axis(axis: str, cases: pd.DataFrame, samples: pd.DataFrame, judged: 
     out = []
     base = values[0]
     for value in values[1:]:
-        ratios, lows, highs, contexts = [], [], [], []
+        ratios, lows, highs, contexts, untrusted = [], [], [], [], 0
         for _, group in cases.groupby(others, dropna=False, sort=False):
             pick = {str(v): str(cid) for v, cid in zip(group[axis].astype(str), group["case_id"], strict=True)}
-            if base not in pick or value not in pick or not {pick[base], pick[value]} <= judged:
+            if base not in pick or value not in pick:
+                continue
+            if not {pick[base], pick[value]} <= judged:
+                untrusted += 1
                 continue
             a, b = per_case.get(pick[base]), per_case.get(pick[value])
             if a is None or b is None or not len(a) or not len(b):
@@ -173,7 +189,8 @@ def compare_axis(axis: str, cases: pd.DataFrame, samples: pd.DataFrame, judged: 
         if axis == "buffer" and "double" in (faster, slower) and hidden is not None and hidden == hidden:
             note = f"double hides {number(100 * overlap['double'], '.0f')}% of the communication"
         out.append(Comparison(axis=axis, faster=faster, slower=slower, ratio=mean, low=low, high=high,
-                              contexts=len(ratios), context=_shared_context(contexts, others), note=note))  # fmt: skip
+                              contexts=len(ratios), context=_shared_context(contexts, others), note=note,
+                              untrusted=untrusted))  # fmt: skip
     return out
 
 
@@ -230,7 +247,8 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
         )
     elif comparisons:
         best = comparisons[0]
-        headline = f"{best.faster} is {_x(best.ratio)} faster than {best.slower} ({best.axis})"
+        scope = f"; {best.scope}" if best.scope else ""
+        headline = f"{best.faster} is {_x(best.ratio)} faster than {best.slower} ({best.axis}{scope})"
     elif world_one:
         headline = "1 rank: no communication to measure; compute only"
     elif len(summary) and not judged:

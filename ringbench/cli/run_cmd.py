@@ -294,17 +294,23 @@ def register(app: typer.Typer) -> None:
                 out.note(note)
             run_data = load_run(state.run_dir)
             block = _answers(run_data, state.run_dir)
-            out.print(summary_table(state.cases, emulated, list(chosen.faults)))
-            for line in block.lines() if block is not None else []:
-                out.print(line)
-            out.progress(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
+            report_dir = None
             if report:
                 from ringbench.report.writer import write_report
 
                 report_dir = write_report(run_data, Path("reports"))
+                if block is not None:  # the report is written: the next step is to read it
+                    block = dataclasses.replace(block, next_step=f"open {report_dir / 'report.html'}   (trace.json "
+                                                "beside it opens in https://ui.perfetto.dev)")  # fmt: skip
+            out.print(summary_table(state.cases, emulated, list(chosen.faults)))
+            for line in block.lines() if block is not None else []:
+                out.print(line)
+            out.progress(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
+            if report_dir is not None:
                 out.progress(f"wrote {report_dir}/ (report.html, report.md, trace.json, figures)")
             out.emit({"run_dir": str(state.run_dir), "emulated": emulated, "cases": json_cases(state.cases),
-                      "answers": block.document() if block is not None else None})  # fmt: skip
+                      "answers": block.document() if block is not None else None}
+                     | ({"report_dir": str(report_dir)} if report_dir is not None else {}))  # fmt: skip
             failed = state.cases[~state.cases["passed"].astype(bool)]
             if len(failed):
                 diag.print(f"error: {len(failed)} case(s) failed the correctness check", markup=False)

@@ -67,6 +67,7 @@ class Transfer:
     error_direction: str = "recv"
     waited: bool = False
     started_at: float | None = None  # stream watchdog: host monotonic time the start mark was seen done
+    posted_at: float = field(default_factory=time.monotonic)  # host time of the post (a failure says how long after)
 
     def nccl_ms(self) -> float | None:
         """NCCL's own duration of this exchange (``TORCH_NCCL_ENABLE_TIMING=1``), once it completed; else None."""
@@ -354,7 +355,9 @@ class RingComm:
             what = f"its block was not taken by rank {self.next} (ring successor)"
         else:
             what = f"no block from rank {self.prev} (ring predecessor)"
+        elapsed = time.monotonic() - transfer.posted_at
+        # A wait that ran out says so; one that failed early (a peer's socket closed) says when, not the bound.
+        when = f"within {self.timeout_s:g} s" if elapsed >= 0.95 * self.timeout_s else f"after {elapsed:.1f} s"
         return RingStall(
-            f"rank {self.rank} stalled at {transfer.phase} ring step {transfer.step}: {what} within "
-            f"{self.timeout_s:g} s ({detail})"
+            f"rank {self.rank} stalled at {transfer.phase} ring step {transfer.step}: {what} {when} ({detail})"
         )

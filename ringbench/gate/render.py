@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ringbench.fmt import json_value, native
+from ringbench.fmt import json_value, native, p_text
 from ringbench.gate.compare import CaseComparison, Comparison
 from ringbench.gate.samples import MATCH_FIELDS, CaseSamples, case_label, varying_fields
 from ringbench.gate.stats import smallest_p_value
@@ -51,8 +51,8 @@ def _interval(case_or_summary) -> str:
     return f"[{case_or_summary.ci_low:.3f}, {case_or_summary.ci_high:.3f}]"
 
 
-def _p(case: CaseComparison) -> str:
-    return f"{case.p_value:.2g} ({case.unit})"
+def _p(case: CaseComparison, alpha: float) -> str:
+    return f"{p_text(case.p_value, alpha)} ({case.unit})"
 
 
 def _n(case: CaseComparison) -> str:
@@ -101,7 +101,9 @@ def notes(comparison: Comparison) -> list[str]:
     if any(side.kind == "run" and side.meta.get("simulated") for side in sides):
         lines.append("SIMULATED: step times are a model's prediction, nothing was measured")
     elif any(side.emulated for side in sides):
-        lines.append("EMULATED compute: step times are modelled, not measured arithmetic")
+        lines.append(
+            "EMULATED compute: kernel durations are modelled (communication and the rest of the step are measured)"
+        )
     for name, side in (("baseline", comparison.baseline), ("current", comparison.current)):
         for caveat in side.caveats:
             lines.append(f"INCONCLUSIVE timings in the {name} run, case {caveat}")
@@ -127,9 +129,10 @@ def _percent_change(case: CaseComparison) -> str:
     return f"{(case.ratio - 1.0) * 100.0:+.1f}% [{low:+.1f}, {high:+.1f}]"
 
 
-def _p_short(case: CaseComparison) -> str:
-    """``4e-21 sig`` / ``0.2 n.s.``: the change column never appears without this one."""
-    return f"{case.p_value:.1g} {'sig' if case.significant else 'n.s.'}"
+def _p_short(case: CaseComparison, alpha: float) -> str:
+    """``4e-21 sig`` / ``0.2 n.s.``: the change column never appears without this one (digits enough to decide
+    against alpha: 0.013 n.s. at alpha 0.01)."""
+    return f"{p_text(case.p_value, alpha)} {'sig' if case.significant else 'n.s.'}"
 
 
 def _n_short(case: CaseComparison) -> str:
@@ -169,7 +172,7 @@ def render_table(comparison: Comparison) -> Table:
             _label(comparison, case.axes),
             f"{case.baseline_ms:.4g}→{case.current_ms:.4g}",
             _percent_change(case),
-            _p_short(case),
+            _p_short(case, comparison.config.alpha),
             _n_short(case),
             Text(case.verdict.value, style=_STYLE[case.verdict]),
         )
@@ -191,7 +194,7 @@ def _change_line(comparison: Comparison, case: CaseComparison) -> str:
     return (
         f"{case.verdict.value}: {_label(comparison, case.axes)}: {describe_change(case.ratio, case.significant)}, "
         f"{case.baseline_ms:.4g} → {case.current_ms:.4g} ms (ratio {case.ratio:.3f} {_interval(case)}, "
-        f"p {case.p_value:.1g})"
+        f"p {p_text(case.p_value, comparison.config.alpha)})"
     )
 
 
@@ -200,7 +203,7 @@ def _caveats(comparison: Comparison) -> str:
     if any(side.kind == "run" and side.meta.get("simulated") for side in (comparison.baseline, comparison.current)):
         parts.append("SIMULATED (step times are a model's prediction)")
     elif comparison.baseline.emulated or comparison.current.emulated:
-        parts.append("EMULATED compute (step times are modelled)")
+        parts.append("EMULATED compute (kernel durations modelled; communication measured)")
     for name, side in (("baseline", comparison.baseline), ("current", comparison.current)):
         if side.caveats:
             parts.append(f"INCONCLUSIVE timings in {len(side.caveats)} {name} case(s)")
@@ -280,7 +283,7 @@ def render_markdown(comparison: Comparison) -> str:
         verdict = f"**{case.verdict.value}**" if case.verdict != Verdict.NO_CHANGE else case.verdict.value
         lines.append(
             f"| `{_label(comparison, case.axes)}` | {case.baseline_ms:.3f} | {case.current_ms:.3f} | "
-            f"{case.ratio:.3f} {_interval(case)} | {describe_change(case.ratio, case.significant)} | {_p(case)} | "
+            f"{case.ratio:.3f} {_interval(case)} | {describe_change(case.ratio, case.significant)} | {_p(case, comparison.config.alpha)} | "
             f"{_n(case)} | {verdict} |"
         )
     config = comparison.config
