@@ -63,6 +63,14 @@ def json_value(value: object) -> object:
     return value
 
 
+def exposed_text(fraction: float, world: int) -> str:
+    """Exposed communication as a share of the step, in one word where there is no share: ``none`` on one rank
+    (a 1-rank ring has no communication), ``untraced`` when no spans were recorded (``run --no-trace``)."""
+    if int(world) == 1:
+        return "none"
+    return "untraced" if is_missing(fraction) else f"{100 * float(fraction):.1f}%"
+
+
 def p_text(p: float, alpha: float) -> str:
     """A p-value with the fewest significant digits (at least 1) that leave it on its own side of ``alpha``:
     p = 0.013 at alpha 0.01 reads ``0.013``, never ``0.01`` (which would read as "not below alpha" and as alpha)."""

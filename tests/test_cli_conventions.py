@@ -87,6 +87,18 @@ def test_no_fault_clears_a_scenarios_faults_and_one_rank_says_so(tmp_path):
     assert all(case["faults"] == "" for case in document["cases"])
     assert "a 1-rank ring has no communication" in result.stderr
     assert document["answers"]["straggler"].startswith("not applicable")
+    assert "communication is real" not in document["answers"]["caveats"]  # one rank communicates nothing
+    assert result.stderr.count("no communication") == 1, result.stderr  # said once, at the start
+    (row,) = [line for line in result.stderr.splitlines() if line.startswith("│ causal")]
+    assert row.split("│")[4].strip() == "none", row  # the exposed column: one word
+    assert "n/a" not in result.stderr
+
+
+def test_an_untraced_run_says_untraced_not_a_made_up_share():
+    from ringbench.fmt import exposed_text
+
+    assert exposed_text(float("nan"), 2) == "untraced" and exposed_text(None, 4) == "untraced"
+    assert exposed_text(0.123, 4) == "12.3%" and exposed_text(float("nan"), 1) == "none"
 
 
 def test_every_json_document_opens_with_its_format_and_gives_the_run_dir(tmp_path):

@@ -231,7 +231,7 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
     world_one = len(cases) and (cases["world"].astype(int) == 1).all()
     material = top is not None and _cost_share(top) >= MATERIAL_SHARE
     if world_one:
-        straggler = "not applicable: a 1-rank ring has no communication (compute only)"
+        straggler = "not applicable (1 rank)"
     elif top is not None:
         straggler = _straggler_line(top, labels.get(str(top["case_id"]), str(top["case_id"])), len(summary) > 1)
     elif straggler_sentence(None, analysis):
@@ -250,7 +250,7 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
         scope = f"; {best.scope}" if best.scope else ""
         headline = f"{best.faster} is {_x(best.ratio)} faster than {best.slower} ({best.axis}{scope})"
     elif world_one:
-        headline = "1 rank: no communication to measure; compute only"
+        headline = "1 rank: compute only (no ring to measure)"
     elif len(summary) and not judged:
         headline = "Inconclusive: no case could be judged, so nothing is named (the caveats say why)"
     else:

@@ -221,6 +221,8 @@ def label_line(analysis: RunAnalysis) -> str | None:
             parts.append("EMULATED compute and links: kernel durations are modelled, link costs are injected delays")
         elif links:
             parts.append("EMULATED links: link costs are injected delays (a topology's), compute is real")
+        elif len(analysis.run.cases) and (analysis.run.cases["world"].astype(int) == 1).all():
+            parts.append("EMULATED compute: kernel durations are modelled")  # one rank: nothing is communicated
         else:
             parts.append("EMULATED compute: kernel durations are modelled, communication is real")
         cases = analysis.run.cases

@@ -34,7 +34,7 @@ from ringbench.cli.common import (
     cli_errors,
     diag,
 )
-from ringbench.fmt import json_value, number
+from ringbench.fmt import exposed_text, json_value, number
 from ringbench.rank.scenario import DEFAULT_SCENARIO
 
 AXES_PANEL = "Sweep axes (repeatable; defaults: without a scenario file)"
@@ -69,8 +69,7 @@ def case_line(row: dict, done: int, total: int) -> str:
         kernel += f", impl {row['impl']}"
     if row.get("check_note"):
         check += f" [{row['check_note']})"
-    exposed = "no communication (1 rank)" if int(row["world"]) == 1 else (
-        f"exposed comm {_fmt(100 * row['exposed_comm_frac'], 1)}%")  # fmt: skip
+    exposed = f"exposed comm {exposed_text(row['exposed_comm_frac'], row['world'])}"
     return (
         f"[{done}/{total}] {row['mask']}/{row['layout']}/{row['buffer']}/{row['order']} w={row['world']} "
         f"S={row['seq']} {kernel}{label}: step {_fmt(row['step_ms'])} ms "
@@ -104,7 +103,7 @@ def summary_table(cases, emulated: bool, faults: list[str]) -> Table:
             err_text = "unchecked"
         else:
             err_text = f"{max(row['fwd_max_abs_err'], bwd):.1e}" + ("" if row["passed"] else " FAIL")
-        exposed = "– (1 rank)" if int(row["world"]) == 1 else f"{_fmt(100 * row['exposed_comm_frac'], 1)}%"
+        exposed = exposed_text(row["exposed_comm_frac"], row["world"])
         table.add_row(
             label, _fmt(row["step_ms"]), f"{_fmt(row['step_ms_p10'], 1)}–{_fmt(row['step_ms_p90'], 1)}",
             exposed, f"{row['tokens_per_s']:,.0f}", err_text,
