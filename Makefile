@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ringbench-installed
 
-.PHONY: run test lint clean-results setup
+.PHONY: run test test-slow test-all lint clean-results setup
 
 setup: $(STAMP)
 
@@ -18,9 +18,17 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/ringbench run
 
+# Two tiers (README, "Tests"): `make test` is the default tier (every behaviour, one real end-to-end run each);
+# `make test-slow` the wide sweeps (8-rank exactness, every variant of the real detection runs, browser screenshots
+# of every fixture, network namespaces, the GPU check's dry run). CI (.ci/run) runs both.
 test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+test-all: test test-slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

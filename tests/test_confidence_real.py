@@ -18,8 +18,6 @@ from ringbench.rank.scenario import Scenario, load_scenario
 from ringbench.record.store import load_run
 from ringbench.run.sweep import execute
 
-pytestmark = pytest.mark.slow
-
 TRIED = {
     # ringbench run --world 8 --seq 8192 --heads 4 --head-dim 64 --mask causal --layout zigzag --buffer double
     #   --kernel emulated:40 --fault slow-rank:3:1.5   (said "No straggler")
@@ -58,7 +56,7 @@ def _analysis(tmp_path, scenario: Scenario):
     return analyze(load_run(state.run_dir))
 
 
-@pytest.mark.parametrize("name", list(TRIED))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.startswith("w8") else n for n in TRIED])
 def test_a_saturated_measurement_is_inconclusive_or_names_the_injected_rank(tmp_path, name):
     rank, axes = TRIED[name]
     scenario = Scenario(name=name, mask=("causal",), backward=True, iters=3, warmup=1, check=False, **axes)
@@ -75,7 +73,7 @@ def test_a_saturated_measurement_is_inconclusive_or_names_the_injected_rank(tmp_
         assert case["straggler_rank"] == rank or case["confidence"] == "inconclusive", case
 
 
-@pytest.mark.parametrize("buffer", ["double", "sync"])
+@pytest.mark.parametrize("buffer", ["double", pytest.param("sync", marks=pytest.mark.slow)])
 def test_the_straggler_cost_is_what_the_fault_adds_to_the_step(tmp_path, buffer):
     # scenarios/stragglers.yaml on 4 ranks: rank 2 computes 1.5x slower (forward, emulated compute).
     # A pinned emulated rate: the faulted and the clean run must model the same machine (emulated:auto would

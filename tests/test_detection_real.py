@@ -17,8 +17,6 @@ from ringbench.rank.scenario import Scenario
 from ringbench.record.store import load_run
 from ringbench.run.sweep import execute
 
-pytestmark = pytest.mark.slow
-
 WORLD, SEQ, HEADS, HEAD_DIM = 8, 2048, 2, 32
 STEP_MS = 4.0 * HEADS * (SEQ // WORLD) ** 2 * HEAD_DIM * 0.5 / 1e9 * 1e3  # zigzag: half-visible pairs, 1 GFLOP/s
 
@@ -49,6 +47,7 @@ def test_slow_link_is_named_and_no_rank_is_blamed(tmp_path):
     assert doc["straggler_rank"] is None and doc["cases"][0]["straggler_rank"] is None
 
 
+@pytest.mark.slow  # the default tier holds it on simulated records (test_analysis.py)
 def test_no_fault_names_nothing(tmp_path):
     doc, lines = _verdict(tmp_path, buffer="sync")
     assert doc["faults"] == []

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine run the real check: benchmarks/gpu_check.sh")
+@pytest.mark.slow
 def test_gpu_check_dry_run_passes_without_a_gpu(tmp_path):
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", str(tmp_path)],
                           capture_output=True, text=True, timeout=600, env={"PYTHON": sys.executable,

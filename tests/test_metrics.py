@@ -92,7 +92,6 @@ def _report_cases(markdown: str) -> list[dict[str, str]]:
     return [row | {"case": ids[re.sub(r"^\[(\d+)\].*", r"\1", row["#"])]} for row in _table_rows(section)]
 
 
-@pytest.mark.slow
 def test_run_json_analyze_json_and_report_give_the_same_figures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # `run --report` writes reports/ in the working directory
     runner = CliRunner()

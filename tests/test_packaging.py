@@ -21,7 +21,6 @@ def test_editable_install_maps_kernels_under_ringbench(tmp_path):
     assert Path(file_line).resolve().parent == ROOT / "kernels" and spec_line == "None"
 
 
-@pytest.mark.slow
 def test_wheel_ships_ringbench_kernels_and_no_top_level_kernels(tmp_path):
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(ROOT)],

@@ -83,7 +83,7 @@ def _sweep(tmp_path: Path):
     return simulate_run(configs, run_id="browser-sweep", path=tmp_path / "browser-sweep")
 
 
-@pytest.mark.parametrize("source", ["sweep", "real_w8_slow_link"])
+@pytest.mark.parametrize("source", ["sweep", pytest.param("real_w8_slow_link", marks=pytest.mark.slow)])
 def test_report_renders_at_two_widths_with_screenshots(source, tmp_path):
     run = _sweep(tmp_path) if source == "sweep" else load_run(DATA / source)
     folder = write_report(run, tmp_path / "reports")

@@ -21,6 +21,7 @@ def test_every_variant_is_exact(world):
     _assert_exact(cases, run_selfcheck(world, cases))
 
 
+@pytest.mark.slow
 def test_eight_ranks():
     # float64 at 8 ranks (every mask, layout, buffer, and three orders for causal); float32's tolerance is held at
     # 1 to 4 ranks above and on the odd shapes below.
