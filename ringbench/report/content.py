@@ -1,7 +1,7 @@
 """What a report says, independent of its format: the answers, the verdict, sections of figures and tables.
 
 Both report.html and report.md render one ``ReportContent``, so the two always carry the same words. The page, in
-order: the label (SIMULATED / EMULATED, faults), the answers block (the same one that ends ``ringbench run``), the
+order: the label (INTERRUPTED, SIMULATED / EMULATED, faults), the answers block (the same one that ends ``ringbench run``), the
 verdict, the step time per case, the cases table, the cases that matter in detail (case_sections.py), overlap,
 numerics, implementations, extra sections (placement) and the run's metadata (run_info.py). Cells are plain
 strings, or ``Cell`` for a short text with its full form (HTML ``title``) and an in-page link; each renderer
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ringbench.analysis.answers import AXES, answers, case_labels, varied_axes
-from ringbench.analysis.findings import RunAnalysis, label_line, verdict_lines
+from ringbench.analysis.findings import RunAnalysis, interrupted_line, label_line, verdict_lines
 from ringbench.analysis.implementations import implementations_table
 from ringbench.fmt import number
 from ringbench.report import figures
@@ -162,7 +162,8 @@ def build_content(analysis: RunAnalysis) -> ReportContent:
 
     run = analysis.run
     label = label_line(analysis)
-    content = ReportContent(run_id=run.run_id, label=label)
+    top = " — ".join(line for line in (interrupted_line(run), label) if line)  # an interruption is said first
+    content = ReportContent(run_id=run.run_id, label=top or None)
     cases = _cases(analysis)
     block = answers(analysis, str(run.path)).lines()
     detail = case_sections(analysis, cases)
