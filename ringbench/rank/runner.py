@@ -139,6 +139,10 @@ def open_session(env, on_stall=None) -> RankSession:
     ops = GroupOps(env.device)
     timeline = timeline_for(env.device)
     device_info = describe_device(env.device)
+    if getattr(env, "group_options", ()):
+        device_info["group_options"] = dict(env.group_options)  # e.g. NCCL's high-priority streams
+    if getattr(env, "backend_note", ""):
+        device_info["backend_note"] = env.backend_note
     if env.device.type == "cuda":  # the busy-wait rate of modelled compute and injected delays, measured once
         device_info["spin_cycles_per_ms"] = round(spin.calibrate(env.device))
     return RankSession(env=env, ops=ops, timeline=timeline, clock=align_clocks(ops), device_info=device_info,
