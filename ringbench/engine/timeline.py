@@ -78,6 +78,9 @@ class HostTimeline:
     def wait_work(self, work, timeout_s: float) -> None:
         host_wait(work, timeout_s)
 
+    def bind_thread(self) -> None:
+        """Called first by a helper thread that will query marks (the comm watchdog): nothing to do on the host."""
+
 
 def host_wait(work, timeout_s: float) -> None:
     """Block the host until a backend work completed, bounded by ``timeout_s`` (gloo: the host is the lane)."""
@@ -113,6 +116,10 @@ class CudaRuntime:
 
     def spin(self, stream, seconds: float) -> None:
         spin(seconds, self.device, stream)
+
+    def bind_thread(self) -> None:
+        """Make this device the calling thread's current one (a new thread starts on device 0)."""
+        torch.cuda.set_device(self.device)
 
 
 class StreamTimeline:
@@ -184,6 +191,10 @@ class StreamTimeline:
 
     def wait_work(self, work, timeout_s: float) -> None:
         self.runtime.wait_work(work, timeout_s)
+
+    def bind_thread(self) -> None:
+        """A helper thread that queries this timeline's events makes the timeline's device its own first."""
+        self.runtime.bind_thread()
 
 
 def timeline_for(device: torch.device):
