@@ -189,6 +189,7 @@ def rank_summary(per_rank: list[dict]) -> dict:
         "clock": per_rank[0]["clock_method"],
         "clock_residual_ns": max(r["clock_residual_ns"] for r in per_rank),
         "clock_offsets_ns": [r["clock_offset_ns"] for r in per_rank],
+        "clock_drift_ppm": [r.get("clock_drift_ppm", 0.0) for r in per_rank],
         "emulation_saturated_blocks": sum(r["saturated_blocks"] for r in per_rank),
         "emulation_paced_blocks": sum(r.get("paced_blocks", 0) for r in per_rank),
         "peak_mem_mb": max(r.get("peak_mem_mb", math.nan) for r in per_rank),
