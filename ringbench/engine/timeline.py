@@ -135,24 +135,37 @@ class StreamTimeline:
         self._events: list | None = None  # this iteration's marks, in recording order (kept from begin_iteration)
         self._anchor = None
         self._anchor_ns = 0
+        # Events are made once and recorded again every iteration: creating about six per ring step would cost
+        # host time inside the measured spans. An iteration's marks are resolved before the next one begins.
+        self._pool: list = []
 
     def _stream(self, lane: str):
         return self.comm if lane == COMM else self.compute
 
+    def _event(self):
+        if self._events is None:  # a mark outside an iteration: nobody recycles it
+            return self.runtime.new_event()
+        used = len(self._events)
+        if used == len(self._pool):
+            self._pool.append(self.runtime.new_event())
+        return self._pool[used]
+
     def mark(self, lane: str = COMPUTE):
-        event = self.runtime.new_event()
+        event = self._event()
         event.record(self._stream(lane))
         if self._events is not None:
             self._events.append(event)
         return event
 
     def begin_iteration(self):
-        """Anchor this iteration's events to the host clock (outside the ring loop: the device is drained)."""
+        """Anchor this iteration's events to the host clock (outside the ring loop: the device is drained). The
+        previous iteration's marks are recycled from here on: resolve them before (ListRecorder.finish_iteration)."""
         self.runtime.synchronize()
         self._events = []
         self._anchor_ns = time.perf_counter_ns()
-        self._anchor = self.runtime.new_event()
+        self._anchor = self._event()
         self._anchor.record(self.compute)
+        self._events.append(self._anchor)
         return self._anchor
 
     def resolve(self, mark) -> int:
