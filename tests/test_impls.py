@@ -119,3 +119,20 @@ def test_ring_attention_pytorch_forward_matches_float64():
 def test_user_adapter_refuses_layouts_it_does_not_declare():
     with pytest.raises(UsageError, match="layout='striped'"):
         get_adapter("test_impls:user_ring").check(Workload(layout="striped"), "cpu")
+
+
+def _torch_ring_errors(worker_ctx, workload):
+    result = run_impl_case("torch-ring", workload, rank=0, world=1, device=worker_ctx.env.device, iters=1, warmup=1)
+    return result["fwd_err"], result["bwd_err"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_ring_runs_fp32_and_bf16_on_cuda(dtype):
+    """The adapter at world 1 on a GPU (a 1-rank NCCL group): fp32 through the memory-efficient op, bf16 flash."""
+    from ringbench.vocab import TOLERANCE
+
+    workload = Workload(world=1, seq=1024, heads=8, head_dim=128, dtype=dtype, mask="causal", layout="zigzag")
+    ((fwd, bwd),) = launch_local(1, _torch_ring_errors, (workload,), timeout_s=120, device="cuda")
+    fwd_tol, bwd_tol = TOLERANCE[dtype]
+    assert fwd <= fwd_tol and bwd <= bwd_tol, (fwd, bwd)
