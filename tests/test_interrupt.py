@@ -109,7 +109,28 @@ def test_sigterm_inside_a_case_keeps_the_finished_ones_and_resumes(tmp_path):
     state = json.loads((run_dir / "meta.json").read_text())["interrupted"]
     kept = set(load_run(run_dir).cases["case_id"])
     assert state["kept"] == len(kept) == 1 and state["total"] == 2 and state["case"] and state["case"] not in kept
+    _say_interrupted_once_at_the_top(run_dir, tmp_path / "reports")
     _resume_and_compare(run, run_dir, None, signal.SIGTERM)
+
+
+def _say_interrupted_once_at_the_top(run_dir: Path, reports: Path) -> None:
+    """analyze and report of the interrupted run: "interrupted" once, first, and only the finished case."""
+    from typer.testing import CliRunner
+
+    from ringbench.cli.app import app
+
+    cli = CliRunner()
+    analyzed = cli.invoke(app, ["analyze", str(run_dir)])
+    assert analyzed.exit_code == 0, analyzed.output
+    lines = analyzed.stdout.splitlines()
+    assert analyzed.stdout.lower().count("interrupted") == 1 and lines[1].startswith("INTERRUPTED by SIGTERM")
+    assert "1 of 2 cases finished, and only those are analysed" in lines[1]
+    reported = cli.invoke(app, ["report", str(run_dir), "--out", str(reports)])
+    assert reported.exit_code == 0, reported.output
+    (folder,) = reports.iterdir()
+    markdown = (folder / "report.md").read_text()
+    assert markdown.lower().count("interrupted") == 1 and markdown.index("INTERRUPTED") < markdown.index("Answers")
+    assert (folder / "report.html").read_text().lower().count("interrupted") == 1
 
 
 def test_sigkill_to_the_parent_takes_every_rank_with_it(tmp_path):
