@@ -43,17 +43,19 @@ def test_gpu_check_dry_run_passes_without_a_gpu(tmp_path):
 
 
 @NO_GPU
-def test_without_a_gpu_and_without_dry_run_it_refuses_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 2 and done.stdout == ""
-    assert len(done.stderr.strip().splitlines()) == 1 and "no CUDA device is visible" in done.stderr
+def test_without_a_gpu_and_without_dry_run_it_refuses_in_one_line(tmp_path, capsys):
+    from gpu_check import main
+
+    assert main([str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "no CUDA device is visible" in captured.err and not (tmp_path / "summary.json").exists()
 
 
-def test_a_deadline_that_leaves_no_time_checks_nothing_and_says_so(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--budget", "5",
-                           str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def test_a_deadline_that_leaves_no_time_checks_nothing_and_says_so(tmp_path, capsys):
+    from gpu_check import main
+
+    assert main(["--dry-run", "--budget", "1", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     skipped = [c for c in summary["checks"] if c["facts"][0].startswith("not checked: the deadline left")]
     assert len(skipped) == 6 and all(c["seconds"] == 0 for c in skipped)  # nothing was started past the deadline
