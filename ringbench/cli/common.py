@@ -32,6 +32,7 @@ def _console(stderr: bool) -> Console:
 
 
 diag = _console(stderr=True)  # progress, notes, errors
+stopped_by_signal = False  # set when a stop signal ended the command (the console entry point then exits at once)
 
 
 @dataclass(slots=True)
@@ -101,12 +102,15 @@ def cli_errors() -> Iterator[None]:
     Interrupted (a stop signal) -> 128 + the signal."""
     from ringbench.run.interrupt import StopRequested, signal_name
 
+    global stopped_by_signal
     try:
         yield
     except Interrupted as exc:
+        stopped_by_signal = True
         diag.print(str(exc), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except StopRequested as stop:  # a signal outside a run's own handling (a command's StopSignals)
+        stopped_by_signal = True
         diag.print(f"interrupted by {signal_name(stop.signum)}", markup=False, highlight=False)
         raise typer.Exit(128 + stop.signum) from None
     except UsageError as exc:
