@@ -201,7 +201,11 @@ def check_env(dry: bool, gpus: int) -> Check:
                        f"Triton {versions['triton']}"]  # fmt: skip
         return check
     props = torch.cuda.get_device_properties(0)
-    nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "unknown"
+    try:
+        version = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception:  # a build without NCCL: said so
+        nccl = "unavailable"
     check.facts = [f"{torch.cuda.device_count()} visible GPU(s), checking {gpus}: {props.name}, "
                    f"{props.total_memory / 2**30:.0f} GiB, capability {props.major}.{props.minor}; torch "
                    f"{versions['torch']}, CUDA {versions['cuda']}, NCCL {nccl}, Triton {versions['triton']}"]  # fmt: skip
@@ -274,8 +278,10 @@ def check_adapters(dry: bool, limit: float, out: Path) -> Check:
         errors = [max(c.get("fwd_max_abs_err") or 0, c.get("bwd_max_abs_err") or 0) for c in mine]
         passed = all(c.get("passed") for c in mine)
         layouts = ", ".join(sorted({c["layout"] for c in mine}))
+        steps = [c["step_ms"] for c in mine if isinstance(c.get("step_ms"), (int, float))]
+        step = f"step {min(steps):.2f} ms" if steps else "no step time"
         check.facts.append(f"{impl} {dtype} on the {where}, world 1 ({layouts}): max |err| {max(errors):.1e}, "
-                           f"step {min(c['step_ms'] for c in mine):.2f} ms, {'pass' if passed else 'FAIL'}")  # fmt: skip
+                           f"{step}, {'pass' if passed else 'FAIL'}")  # fmt: skip
     meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text()) if document.get("run_dir") else {}
     reasons = sorted(set((meta.get("skipped") or {}).values()))
     check.facts += [f"not run: {reason}" for reason in reasons]

@@ -37,6 +37,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _device_inputs(batch, heads, seq, head_dim, dtype, device, seed, count: int = 4):
+    """Inputs made on the device itself (large timing shapes: no host tensors, no float64 copies)."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(batch, heads, seq, head_dim, generator=generator, device=device, dtype=dtype)
+            for _ in range(count)]  # fmt: skip
+
+
 def _inputs(batch, heads, seq, head_dim, dtype, device, seed):
     """q, k, v, dout in ``dtype`` on ``device`` and their exact float64 copies (values representable in dtype)."""
     generator = torch.Generator().manual_seed(seed)
@@ -85,11 +92,11 @@ def kernels(dry: bool) -> None:
     for dtype_name, dtype in dtypes.items():
         (q, k, v, dout), exact = _inputs(batch, heads, seq, head_dim, dtype, device, seed=19)
         for mask, layout in cases:
-            for owner in (0, 1):  # rank 1's queries against its own keys and rank 0's
-                plan = pair_plan(Mask.parse(mask), Layout.parse(layout), seq, 2, 1, owner)
-                q_l, dout_l = shard(q, layout, 2, 1), shard(dout, layout, 2, 1)
+            for rank, owner in ((0, 0), (0, 1), (1, 0), (1, 1)):  # every pair of a 2-rank ring
+                plan = pair_plan(Mask.parse(mask), Layout.parse(layout), seq, 2, rank, owner)
+                q_l, dout_l = shard(q, layout, 2, rank), shard(dout, layout, 2, rank)
                 k_o, v_o = shard(k, layout, 2, owner), shard(v, layout, 2, owner)
-                q64, dout64 = shard(exact[0], layout, 2, 1), shard(exact[3], layout, 2, 1)
+                q64, dout64 = shard(exact[0], layout, 2, rank), shard(exact[3], layout, 2, rank)
                 k64, v64 = shard(exact[1], layout, 2, owner), shard(exact[2], layout, 2, owner)
                 for block in plan.blocks:
                     rows, cols = slice(block.q_lo, block.q_hi), slice(block.k_lo, block.k_hi)
@@ -125,8 +132,8 @@ def kernels(dry: bool) -> None:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     where = "CPU stand-in (dry run), " if dry else ""
-    facts = [f"{where}{blocks_seen} blocks of {seq // 2}x{seq // 2} tokens per dtype (world 2, rank 1, causal-naive "
-             f"contiguous and causal striped: full, causal and partial masks), B={batch} H={heads} D={head_dim}, "
+    facts = [f"{where}{blocks_seen // len(dtypes)} blocks of {seq // 2}x{seq // 2} tokens per dtype (every pair of a 2-rank ring, "
+             f"causal-naive contiguous and causal striped: full, causal and partial masks, an empty row), B={batch} H={heads} D={head_dim}, "
              "against float64 (ringbench's check tolerances)"]  # fmt: skip
     ok = True
     for (name, dtype_name), (fwd, bwd) in sorted(worst.items()):
@@ -196,7 +203,7 @@ def sync_debug(device: torch.device, dry: bool) -> None:
     else:
         triton_note = ""
     timeline = timeline_for(device)
-    (q, k, v, dout), _ = _inputs(batch, heads, seq, head_dim, dtype, device, seed=5)
+    q, k, v, dout = _device_inputs(batch, heads, seq, head_dim, dtype, device, seed=5)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     delay = lambda src, dst, nbytes: 0.0005  # noqa: E731 -- a 0.5 ms link delay: a spin on the comm stream
     checked, problems = [], []
@@ -317,7 +324,7 @@ def overlap_check(device: torch.device, out: Path, dry: bool) -> None:
         shape = _size_overlap_case(device)
     heads, length, head_dim = shape["heads"], shape["length"], shape["head_dim"]
     timeline = timeline_for(device)
-    (q, k, v, _), _ = _inputs(1, heads, length, head_dim, torch.bfloat16, device, seed=7)
+    q, k, v = _device_inputs(1, heads, length, head_dim, torch.bfloat16, device, seed=7, count=3)
     full = BlockMask(MaskKind.FULL)
     attention_ms = math.nan if dry else _event_ms(device, lambda: get_kernel("torch").forward(q, k, v, full, 0.1))
     flops = 4 * heads * length**2 * head_dim
@@ -462,7 +469,7 @@ def drift(seconds: float, dry: bool) -> None:
     torch.cuda.set_device(device)
     before = spin.calibrate(device)
     clock_before = _nvml_clock()
-    q, k, v, dout = (torch.randn(1, 32, 8192, 128, device=device, dtype=torch.bfloat16) for _ in range(4))
+    q, k, v, dout = _device_inputs(1, 32, 8192, 128, torch.bfloat16, device, seed=3)
     started, calls = time.monotonic(), 0
     while time.monotonic() - started < seconds:
         for _ in range(4):
