@@ -406,7 +406,7 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
         "--seq", str(8192 * gpus), "--heads", "32", "--head-dim", "128", "--dtype", "bfloat16"]  # fmt: skip
     device = ["--device", "cpu"] if dry else ["--device", "cuda"]
     child = run_child(_torchrun(gpus, "run", "--world", str(gpus), *device, *shape, "--buffer", "sync", "--buffer",
-                                "double", "--buffer", "allgather", "--mask", "causal", "--layout", "zigzag",
+                                "double", "--buffer", "allgather", "--mask", "causal", "--layout", "zigzag", "--kernel", "torch",
                                 "--iters", "5", "--warmup", "2", "--profile", "--out", str(out), "--json"),
                       limit, env={"TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
     ring.seconds = child.seconds
@@ -419,7 +419,7 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
     meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text())
     ring.facts = [f"{gpus} ranks ({meta.get('backend')}, {meta.get('device_kind')}, NCCL options "
                   f"{meta.get('nccl_options')}): " + "; ".join(
-                      f"{c['buffer']} step {c['step_ms']:.2f} ms, exposed {100 * (c['exposed_comm_frac'] or 0):.1f}%,"
+                      f"{c['kernel']} {c['buffer']} step {c['step_ms']:.2f} ms, exposed {100 * (c['exposed_comm_frac'] or 0):.1f}%,"
                       f" check {'pass' if c['passed'] else 'FAIL'}" for c in document["cases"])]  # fmt: skip
     ring.ok = all(c["passed"] for c in document["cases"]) and (dry or meta.get("backend") == "nccl")
     if dry:
@@ -428,12 +428,21 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
     agree.seconds = timeline.seconds
     result = _json_document(timeline.stdout)
     kinds = result.get("kinds") or []
-    agree.facts = [f"check-timeline: {k['kind']} {k['matched']} pairs, |dstart| median {k['start_median_ms']} ms, "
-                   f"|dduration| median {k['duration_median_ms']} ms, overlap recorded/profiled "
-                   f"{k['recorded_overlap']}/{k['profiled_overlap']}: {'pass' if k['passed'] else 'FAIL'}"
-                   for k in kinds] or [f"check-timeline exited {timeline.code}: {timeline.tail()}"]  # fmt: skip
+    agree.facts = [f"check-timeline: {k['kind']} {k['matched']} pairs, |dstart| median {_ms(k['start_median_ms'])}, "
+                   f"|dduration| median {_ms(k['duration_median_ms'])}, overlap recorded/profiled "
+                   f"{_share(k['recorded_overlap'])}/{_share(k['profiled_overlap'])}: "
+                   f"{'pass' if k['passed'] else 'FAIL'}" for k in kinds] or [
+        f"check-timeline exited {timeline.code}: {timeline.tail()}"]  # fmt: skip
     agree.ok = timeline.code == 0 if not dry else None
     return [ring, agree]
+
+
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{1e3 * value:.1f} us" if value < 1 else f"{value:.2f} ms"
+
+
+def _share(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
 def check_node_probe(gpus: int, dry: bool, limit: float, out: Path) -> Check:
@@ -451,7 +460,7 @@ def check_node_probe(gpus: int, dry: bool, limit: float, out: Path) -> Check:
     latency = [v for row in document["latency_us"] for v in row if v is not None]
     bandwidth = [v for row in document["bandwidth_gbps"] for v in row if v is not None]
     check.facts = [f"probe over {gpus} ranks ({document.get('backend')}, timed by {document.get('timing')}): latency "
-                   f"{min(latency):.1f}-{max(latency):.1f} us, bandwidth {min(bandwidth):.1f}-{max(bandwidth):.1f} "
+                   f"{min(latency):.1f}-{max(latency):.1f} us, bandwidth {min(bandwidth):.3g}-{max(bandwidth):.3g} "
                    f"GB/s at {sizes.split(',')[-1]} over {len(bandwidth)} ordered pairs"]  # fmt: skip
     check.ok = None if dry else True
     return check
