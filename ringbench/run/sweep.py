@@ -104,6 +104,7 @@ def execute(
 def _execute(scenario, tracker: Tracker, *, out, resume, trace, command, on_case, device, profile, loopback):
     folder = ResultsFolder.reopen(resume) if resume is not None else None
     if folder is not None:
+        tracker.folder = folder  # a signal from here on keeps what the folder already holds
         scenario = resumable_scenario(folder, scenario)
     if scenario is None:
         raise UsageError("scenario=None is not allowed without resume; expected a Scenario (or resume=RUN_DIR)")
@@ -194,7 +195,8 @@ def interrupted_line(state: dict, run_dir: str | Path | None) -> str:
     head = f"interrupted by {state['signal']}{who}{during}"
     if run_dir is None:
         return f"{head}: the run had not started; nothing was kept"
-    kept = f"kept {state['kept']}/{state['total']} cases in {run_dir}"
+    kept = f"kept {state['kept']}/{state['total']} cases" if state["total"] else f"kept {state['kept']} case(s)"
+    kept += f" in {run_dir}"
     if state["total"] and state["kept"] >= state["total"]:
         return f"{head}: {kept} (every case finished; nothing to resume)"
     return f"{head}: {kept}; resume with: {state['resume']}"
