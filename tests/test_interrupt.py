@@ -271,7 +271,7 @@ def test_events_of_a_case_without_its_row_are_left_out_and_not_doubled_on_resume
     from ringbench.record import store
     from ringbench.run.results import ResultsFolder
 
-    folder = ResultsFolder.create(tmp_path, "cut", {"command": "test"})
+    folder = ResultsFolder.create(tmp_path, "cut", {"command": "test", "scenario": {"name": "cut"}})  # a sweep's
     events = pd.DataFrame({"case_id": ["a", "a", "b"], "repeat": [0, 0, 0], "iteration": [0, 0, 0],
                            "phase": "fwd", "rank": 0, "ring_position": 0, "step": -1, "kind": "iteration",
                            "start_ns": 0, "end_ns": 1, "src": 0, "dst": 0, "bytes": 0, "block": -1, "pair": "",

@@ -82,8 +82,8 @@ def load_run(run_dir: str | Path) -> RunData:
     missing = [name for name in CASE_COLUMNS if name not in cases]
     if missing:  # a file written before these columns existed: they read as null
         cases = cases.assign(**{name: float("nan") for name in missing})
-    if meta.kind == "run" and "finished" not in meta and len(events):
-        events = finished_events(events, cases)
+    if meta.kind == "run" and meta.scenario is not None and "finished" not in meta and len(events):
+        events = finished_events(events, cases)  # a sweep's folder that did not finish: its finished cases only
     return RunData(path=run_dir, events=events, cases=cases, meta=meta)
 
 
