@@ -1,63 +1,175 @@
-"""The one-GPU check: what only a GPU can confirm, in one command, with one summary at the end.
+"""The one-GPU check: what only a GPU can confirm, in one command, under one deadline, with one summary.
 
-    benchmarks/gpu_check.sh [OUT_DIR]            # on a machine with one CUDA GPU (about 3-5 minutes)
-    benchmarks/gpu_check.sh --dry-run [OUT_DIR]  # anywhere: the same checks on CPU stand-ins (CI runs this)
+    benchmarks/gpu_check.sh [OUT_DIR]              # one CUDA GPU: at most 7 minutes, a cold Triton cache included
+    benchmarks/gpu_check.sh --gpus N [OUT_DIR]     # a node: the ring, the recorder and the probe on N GPUs (torchrun)
+    benchmarks/gpu_check.sh --dry-run [OUT_DIR]    # anywhere: every check's code on CPU stand-ins (CI runs this)
 
-Checks, in order (each bounded; a failing check does not stop the others):
-  gpu-tests      the `gpu`-marked tests: kernels (half-precision gradients with H > 1, compiled Triton forward and
-                 backward), the CUDA stream timeline, a 1-rank NCCL loopback ring per buffer strategy;
-  loopback       `ringbench run --world 1 --device cuda --loopback` for sync, double and allgather: the rank
-                 exchanges with itself, a real ncclDevKernel_SendRecv on NCCL's stream (NCCL timing on);
-  timeline       a double-buffered step whose transfer and compute each take over 1 ms, profiled: the overlap the
-                 recorder's events see must agree with the overlap CUPTI sees (`ringbench check-timeline`);
-  calibration    the emulated kernel on the GPU: the spin rate, and modelled against measured compute per block;
-  placement      `--device cuda --world 2` on one GPU: a one-line error and exit code 2, not an NCCL crash.
-Dry run: the same commands with CPU stand-ins (gloo, a loopback copy, host timeline), GPU tests collected and
-skipped; exits 0 when they behave. The summary is printed and written to OUT_DIR/summary.json.
+Checks, in order (benchmarks/gpu_probe.py measures what needs more than a `ringbench` command):
+  env            the GPU, its memory and capability, torch / CUDA / NCCL / Triton versions;
+  placement      `run --world 2 --device cuda` on one GPU: one line and exit code 2, not an NCCL crash;
+  kernels        correctness at realistic blocks (4k tokens, H=32, D=128; fp16 / bf16 / fp32; torch and triton;
+                 the full, causal and partial masks of causal-naive and striped rings) against float64, and the
+                 cold Triton compile time (a fresh cache for the whole check);
+  timing         one fwd+bwd iteration under torch.cuda.set_sync_debug_mode("error") (bf16; flash, efficient and
+                 triton kernels; partial masks; emulated pads; link-delay spins; tracing on); sync and double on the
+                 one-rank NCCL loopback with a transfer of at least 5 ms against compute of similar length: the
+                 overlap CUPTI sees (about 0 and about 1), recorder against profiler edges within 50 us for compute,
+                 SendRecv and spin kernels, nccl_ms against the SendRecv kernel;
+  adapters       torch-ring fp32 and bf16 at world 1 (ring-flash-attn, transformer-engine when installed; one line
+                 when not);
+  memory         peak memory at S and 2S;
+  spin-drift     the busy-wait rate before and after 30 s of attention;
+  calibration    the emulated kernel on the GPU: measured against modelled compute per block;
+  gpu-tests      the `gpu`-marked tests, with whatever time is left.
+With ``--gpus N`` (torchrun on one node): env, then the ring on N GPUs (sync, double, allgather; checked against
+float64; profiled; `check-timeline`), and the probe's latency / bandwidth matrix.
+
+One global deadline (``--budget``, 420 s): each check gets at most its share of what is left, keeping the minimum
+of the checks after it; every child runs in its own process group (session) and is killed as a group -- SIGTERM,
+then SIGKILL, then any descendant still alive -- when its time is up. What a killed child had already printed
+counts. Every summary line is a measured fact or says plainly what was not checked. Exit code: 0 when nothing
+failed, 1 when a check failed, 2 without a GPU (unless --dry-run: the dry run exits 0 when every stand-in ran).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GPU_TESTS = ["tests/test_kernels.py", "tests/test_triton_kernel.py", "tests/test_torch_kernel_gpu.py",
-             "tests/test_timeline.py"]  # fmt: skip
+PROBE = ROOT / "benchmarks" / "gpu_probe.py"
+RESULT = "GPU_CHECK_RESULT "
+GPU_TESTS = ["tests/test_timeline.py", "tests/test_kernels.py", "tests/test_impls.py", "tests/test_torch_kernel_gpu.py",
+             "tests/test_triton_kernel.py"]  # fmt: skip
+MULTI_RANK = ("one GPU cannot show multi-rank behaviour (NCCL refuses two ranks on one GPU; see placement): hop "
+              "bandwidths, stragglers and ring orders need a node -- run benchmarks/gpu_check.sh --gpus N there")  # fmt: skip
 
 
-class Output(str):
-    """A command's stderr then stdout (for messages), with its stdout alone kept for JSON."""
+@dataclass
+class Check:
+    name: str
+    ok: bool | None = None  # None: not checked
+    facts: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    data: dict = field(default_factory=dict)
 
-    stdout: str = ""
+    def as_dict(self) -> dict:
+        return {"check": self.name, "ok": self.ok, "facts": self.facts, "seconds": round(self.seconds, 1),
+                "data": self.data}  # fmt: skip
 
 
-def _run(command: list[str], timeout_s: float, env: dict | None = None) -> tuple[int, Output, float]:
+class Deadline:
+    def __init__(self, budget_s: float) -> None:
+        self.started = time.monotonic()
+        self.budget_s = budget_s
+
+    def left(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass
+class Child:
+    code: int | None  # None: killed at its deadline
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def results(self) -> list[dict]:
+        found = []
+        for line in self.stdout.splitlines():
+            if line.startswith(RESULT):
+                try:
+                    found.append(json.loads(line[len(RESULT) :]))
+                except json.JSONDecodeError:
+                    continue
+        return found
+
+    def tail(self, lines: int = 2) -> str:
+        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return " ".join(text[-lines:])[:300]
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found[1:]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the child's process group, 3 s, SIGKILL to it, then to every descendant still alive (a rank
+    that made a group of its own)."""
+    tree = _descendants(proc.pid) if sys.platform.startswith("linux") else []
+    for signum, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(proc.pid, signum)
+        except OSError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    for pid in tree:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=2.0)
+
+
+def run_child(command: list[str], timeout_s: float, env: dict | None = None, cwd: Path = ROOT) -> Child:
+    """Run ``command`` in its own session; killed as a group after ``timeout_s``; its output so far is kept."""
     started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    out: list[str] = []
+    err: list[str] = []
+    readers = [threading.Thread(target=lambda s=s, b=b: b.extend(s), daemon=True)
+               for s, b in ((proc.stdout, out), (proc.stderr, err))]  # fmt: skip
+    for reader in readers:
+        reader.start()
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, **(env or {})})  # fmt: skip
-        output, code = Output(done.stderr + done.stdout), done.returncode
-        output.stdout = done.stdout
-    except subprocess.TimeoutExpired as exc:
-        output, code = Output(f"timed out after {timeout_s:g} s\n{exc.stderr or ''}{exc.stdout or ''}"), 124
-    return code, output, time.monotonic() - started
+        code = proc.wait(timeout=max(1.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        code = None
+    for reader in readers:
+        reader.join(timeout=2.0)
+    return Child(code=code, stdout="".join(out), stderr="".join(err), seconds=time.monotonic() - started)
 
 
 def _ringbench(*args: str) -> list[str]:
     return [sys.executable, "-m", "ringbench", *args]
 
 
-def _json_tail(output: Output) -> dict:
-    """The JSON document a `--json` command printed on stdout (from its first line that opens an object)."""
-    lines = output.stdout.splitlines()
+def _json_document(text: str) -> dict:
+    lines = text.splitlines()
     for index, line in enumerate(lines):
         if line.startswith("{"):
             try:
@@ -67,103 +179,170 @@ def _json_tail(output: Output) -> dict:
     return {}
 
 
-class Check:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.ok = False
-        self.detail = ""
-        self.seconds = 0.0
-
-    def as_dict(self) -> dict:
-        return {"check": self.name, "ok": self.ok, "detail": self.detail, "seconds": round(self.seconds, 1)}
+def _killed(child: Child, limit: float) -> str:
+    return f"not checked: stopped by the deadline after {child.seconds:.0f} s (its share: {limit:.0f} s)"
 
 
-def check_gpu_tests(dry: bool) -> Check:
-    check = Check("gpu-tests")
-    code, output, check.seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                        *GPU_TESTS], timeout_s=300)  # fmt: skip
-    last = output.strip().splitlines()[-1] if output.strip() else ""
-    check.ok = code == 0 or (dry and code == 5)  # 5: nothing ran (all skipped) is fine without a GPU
-    check.detail = last
+# -- the checks --------------------------------------------------------------------------------------------------
+def check_env(dry: bool, gpus: int) -> Check:
+    import torch
+
+    check = Check("env", ok=True)
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda or "none"}
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        versions["triton"] = "not installed"
+    if dry:
+        check.ok = None
+        check.facts = [f"dry run on {os.cpu_count()} CPU cores: no GPU measured; torch {versions['torch']}, "
+                       f"Triton {versions['triton']}"]  # fmt: skip
+        return check
+    props = torch.cuda.get_device_properties(0)
+    try:
+        version = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception:  # a build without NCCL: said so
+        nccl = "unavailable"
+    check.facts = [f"{torch.cuda.device_count()} visible GPU(s), checking {gpus}: {props.name}, "
+                   f"{props.total_memory / 2**30:.0f} GiB, capability {props.major}.{props.minor}; torch "
+                   f"{versions['torch']}, CUDA {versions['cuda']}, NCCL {nccl}, Triton {versions['triton']}"]  # fmt: skip
     return check
 
 
-def _device_args(dry: bool) -> list[str]:
-    return ["--device", "cpu"] if dry else ["--device", "cuda"]
-
-
-def check_loopback(dry: bool, out: Path) -> Check:
-    check = Check("loopback")
-    shape = ["--seq", "256", "--heads", "2", "--head-dim", "32", "--iters", "2", "--warmup", "1"] if dry else [
-        "--seq", "16384", "--heads", "16", "--head-dim", "128", "--dtype", "bfloat16", "--iters", "4", "--warmup", "2"]  # fmt: skip
-    command = _ringbench("run", "--world", "1", "--loopback", *_device_args(dry), *shape, "--buffer", "sync",
-                         "--buffer", "double", "--buffer", "allgather", "--mask", "causal", "--kernel", "torch",
-                         "--layout", "contiguous", "--out", str(out), "--json")  # fmt: skip
-    code, output, check.seconds = _run(command, timeout_s=240, env={"TORCH_NCCL_ENABLE_TIMING": "1"})
-    document = _json_tail(output)
-    cases = document.get("cases", [])
-    if code != 0 or len(cases) != 3:
-        check.detail = f"exit {code}: " + " ".join(output.strip().splitlines()[-2:])[:300]
+def check_placement(dry: bool, limit: float) -> Check:
+    check = Check("placement")
+    child = run_child(_ringbench("run", "--world", "2", "--device", "cuda", "--seq", "256", "--iters", "1",
+                                 "--no-check"), limit)  # fmt: skip
+    check.seconds = child.seconds
+    if child.code is None:
+        check.facts = [_killed(child, limit)]
         return check
+    errors = [line for line in child.stderr.splitlines() if line.startswith("error:")]
+    check.ok = child.code == 2 and len(errors) == 1 and "device='cuda' is not allowed" in errors[0] and (
+        "Traceback" not in child.stderr)  # fmt: skip
+    where = "with no GPU (dry run)" if dry else "on one GPU"
+    check.facts = [f"run --world 2 --device cuda {where}: exit {child.code}, "
+                   f"{len(errors)} error line: {errors[-1][:160] if errors else child.tail()}"]  # fmt: skip
+    return check
+
+
+def probe_checks(what: str, dry: bool, limit: float, out: Path, names: list[str], env: dict) -> list[Check]:
+    """Run one gpu_probe.py subcommand; one Check per measurement it names (missing ones: not checked)."""
+    command = [sys.executable, str(PROBE), what, str(out / f"probe-{what}"), *(["--dry-run"] if dry else [])]
+    child = run_child(command, limit, env=env)
+    by_name = {result["check"]: result for result in child.results}
+    checks = []
+    for name in names:
+        check = Check(name, seconds=child.seconds)
+        result = by_name.get(name)
+        if result is not None:
+            check.ok, check.facts, check.data = result["ok"], result["facts"], result.get("data", {})
+        elif child.code is None:
+            check.facts = [_killed(child, limit)]
+        else:  # the child died before it measured this (a dry run too: its code must run)
+            check.ok = False
+            check.facts = [f"no result: gpu_probe.py {what} exited {child.code}: {child.tail()}"]
+        checks.append(check)
+    return checks
+
+
+def check_adapters(dry: bool, limit: float, out: Path) -> Check:
+    check = Check("adapters")
+    shape = ["--seq", "128", "--heads", "1", "--head-dim", "16"] if dry else ["--seq", "4096", "--heads", "16",
+                                                                             "--head-dim", "128"]  # fmt: skip
+    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
+    command = _ringbench("run", "--world", "1", *device, *shape, "--impl", "torch-ring", "--impl", "ring-flash-attn",
+                         "--impl", "transformer-engine", "--dtype", "float32", "--dtype", "bfloat16", "--mask",
+                         "causal", "--layout", "contiguous", "--layout", "zigzag", "--buffer", "double", "--iters", "2",
+                         "--warmup", "1", "--no-trace", "--out", str(out), "--json")  # fmt: skip
+    child = run_child(command, limit)
+    check.seconds = child.seconds
+    if child.code is None:
+        check.facts = [_killed(child, limit)]
+        return check
+    document = _json_document(child.stdout)
+    cases = document.get("cases", [])
+    if child.code != 0 or not cases:
+        check.ok = False
+        check.facts = [f"run exited {child.code}: {child.tail()}"]
+        return check
+    ran = {}
+    for case in cases:
+        key = (case["impl"], case["dtype"])
+        ran.setdefault(key, []).append(case)
+    where = "CPU (dry run)" if dry else "GPU"
+    for (impl, dtype), mine in sorted(ran.items()):
+        errors = [max(c.get("fwd_max_abs_err") or 0, c.get("bwd_max_abs_err") or 0) for c in mine]
+        passed = all(c.get("passed") for c in mine)
+        layouts = ", ".join(sorted({c["layout"] for c in mine}))
+        steps = [c["step_ms"] for c in mine if isinstance(c.get("step_ms"), (int, float))]
+        step = f"step {min(steps):.2f} ms" if steps else "no step time"
+        check.facts.append(f"{impl} {dtype} on the {where}, world 1 ({layouts}): max |err| {max(errors):.1e}, "
+                           f"{step}, {'pass' if passed else 'FAIL'}")  # fmt: skip
+    meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text()) if document.get("run_dir") else {}
+    reasons = sorted(set((meta.get("skipped") or {}).values()))
+    check.facts += [f"not run: {reason}" for reason in reasons]
+    torch_ring = {dtype for impl, dtype in ran if impl == "torch-ring"}
+    check.ok = all(c.get("passed") for c in cases) and {"float32", "bfloat16"} <= torch_ring
+    if dry:
+        check.ok = None if check.ok else False
+    return check
+
+
+def check_memory(dry: bool, limit: float, out: Path) -> Check:
+    check = Check("memory")
+    base = 256 if dry else 16384
+    shape = ["--heads", "2", "--head-dim", "16"] if dry else ["--heads", "32", "--head-dim", "128", "--dtype",
+                                                              "bfloat16"]  # fmt: skip
+    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
+    command = _ringbench("run", "--world", "1", *device, "--seq", str(base), "--seq", str(2 * base), *shape,
+                         "--kernel", "torch", "--mask", "causal", "--layout", "contiguous", "--buffer", "double",
+                         "--iters", "1", "--warmup", "1", "--no-check", "--out", str(out), "--json")  # fmt: skip
+    child = run_child(command, limit)
+    check.seconds = child.seconds
+    if child.code is None:
+        check.facts = [_killed(child, limit)]
+        return check
+    cases = {case["seq"]: case for case in _json_document(child.stdout).get("cases", [])}
+    if child.code != 0 or len(cases) != 2:
+        check.ok = False
+        check.facts = [f"run exited {child.code}: {child.tail()}"]
+        return check
+    run_dir = Path(_json_document(child.stdout)["run_dir"])
     import pandas as pd
 
-    events = pd.read_parquet(Path(document["run_dir"]) / "events.parquet")
-    transfers = events[events["kind"].isin(["recv", "collective"])]
-    per_buffer = []
-    for case in cases:
-        mine = transfers[transfers["case_id"] == case["case_id"]]
-        ms = ((mine["end_ns"] - mine["start_ns"]) / 1e6).median() if len(mine) else float("nan")
-        nccl = mine["nccl_ms"].dropna()
-        per_buffer.append(f"{case['buffer']}: step {case['step_ms']:.2f} ms, transfer {ms:.3f} ms"
-                          + (f", NCCL {nccl.median():.3f} ms" if len(nccl) else ""))  # fmt: skip
-    check.ok = all(c["passed"] for c in cases) and len(transfers) > 0
-    check.detail = "; ".join(per_buffer) + ("" if check.ok else " (check failed or no transfer recorded)")
+    peaks = pd.read_parquet(run_dir / "cases.parquet").set_index("seq")["peak_mem_mb"]
+    small, large = float(peaks.loc[base]), float(peaks.loc[2 * base])
+    ratio = large / small if small > 0 else float("nan")
+    method = "peak resident set of the rank, dry run on the CPU" if dry else "torch.cuda.max_memory_allocated"
+    dtype = cases[base]["dtype"]
+    check.facts = [f"peak memory ({method}), 1 rank, {dtype} fwd+bwd: S={base}: {small:.0f} MiB, S={2 * base}: "
+                   f"{large:.0f} MiB, ratio {ratio:.2f} (O(S) memory gives about 2, O(S^2) about 4)"]  # fmt: skip
+    check.ok = None if dry else bool(ratio <= 2.5)
     return check
 
 
-def check_timeline(dry: bool, out: Path) -> Check:
-    """A double-buffered step whose transfer and compute each take over 1 ms, profiled and compared."""
-    check = Check("timeline")
-    # GPU: a 1 GiB K/V block (B=1, H=64, S=32768, D=128, bf16) travels through NCCL's SendRecv while the flash
-    # kernel computes causal attention over it (tens of ms): the transfer must show as hidden both ways.
-    shape = ["--world", "2", "--seq", "1024", "--heads", "2", "--head-dim", "32", "--kernel", "emulated:2"] if dry else [
-        "--world", "1", "--loopback", "--seq", "32768", "--heads", "64", "--head-dim", "128", "--dtype", "bfloat16",
-        "--kernel", "torch"]  # fmt: skip
-    command = _ringbench("run", *_device_args(dry), *shape, "--buffer", "double", "--mask", "causal", "--layout", "contiguous", "--no-check",
-                         "--iters", "2", "--warmup", "1", "--profile", "--out", str(out), "--json")  # fmt: skip
-    code, output, seconds = _run(command, timeout_s=240)
-    run_dir = _json_tail(output).get("run_dir")
-    if code != 0 or not run_dir:
-        check.seconds = seconds
-        check.detail = f"run exit {code}: " + " ".join(output.strip().splitlines()[-2:])[:300]
-        return check
-    code, output, more = _run(_ringbench("check-timeline", run_dir, "--json"), timeout_s=120)
-    check.seconds = seconds + more
-    document = _json_tail(output)
-    check.ok = code == 0
-    kinds = document.get("kinds") or document.get("rows") or []
-    parts = []
-    for row in kinds if isinstance(kinds, list) else []:
-        name = row.get("kind", "?")
-        figures = {key: value for key, value in row.items() if key != "kind" and isinstance(value, (int, float))}
-        shown = ", ".join(f"{key} {value:.3g}" for key, value in list(figures.items())[:6])
-        parts.append(f"{name}: {shown}")
-    check.detail = ("; ".join(parts) or " ".join(output.strip().splitlines()[-3:]))[:600]
-    return check
-
-
-def check_calibration(dry: bool, out: Path) -> Check:
+def check_calibration(dry: bool, limit: float, out: Path) -> Check:
     check = Check("calibration")
     rate = "2" if dry else "50000"  # GFLOP/s: slow enough that the real arithmetic stays well under the model
     shape = ["--seq", "512", "--heads", "2", "--head-dim", "32"] if dry else [
         "--seq", "8192", "--heads", "16", "--head-dim", "128", "--dtype", "bfloat16"]  # fmt: skip
-    command = _ringbench("run", "--world", "1", "--loopback", *_device_args(dry), *shape, "--kernel",
-                         f"emulated:{rate}", "--buffer", "double", "--mask", "none", "--layout", "contiguous", "--no-check", "--iters", "4",
-                         "--out", str(out), "--json")  # fmt: skip
-    code, output, check.seconds = _run(command, timeout_s=180)
-    document = _json_tail(output)
-    if code != 0 or not document.get("run_dir"):
-        check.detail = f"exit {code}: " + " ".join(output.strip().splitlines()[-2:])[:300]
+    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
+    command = _ringbench("run", "--world", "1", "--loopback", *device, *shape, "--kernel", f"emulated:{rate}",
+                         "--buffer", "double", "--mask", "none", "--layout", "contiguous", "--no-check", "--iters",
+                         "4", "--out", str(out), "--json")  # fmt: skip
+    child = run_child(command, limit)
+    check.seconds = child.seconds
+    if child.code is None:
+        check.facts = [_killed(child, limit)]
+        return check
+    document = _json_document(child.stdout)
+    if child.code != 0 or not document.get("run_dir"):
+        check.ok = False
+        check.facts = [f"run exited {child.code}: {child.tail()}"]
         return check
     import pandas as pd
 
@@ -171,56 +350,246 @@ def check_calibration(dry: bool, out: Path) -> Check:
     meta = json.loads((run_dir / "meta.json").read_text())
     events = pd.read_parquet(run_dir / "events.parquet")
     compute = events[events["kind"] == "compute"]
-    modelled_ms = compute["flops"] / (float(rate) * 1e9) * 1e3
-    measured_ms = (compute["end_ns"] - compute["start_ns"]) / 1e6
-    ratio = (measured_ms / modelled_ms).median()
-    ranks = next(iter(meta.get("ranks", {}).values()), {})
+    ratio = ((compute["end_ns"] - compute["start_ns"]) / 1e6 / (compute["flops"] / (float(rate) * 1e9) * 1e3)).median()
+    saturated = next(iter(meta.get("ranks", {}).values()), {}).get("emulation_saturated_blocks")
     cycles = next((gpu.get("spin_cycles_per_ms") for gpu in meta.get("gpus", [])), None)
-    saturated = ranks.get("emulation_saturated_blocks")
-    check.ok = 0.95 <= ratio <= 1.25 and saturated == 0
-    check.detail = (f"measured/modelled compute per block: median {ratio:.3f} over {len(compute)} blocks; "
-                    f"saturated {saturated}; spin rate {cycles} cycles/ms")  # fmt: skip
+    where = "CPU sleeps (dry run)" if dry else f"GPU spin at {cycles} cycles/ms"
+    check.facts = [f"emulated:{rate} ({where}): measured / modelled compute per block, median {ratio:.3f} over "
+                   f"{len(compute)} blocks; saturated blocks {saturated}"]  # fmt: skip
+    check.ok = bool(0.95 <= ratio <= 1.25 and saturated == 0)
+    if dry:
+        check.ok = None
     return check
 
 
-def check_placement(dry: bool) -> Check:
-    check = Check("placement")
-    command = _ringbench("run", "--world", "2", "--device", "cuda", "--seq", "256", "--iters", "1", "--no-check")
-    code, output, check.seconds = _run(command, timeout_s=120)
-    errors = [line for line in output.strip().splitlines() if line.startswith("error:")]
-    tracebacks = "Traceback" in output
-    check.ok = code == 2 and len(errors) == 1 and "device='cuda' is not allowed" in errors[0] and not tracebacks
-    check.detail = f"exit {code}: {errors[-1][:200] if errors else output.strip()[-200:]}"
+_TEST_LINE = re.compile(r"^(tests/\S+::\S+)\s+(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)")
+
+
+def check_gpu_tests(dry: bool, limit: float, env: dict) -> Check:
+    check = Check("gpu-tests")
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "-o",
+               "addopts=", *GPU_TESTS]  # fmt: skip
+    child = run_child(command, limit, env=env)
+    check.seconds = child.seconds
+    outcomes: dict[str, list[str]] = {}
+    for line in child.stdout.splitlines():
+        if match := _TEST_LINE.match(line):
+            outcomes.setdefault(match.group(2), []).append(match.group(1))
+    collected = re.search(r"collected (\d+) items(?: / (\d+) deselected)?", child.stdout)
+    total = int(collected.group(1)) - int(collected.group(2) or 0) if collected else None
+    counts = ", ".join(f"{len(v)} {k.lower()}" for k, v in sorted(outcomes.items())) or "none finished"
+    failed = outcomes.get("FAILED", []) + outcomes.get("ERROR", [])
+    if dry:
+        check.facts = [f"not checked: no GPU (dry run): {total} gpu-marked tests collected, {counts}"]
+        check.ok = None if child.code in (0, 5) else False
+        return check
+    done = sum(len(v) for v in outcomes.values())
+    if child.code is None:
+        check.facts = [f"stopped by the deadline after {child.seconds:.0f} s: {counts} of {total} "
+                       f"({total - done if total else '?'} not run)"]  # fmt: skip
+    else:
+        check.facts = [f"{counts} of {total} gpu-marked tests in {child.seconds:.0f} s (a cold Triton cache)"]
+    check.facts += [f"failed: {name}" for name in failed[:8]]
+    check.ok = (not failed) and child.code == 0 if child.code is not None else (False if failed else None)
     return check
+
+
+# -- a node: --gpus N ----------------------------------------------------------------------------------------------
+def _torchrun(gpus: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus), "-m",
+            "ringbench", *args]  # fmt: skip
+
+
+def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check]:
+    ring, agree = Check("node-ring"), Check("node-timeline")
+    shape = ["--seq", str(64 * gpus), "--heads", "2", "--head-dim", "16"] if dry else [
+        "--seq", str(8192 * gpus), "--heads", "32", "--head-dim", "128", "--dtype", "bfloat16"]  # fmt: skip
+    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
+    child = run_child(_torchrun(gpus, "run", "--world", str(gpus), *device, *shape, "--buffer", "sync", "--buffer",
+                                "double", "--buffer", "allgather", "--mask", "causal", "--layout", "zigzag", "--kernel", "torch",
+                                "--iters", "5", "--warmup", "2", "--profile", "--out", str(out), "--json"),
+                      limit, env={"TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
+    ring.seconds = child.seconds
+    document = _json_document(child.stdout)
+    if child.code is None or child.code != 0 or not document.get("cases"):
+        ring.ok = None if child.code is None else False
+        ring.facts = [_killed(child, limit) if child.code is None else f"torchrun exited {child.code}: {child.tail()}"]
+        agree.facts = ["not checked: the ring run did not finish"]
+        return [ring, agree]
+    meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text())
+    ring.facts = [f"{gpus} ranks ({meta.get('backend')}, {meta.get('device_kind')}, NCCL options "
+                  f"{meta.get('nccl_options')}): " + "; ".join(
+                      f"{c['kernel']} {c['buffer']} step {c['step_ms']:.2f} ms, exposed {100 * (c['exposed_comm_frac'] or 0):.1f}%,"
+                      f" check {'pass' if c['passed'] else 'FAIL'}" for c in document["cases"])]  # fmt: skip
+    ring.ok = all(c["passed"] for c in document["cases"]) and (dry or meta.get("backend") == "nccl")
+    if dry:
+        ring.ok = None if ring.ok else False
+    timeline = run_child(_ringbench("check-timeline", document["run_dir"], "--json"), max(30.0, limit / 3))
+    agree.seconds = timeline.seconds
+    result = _json_document(timeline.stdout)
+    kinds = result.get("kinds") or []
+    agree.facts = [f"check-timeline: {k['kind']} {k['matched']} pairs, |dstart| median {_ms(k['start_median_ms'])}, "
+                   f"|dduration| median {_ms(k['duration_median_ms'])}, overlap recorded/profiled "
+                   f"{_share(k['recorded_overlap'])}/{_share(k['profiled_overlap'])}: "
+                   f"{'pass' if k['passed'] else 'FAIL'}" for k in kinds] or [
+        f"check-timeline exited {timeline.code}: {timeline.tail()}"]  # fmt: skip
+    agree.ok = timeline.code == 0 if not dry else None
+    return [ring, agree]
+
+
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{1e3 * value:.1f} us" if value < 1 else f"{value:.2f} ms"
+
+
+def _share(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def check_node_probe(gpus: int, dry: bool, limit: float, out: Path) -> Check:
+    check = Check("node-probe")
+    sizes = "8,64KiB" if dry else "8,64MiB"
+    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
+    child = run_child(_torchrun(gpus, "probe", "--world", str(gpus), *device, "--sizes", sizes, "--round-trips", "5",
+                                "--out", str(out), "--json"), limit, env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    check.seconds = child.seconds
+    document = _json_document(child.stdout)
+    if child.code != 0 or "latency_us" not in document:
+        check.ok = None if child.code is None else False
+        check.facts = [_killed(child, limit) if child.code is None else f"probe exited {child.code}: {child.tail()}"]
+        return check
+    latency = [v for row in document["latency_us"] for v in row if v is not None]
+    bandwidth = [v for row in document["bandwidth_gbps"] for v in row if v is not None]
+    check.facts = [f"probe over {gpus} ranks ({document.get('backend')}, timed by {document.get('timing')}): latency "
+                   f"{min(latency):.1f}-{max(latency):.1f} us, bandwidth {min(bandwidth):.3g}-{max(bandwidth):.3g} "
+                   f"GB/s at {sizes.split(',')[-1]} over {len(bandwidth)} ordered pairs"]  # fmt: skip
+    check.ok = None if dry else True
+    return check
+
+
+# -- the whole check -----------------------------------------------------------------------------------------------
+PLAN = [  # (name, max share s, minimum s): the order is the order of value if the deadline bites
+    ("placement", 40, 10), ("kernels", 100, 30), ("timing", 110, 30), ("adapters", 60, 15), ("memory", 45, 15),
+    ("spin-drift", 60, 45), ("calibration", 40, 15), ("gpu-tests", 10_000, 30),
+]  # fmt: skip
+NODE_PLAN = [("node-ring", 240, 60), ("node-probe", 120, 30)]
+# The dry run measures nothing, so it runs the stand-ins side by side and the three probes in one process.
+DRY_PLAN = [("placement", 40, 10), ("probes", 100, 30), ("adapters", 60, 15), ("memory", 45, 15),
+            ("calibration", 40, 15), ("gpu-tests", 100, 30)]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = Deadline(float("inf"))  # the budget counts from here: interpreter and torch start-up included
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dry-run", action="store_true", help="CPU stand-ins (no GPU needed); exits 0 when they pass")
-    parser.add_argument("out", nargs="?", default=None, help="folder for the runs and summary.json")
+    parser.add_argument("--dry-run", action="store_true", help="CPU stand-ins (no GPU needed); exit 0 when they run")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs of this node to check (>1: torchrun)")
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds for the whole check (one deadline)")
+    parser.add_argument("out", nargs="?", default=None, help="folder for the runs, traces and summary.json")
     args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ringbench-gpu-check-"))
-    out.mkdir(parents=True, exist_ok=True)
     import torch
 
     has_gpu = torch.cuda.is_available() and torch.cuda.device_count() > 0
-    dry = args.dry_run or not has_gpu
-    device = torch.cuda.get_device_name(0) if has_gpu else "no GPU visible"
-    print(f"gpu_check: {'DRY RUN (CPU stand-ins)' if dry else 'GPU'} on {device}; out {out}", flush=True)
-    started = time.monotonic()
-    checks = []
-    for run_check in (lambda: check_gpu_tests(dry), lambda: check_loopback(dry, out), lambda: check_timeline(dry, out),
-                      lambda: check_calibration(dry, out), lambda: check_placement(dry)):  # fmt: skip
-        check = run_check()
-        checks.append(check)
-        print(f"  [{'ok' if check.ok else 'FAIL'}] {check.name} ({check.seconds:.0f} s): {check.detail}", flush=True)
-    summary = {"dry_run": dry, "device": device, "seconds": round(time.monotonic() - started, 1),
-               "passed": all(c.ok for c in checks), "checks": [c.as_dict() for c in checks],
+    if not has_gpu and not args.dry_run:
+        print("gpu_check: no CUDA device is visible (torch.cuda.is_available() is False); nothing was checked -- "
+              "run with --dry-run for the CPU stand-ins", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.gpus < 1 or (has_gpu and not args.dry_run and args.gpus > torch.cuda.device_count()):
+        print(f"gpu_check: --gpus {args.gpus} is not allowed; expected 1 to {torch.cuda.device_count() if has_gpu else 1}"
+              " (the GPUs visible here)", file=sys.stderr)  # fmt: skip
+        return 2
+    dry = args.dry_run
+    deadline = Deadline(args.budget)
+    deadline.started = started.started
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ringbench-gpu-check-"))
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(tempfile.mkdtemp(prefix="triton-cold-", dir=out))  # a cold Triton cache, for the whole check
+    env = {"TRITON_CACHE_DIR": str(cache), "TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1"}
+    if dry:
+        env["TRITON_INTERPRET"] = "1"
+    label = "DRY RUN (CPU stand-ins)" if dry else f"{torch.cuda.get_device_name(0)}"
+    print(f"gpu_check: {label}; budget {args.budget:.0f} s; out {out}", flush=True)
+    checks = [check_env(dry, args.gpus)]
+    plan = NODE_PLAN if args.gpus > 1 else (DRY_PLAN if dry else PLAN)
+    if dry:  # nothing measured, nothing to disturb: the stand-ins run side by side, each within its share
+        checks += _run_side_by_side(plan, dry, deadline, out, env, args.gpus)
+    for index, (name, share, minimum) in enumerate(plan if not dry else []):
+        reserve = sum(m for _, _, m in plan[index + 1 :])
+        limit = min(share, deadline.left() - reserve - 5.0)
+        if limit < minimum:
+            checks.append(Check(name, facts=[f"not checked: the deadline left {max(limit, 0):.0f} s (needs "
+                                             f"{minimum} s)"]))  # fmt: skip
+            continue
+        found = _run(name, dry, limit, out, env, args.gpus)
+        for check in found:
+            checks.append(check)
+            _show(check)
+    if args.gpus == 1:
+        checks.append(Check("multi-rank", facts=[MULTI_RANK]))
+    failed = [c for c in checks if c.ok is False]
+    passed = [c for c in checks if c.ok]
+    summary = {"dry_run": dry, "device": label, "gpus": args.gpus, "budget_s": args.budget,
+               "seconds": round(deadline.elapsed(), 1), "passed": not failed, "checks": [c.as_dict() for c in checks],
                "command": shlex.join(sys.argv)}  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"gpu_check summary: {sum(c.ok for c in checks)}/{len(checks)} checks passed in {summary['seconds']} s"
-          f"{' (dry run: no GPU measurement)' if dry else ''}; details in {out / 'summary.json'}")  # fmt: skip
-    return 0 if summary["passed"] else 1
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"\ngpu_check summary ({label}, {deadline.elapsed():.0f} s of a {args.budget:.0f} s budget):")
+    for check in checks:
+        mark = {True: "ok", False: "FAIL", None: "--"}[check.ok]
+        for i, fact in enumerate(check.facts or ["(no facts)"]):
+            print(f"  [{mark:>4}] {check.name}: {fact}" if i == 0 else f"         {' ' * len(check.name)}  {fact}")
+    unchecked = len(checks) - len(failed) - len(passed)
+    print(f"gpu_check: {len(passed)} passed, {len(failed)} failed, {unchecked} not checked"
+          f"{' (dry run: nothing was measured on a GPU)' if dry else ''}; details in {out / 'summary.json'}")  # fmt: skip
+    return 1 if failed else 0
+
+
+def _run_side_by_side(plan, dry: bool, deadline: Deadline, out: Path, env: dict, gpus: int, jobs: int = 3):
+    from concurrent.futures import ThreadPoolExecutor
+
+    futures, found = [], []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for name, share, minimum in plan:
+            limit = min(share, deadline.left() - 5.0)
+            if limit < minimum:
+                futures.append(Check(name, facts=[f"not checked: the deadline left {max(limit, 0):.0f} s (needs "
+                                                  f"{minimum} s)"]))  # fmt: skip
+                continue
+            futures.append(pool.submit(_run, name, dry, limit, out, env, gpus))
+        for future in futures:
+            found += [future] if isinstance(future, Check) else future.result()
+    for check in found:
+        _show(check)
+    return found
+
+
+def _show(check: Check) -> None:
+    mark = {True: "ok", False: "FAIL", None: "--"}[check.ok]
+    print(f"  [{mark:>4}] {check.name} ({check.seconds:.0f} s): {check.facts[0] if check.facts else ''}", flush=True)
+
+
+def _run(name: str, dry: bool, limit: float, out: Path, env: dict, gpus: int) -> list[Check]:
+    if name == "placement":
+        return [check_placement(dry, limit)]
+    if name == "kernels":
+        return probe_checks("kernels", dry, limit, out, ["correctness", "triton-compile"], env)
+    if name == "timing":
+        return probe_checks("timing", dry, limit, out, ["no-host-sync", "overlap"], env)
+    if name == "adapters":
+        return [check_adapters(dry, limit, out)]
+    if name == "memory":
+        return [check_memory(dry, limit, out)]
+    if name == "spin-drift":
+        return probe_checks("drift", dry, limit, out, ["spin-drift"], env)
+    if name == "probes":
+        return probe_checks("all", dry, limit, out, ["correctness", "triton-compile", "no-host-sync", "overlap",
+                                                     "spin-drift"], env)  # fmt: skip
+    if name == "calibration":
+        return [check_calibration(dry, limit, out)]
+    if name == "gpu-tests":
+        return [check_gpu_tests(dry, limit, env)]
+    if name == "node-ring":
+        return check_node_ring(gpus, dry, limit, out)
+    if name == "node-probe":
+        return [check_node_probe(gpus, dry, limit, out)]
+    raise ValueError(name)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,15 @@ class BlockKernel:
     def backward(self, dout, q, k, v, out, lse, mask: BlockMask, scale: float):
         raise NotImplementedError
 
+    def prepare_backward(self, dout: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Once per backward call, before the ring steps: the whole (B, H, L, D) ``dout`` and final ``out`` in the
+        layout this kernel's ``backward`` reads, so that no block converts them again inside a measured span. By
+        default ``dout`` contiguous; a kernel that wraps another (``_inner`` / ``inner``) defers to it."""
+        inner = getattr(self, "_inner", None) or getattr(self, "inner", None)
+        if isinstance(inner, BlockKernel):
+            return inner.prepare_backward(dout, out)
+        return dout.contiguous(), out
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 

@@ -111,7 +111,11 @@ def _kernel_ready(t: torch.Tensor) -> torch.Tensor:
 
 
 def _bmhk(t: torch.Tensor) -> torch.Tensor:
-    """A (B, H, M, K) view whose memory is (B, M, H, K) contiguous, the layout the fused forwards produce."""
+    """A (B, H, M, K) view whose memory is (B, M, H, K): ``t`` itself when its rows already are H * K apart and its
+    heads K apart (a row slice of such a tensor, as the ring hands each block), else a copy into that layout."""
+    heads, head_dim = t.shape[1], t.shape[-1]
+    if t.stride(-1) == 1 and t.stride(1) == head_dim and t.stride(2) == heads * head_dim:
+        return t
     return t.transpose(1, 2).contiguous().transpose(1, 2)
 
 
@@ -253,6 +257,13 @@ class TorchSdpaKernel(BlockKernel):
             return flash_forward(q, k, v, causal, scale)  # FULL / square CAUSAL: no empty rows
         out, lse = efficient_forward(q, k, v, self._bias(mask, q), causal, scale)
         return clear_empty_rows(out, lse, rows)
+
+    def prepare_backward(self, dout, out):
+        """CUDA: ``dout`` and ``out`` in (B, M, H, K) memory once per call (the fused backwards read them so), so
+        each block's row slice is handed over without a copy; CPU: as the base class."""
+        if dout.device.type != "cuda":
+            return super().prepare_backward(dout, out)
+        return _bmhk(dout), _bmhk(out)
 
     def backward(self, dout, q, k, v, out, lse, mask, scale):
         route = self.route(q, k, mask)

@@ -20,6 +20,20 @@ class RunFailure(RingbenchError):
         self.run_dir = run_dir
 
 
+class Interrupted(RingbenchError):
+    """A run was stopped by a signal (SIGTERM, SIGINT, SIGHUP). The cases finished before it are kept; the message
+    says how many, which case was in flight and the command that resumes. The CLI exits with 128 + the signal."""
+
+    def __init__(self, message: str, signum: int, run_dir: str | None = None) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.run_dir = run_dir
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
 def bad_value(field: str, value: object, allowed: str) -> UsageError:
     """The standard one-line message: ``mask='foo' is not allowed; expected one of: none, causal``."""
     return UsageError(f"{field}={value!r} is not allowed; expected {allowed}")

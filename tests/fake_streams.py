@@ -27,6 +27,7 @@ class FakeEvent:
         self.stream = stream
 
     def query(self) -> bool:
+        self.runtime.check_thread()
         if self.recorded_ns is None or self.runtime.hold or self.index in self.runtime.stuck:
             return False
         return time.perf_counter_ns() >= self.recorded_ns + self.runtime.lag_ns
@@ -58,14 +59,25 @@ class FakeStream:
 class FakeRuntime:
     """Streams and events whose completion lags their recording by ``lag_ms``; ``hold`` stalls every event."""
 
-    def __init__(self, lag_ms: float = 2.0) -> None:
+    def __init__(self, lag_ms: float = 2.0, strict_threads: bool = False) -> None:
         self.lag_ns = int(lag_ms * 1e6)
+        # strict_threads: like CUDA under EXCLUSIVE_PROCESS, a thread that queries an event without having set
+        # the device first is refused (a real one would have made a context on device 0).
+        self.strict_threads = strict_threads
+        self.bound_threads = {threading.get_ident()}  # the rank's main thread set its device at start-up
         self.hold = False
         self.stuck: set[int] = set()  # indices of events that never complete (a transfer that never arrives)
         self.events_made = 0
         self.syncs = 0
         self._lock = threading.Lock()
         self.compute = FakeStream("compute")
+
+    def bind_thread(self) -> None:
+        self.bound_threads.add(threading.get_ident())
+
+    def check_thread(self) -> None:
+        if self.strict_threads and threading.get_ident() not in self.bound_threads:
+            raise RuntimeError("fake CUDA: event queried from a thread that never set its device")
 
     def count_sync(self) -> None:
         with self._lock:

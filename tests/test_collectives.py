@@ -8,6 +8,7 @@ that refuses any torch.distributed call made from outside the modules allowed to
 """
 
 import inspect
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -27,6 +28,8 @@ class _RecordingDist:
 
     def __init__(self) -> None:
         self.devices: list[torch.device] = []
+        self.groups: list[object] = []
+        self.made: list[dict] = []
 
     def get_rank(self, group=None):
         return 0
@@ -38,10 +41,12 @@ class _RecordingDist:
         return "nccl"
 
     def new_group(self, **kwargs):
-        return "side"
+        self.made.append(kwargs)
+        return "side" if "timeout" not in kwargs or kwargs["timeout"] is None else f"patient-{len(self.made)}"
 
     def all_reduce(self, tensor, op=None, group=None):
         self.devices.append(tensor.device)
+        self.groups.append(group)
 
     def all_gather_object(self, out, obj, group=None):
         assert group == "side", "objects must travel over the CPU side group"
@@ -62,6 +67,52 @@ def test_group_ops_hand_the_backend_tensors_on_the_group_device_only():
     with pytest.raises((NotImplementedError, RuntimeError)):  # meta tensors hold no value to read back
         ops.min_int(5)
     assert fake.devices and all(device.type == "meta" for device in fake.devices)
+
+
+def test_reductions_after_uneven_work_go_over_a_patient_gloo_group_on_the_cpu():
+    fake = _RecordingDist()
+    ops = GroupOps(torch.device("meta"), dist=fake)  # the group's device: an NCCL group's would be CUDA
+    assert ops.min_int_after(7, 300.0) == 7
+    assert ops.min_int_after(3, 999.0) == 3  # made once: the same group again
+    assert fake.devices == [torch.device("cpu")] * 2 and fake.groups == ["patient-1"] * 2
+    assert fake.made == [{"backend": "gloo", "timeout": timedelta(seconds=300.0)}]
+
+
+def _no_main_group_reduction_after_the_check(worker_ctx, case, settings):
+    """run_case on a rank whose main-group collectives refuse to run once the float64 check has begun."""
+    import ringbench.rank.runner as runner
+
+    session = runner.open_session(worker_ctx.env)
+    checking = []
+    real_check = runner.check_errors
+
+    def check(**kwargs):
+        checking.append(True)
+        return real_check(**kwargs)
+
+    def refusing(name):
+        real = getattr(session.ops, name)
+
+        def call(*args):
+            if checking:
+                raise RuntimeError(f"GroupOps.{name} on the main group after the float64 check")
+            return real(*args)
+
+        return call
+
+    runner.check_errors = check
+    for name in ("barrier", "min_int", "min_float", "max_float"):
+        setattr(session.ops, name, refusing(name))
+    result = runner.run_case(case, session=session, progress=None, settings=settings, case_index=0, repeat=0)
+    return result["fwd_err"], len(result["rows"])
+
+
+def test_the_runner_reduces_nothing_on_the_main_group_after_the_check():
+    scenario = Scenario(world=(1,), seq=(64,), heads=(1,), head_dim=(8,), iters=2, warmup=0)
+    (case,) = scenario.cases()
+    ((fwd_err, rows),) = launch_local(1, _no_main_group_reduction_after_the_check,
+                                      (case, RunSettings.of(scenario)), timeout_s=60)  # fmt: skip
+    assert fwd_err < 1e-5 and rows > 0
 
 
 _ALLOWED = ("ringbench.engine.comm", "ringbench.engine.ring", "ringbench.rank.collectives", "ringbench.rank.clock")

@@ -1,24 +1,149 @@
-"""The one-GPU check script runs its CPU dry run anywhere and exits 0 (CI runs it this way)."""
+"""The one-GPU check: its dry run passes anywhere within a minute (CI runs it this way), it refuses in one line
+without a GPU, its deadline kills a child's whole process tree, and its CUPTI analysis (benchmarks/gpu_timing.py)
+gives the right overlap and edges on synthetic traces, so the first real GPU run meets code that has run."""
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_timing import edge_residuals, overlap, profiled_edges, recorded_edges, step_kernels  # noqa: E402
+
+ENV = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine run the real check")
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine run the real check: benchmarks/gpu_check.sh")
+@NO_GPU
 @pytest.mark.slow
 def test_gpu_check_dry_run_passes_without_a_gpu(tmp_path):
+    started = time.monotonic()
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, env={"PYTHON": sys.executable,
-                                                                             "PATH": "/usr/bin:/bin"})  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+                          capture_output=True, text=True, timeout=600, env=ENV)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["dry_run"] and summary["passed"]
-    assert [c["check"] for c in summary["checks"]] == ["gpu-tests", "loopback", "timeline", "calibration", "placement"]
-    assert "gpu_check summary: 5/5 checks passed" in done.stdout
+    names = [c["check"] for c in summary["checks"]]
+    assert names == ["env", "placement", "correctness", "triton-compile", "no-host-sync", "overlap", "spin-drift",
+                     "adapters", "memory", "calibration", "gpu-tests", "multi-rank"]  # fmt: skip
+    for check in summary["checks"]:
+        assert check["facts"] and all(fact.strip() for fact in check["facts"]), check
+        if check["ok"] is None and check["check"] != "multi-rank":  # nothing measured on a GPU: it says so
+            text = " ".join(check["facts"])
+            assert "not checked" in text or "not measured" in text or "dry run" in text, check
+    assert "one GPU cannot show multi-rank behaviour" in done.stdout
+    assert "gpu_check: 1 passed, 0 failed, 11 not checked (dry run" in done.stdout
+    print(f"dry run: {time.monotonic() - started:.1f} s")
+
+
+@NO_GPU
+def test_without_a_gpu_and_without_dry_run_it_refuses_in_one_line(tmp_path, capsys):
+    from gpu_check import main
+
+    assert main([str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "no CUDA device is visible" in captured.err and not (tmp_path / "summary.json").exists()
+
+
+def test_a_deadline_that_leaves_no_time_checks_nothing_and_says_so(tmp_path, capsys):
+    from gpu_check import main
+
+    assert main(["--dry-run", "--budget", "1", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    skipped = [c for c in summary["checks"] if c["facts"][0].startswith("not checked: the deadline left")]
+    assert len(skipped) == 6 and all(c["seconds"] == 0 for c in skipped)  # nothing was started past the deadline
+
+
+def test_a_child_past_its_time_is_killed_with_its_whole_tree():
+    from gpu_check import run_child
+
+    # The child starts a grandchild in a process group of its own that ignores SIGTERM, as a rank would.
+    grandchild = ("import os, signal, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "time.sleep(60)")  # fmt: skip
+    code = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {grandchild!r}]); "
+            "print(p.pid, flush=True); time.sleep(60)")  # fmt: skip
+    started = time.monotonic()
+    child = run_child([sys.executable, "-c", code], timeout_s=2.0)
+    assert child.code is None and time.monotonic() - started < 15
+    pid = int(child.stdout.split()[0])
+    time.sleep(0.5)
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+# -- the CUPTI analysis on synthetic traces -------------------------------------------------------------------------
+MARKER = "ringbench:fwd step 0"
+
+
+def _trace(kernels: list[tuple[str, int, int, int]], step=(0, 100)) -> pd.DataFrame:
+    """A trace: the step's range, and per kernel (name, stream, start us, end us) its launch inside the step."""
+    rows = [{"name": MARKER, "cat": "user_annotation", "start_ns": step[0] * 1000, "end_ns": step[1] * 1000,
+             "stream": -1, "correlation": -1}]  # fmt: skip
+    for index, (name, stream, start, end) in enumerate(kernels):
+        rows.append({"name": "cudaLaunchKernel", "cat": "cuda_runtime", "start_ns": (step[0] + 1 + index) * 1000,
+                     "end_ns": (step[0] + 2 + index) * 1000, "stream": -1, "correlation": 100 + index})  # fmt: skip
+        rows.append({"name": name, "cat": "kernel", "start_ns": start * 1000, "end_ns": end * 1000, "stream": stream,
+                     "correlation": 100 + index})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _rows(compute, recv) -> list[dict]:
+    return [
+        {"kind": "compute", "phase": "fwd", "step": 0, "start_ns": compute[0] * 1000, "end_ns": compute[1] * 1000},
+        {"kind": "recv", "phase": "fwd", "step": 0, "start_ns": recv[0] * 1000, "end_ns": recv[1] * 1000},
+    ]
+
+
+def test_double_buffering_shows_as_overlap_and_its_edges_agree():
+    trace = _trace([("ncclDevKernel_SendRecv(...)", 20, 1000, 6000),  # a 5 ms transfer on NCCL's stream
+                    ("pytorch_flash::flash_fwd_kernel<...>", 7, 1010, 7000),  # attention beside it
+                    ("vectorized_elementwise_kernel<sigmoid>", 7, 7000, 7100),  # the merge: compute stream
+                    ("spin_kernel(long)", 13, 6000, 8000)])  # a 2 ms link delay on the comm stream  # fmt: skip
+    kernels = step_kernels(trace, MARKER)
+    assert kernels.compute_stream == 7 and len(kernels.compute) == 2 and len(kernels.nccl) == 1
+    assert overlap(kernels) == pytest.approx(4990 / 5000)  # attention started 10 us after the transfer
+    assert profiled_edges(kernels) == {"compute start": 1_010_000, "compute end": 7_100_000,
+                                       "transfer start": 1_000_000, "transfer end": 8_000_000}  # fmt: skip
+    shifted = _rows((1010 - 30, 7100 - 30), (1000 - 30, 8000 - 30 + 12))  # recorder 30 us early, one edge 12 us off
+    residuals, shift = edge_residuals(recorded_edges(shifted), profiled_edges(kernels))
+    assert shift == pytest.approx(30.0) and max(residuals.values()) == pytest.approx(12.0)
+
+
+def test_a_sync_step_serialises_and_a_late_recorder_edge_is_caught():
+    trace = _trace([("ncclDevKernel_SendRecv(...)", 20, 1000, 6000),
+                    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80", 7, 6005, 11000)])  # fmt: skip
+    kernels = step_kernels(trace, MARKER)
+    assert overlap(kernels) == pytest.approx(0.0)
+    residuals, _ = edge_residuals(recorded_edges(_rows((6005, 11000 + 200), (1000, 6000))), profiled_edges(kernels))
+    assert max(residuals.values()) >= 100  # the compute end 200 us late shows against the other edges
+
+
+def test_nccl_kernels_the_trace_does_not_link_are_found_by_time():
+    trace = _trace([("pytorch_flash::flash_fwd_kernel", 7, 1010, 7000)])
+    trace = pd.concat([trace, pd.DataFrame([{"name": "ncclDevKernel_SendRecv", "cat": "kernel", "start_ns": 1_000_000,
+                                             "end_ns": 6_000_000, "stream": 20, "correlation": 999}])])  # fmt: skip
+    kernels = step_kernels(trace, MARKER)
+    assert len(kernels.nccl) == 1 and overlap(kernels) == pytest.approx(4990 / 5000)
+    with pytest.raises(ValueError, match="no 'ringbench:bwd step 0' range"):
+        step_kernels(trace, "ringbench:bwd step 0")
+
+
+@pytest.mark.slow
+@NO_GPU
+def test_the_node_check_runs_its_stand_ins_through_torchrun(tmp_path):
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--gpus", "2",
+                           str(tmp_path)], capture_output=True, text=True, timeout=900, env=ENV)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    by_name = {c["check"]: c for c in summary["checks"]}
+    assert {"node-ring", "node-timeline", "node-probe"} <= set(by_name)
+    assert "2 ranks (gloo" in by_name["node-ring"]["facts"][0]
+    assert "probe over 2 ranks" in by_name["node-probe"]["facts"][0]

@@ -40,6 +40,32 @@ def test_unsupported_workloads_are_refused_in_one_line():
         get_adapter("torch-ring").check(Workload(order="reverse"), "cpu")
 
 
+def test_torch_ring_on_cuda_takes_fp32_through_the_memory_efficient_op_and_refuses_fp64():
+    from ringbench.rank.impls.torch_ring import cuda_op
+
+    hopper = (9, 0)
+    assert cuda_op(torch.float32, 64, hopper, flash_available=True) == "efficient"  # flash takes 16-bit only
+    assert cuda_op(torch.bfloat16, 128, hopper, flash_available=True) == "flash"
+    assert cuda_op(torch.float16, 128, hopper, flash_available=False) == "efficient"
+    assert cuda_op(torch.float32, 64, hopper, flash_available=True, efficient_enabled=False) == "none"
+    assert cuda_op(torch.float64, 64, hopper, flash_available=True) == "none"
+    adapter = get_adapter("torch-ring")
+    adapter.check(Workload(dtype="float32"), "cuda")  # scenarios/implementations.yaml's case: runs on a GPU
+    with pytest.raises(UsageError, match=r"dtype='float64' on CUDA") as info:
+        adapter.check(Workload(dtype="float64"), "cuda")
+    assert "\n" not in str(info.value)
+    adapter.check(Workload(dtype="float64"), "cpu")
+
+
+def test_ring_flash_attn_declares_what_upstream_runs():
+    support = get_adapter("ring-flash-attn").support
+    problems = support.problems(Workload(mask="none", layout="zigzag", dtype="bfloat16"), "cuda")
+    assert problems == ["layout='zigzag' with mask 'none' (supported: contiguous)"]  # upstream asserts causal
+    assert support.problems(Workload(mask="causal", layout="zigzag", dtype="bfloat16"), "cuda") == []
+    assert "dtype='float16'" in support.problems(Workload(dtype="float16"), "cuda")[0]  # dq rounded through bf16
+    assert "bf16" in support.notes
+
+
 def test_torch_ring_without_the_private_api_is_one_line(monkeypatch):
     from ringbench.rank.impls import torch_ring
 
@@ -93,3 +119,20 @@ def test_ring_attention_pytorch_forward_matches_float64():
 def test_user_adapter_refuses_layouts_it_does_not_declare():
     with pytest.raises(UsageError, match="layout='striped'"):
         get_adapter("test_impls:user_ring").check(Workload(layout="striped"), "cpu")
+
+
+def _torch_ring_errors(worker_ctx, workload):
+    result = run_impl_case("torch-ring", workload, rank=0, world=1, device=worker_ctx.env.device, iters=1, warmup=1)
+    return result["fwd_err"], result["bwd_err"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_ring_runs_fp32_and_bf16_on_cuda(dtype):
+    """The adapter at world 1 on a GPU (a 1-rank NCCL group): fp32 through the memory-efficient op, bf16 flash."""
+    from ringbench.vocab import TOLERANCE
+
+    workload = Workload(world=1, seq=1024, heads=8, head_dim=128, dtype=dtype, mask="causal", layout="zigzag")
+    ((fwd, bwd),) = launch_local(1, _torch_ring_errors, (workload,), timeout_s=120, device="cuda")
+    fwd_tol, bwd_tol = TOLERANCE[dtype]
+    assert fwd <= fwd_tol and bwd <= bwd_tol, (fwd, bwd)

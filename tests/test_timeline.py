@@ -19,7 +19,7 @@ from ringbench.engine.comm import RingComm, RingStall
 from ringbench.engine.layout import shard
 from ringbench.engine.recorder import ListRecorder
 from ringbench.engine.timeline import CudaRuntime, HostTimeline, StreamTimeline, timeline_for
-from ringbench.kernels.spin import spin
+from ringbench.kernels.spin import calibrate, spin
 from ringbench.run.launch import launch_local
 
 
@@ -88,7 +88,10 @@ def _ring_on_streams(worker_ctx, buffer: str, layout: str, device_timeline: bool
         ctx.comm.close()
     pending = timeline.settle(10.0)
     recv_marks = [row["end_ns"] for row in recorder.rows if row["kind"] == "recv"]
-    waited = [event for event in timeline.compute.waited_events]
+    # The fake streams keep the events the compute stream waited on; a real CUDA stream keeps no such list (there,
+    # the exact result and the span order are what show the waits happened).
+    waited = getattr(timeline.compute, "waited_events", None)
+    all_recv_waited = None if waited is None else all(any(m is e for e in waited) for m in recv_marks)
     recorder.finish_iteration()
     reference = [t.detach().clone().requires_grad_() for t in full[:3]]
     ref_out = reference_attention(*reference, mask="causal")
@@ -101,7 +104,7 @@ def _ring_on_streams(worker_ctx, buffer: str, layout: str, device_timeline: bool
         "rows": recorder.rows,
         "syncs_in_loop": syncs_in_loop,
         "pending": len(pending),
-        "all_recv_waited": all(any(mark is event for event in waited) for mark in recv_marks),
+        "all_recv_waited": all_recv_waited,
         "window": (timeline.resolve(start), timeline.resolve(end)),
         "nccl": env.backend == "nccl",
         "errors": errors,
@@ -134,7 +137,7 @@ def _assert_ordered_spans(results, buffer: str, world: int) -> None:
             assert "collective" in kinds
             continue
         assert {"compute", "send", "recv", "wait"} <= kinds
-        assert result["all_recv_waited"], "the compute stream used a block without waiting for its transfer"
+        assert result["all_recv_waited"] is not False, "the compute stream used a block without its transfer"
         computes = [row for row in rows if row["kind"] == "compute"]
         for phase in ("fwd", "bwd"):
             spans = [row for row in computes if row["phase"] == phase]
@@ -148,7 +151,7 @@ def _assert_ordered_spans(results, buffer: str, world: int) -> None:
 
 
 def _stuck_comm(timeout_s: float, on_stall=None):
-    runtime = FakeRuntime(lag_ms=0.0)
+    runtime = FakeRuntime(lag_ms=0.0, strict_threads=True)  # the watchdog must set its device before it queries
     timeline = StreamTimeline(runtime)
     comm = RingComm([0], 0, timeline=timeline, loopback=True, timeout_s=timeout_s, on_stall=on_stall)
     comm._ops = lambda send, recv: []  # no backend: the transfer's end mark is the fake's to withhold
@@ -177,9 +180,21 @@ def test_the_watchdog_reports_a_stall_while_the_host_is_elsewhere():
     comm.close()
 
 
+def test_a_watchdog_that_cannot_query_says_so_instead_of_dying_silently(monkeypatch):
+    monkeypatch.setattr(StreamTimeline, "bind_thread", lambda self: None)  # as before the fix: device never set
+    comm = _stuck_comm(timeout_s=0.05)
+    comm.post(torch.zeros(4), into=torch.zeros(4), phase="fwd", step=1)
+    deadline = time.monotonic() + 10
+    while comm.stalled is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "the transfer watchdog failed" in str(comm.stalled) and "never set its device" in str(comm.stalled)
+    comm.close()
+
+
 @pytest.mark.gpu
 def test_cuda_marks_time_the_device_not_the_launch():
     device = torch.device("cuda", 0)
+    calibrate(device)  # spin's first call would calibrate, inside the span, with kernels and a synchronize of its own
     timeline = StreamTimeline(CudaRuntime(device))
     timeline.begin_iteration()
     before = timeline.mark()

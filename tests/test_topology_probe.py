@@ -128,3 +128,83 @@ def test_sizes_parse():
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     assert_one_line_error(invoke("probe", *args), fragment)
+
+
+class _QueuedDist:
+    """NCCL's P2P as the host sees it: send / recv return at once (the work is queued on the device)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    def send(self, tensor, dst):
+        self.calls.append(("send", dst, tensor.numel()))
+
+    def recv(self, tensor, src):
+        self.calls.append(("recv", src, tensor.numel()))
+
+
+def test_nccl_round_trips_are_a_batch_timed_by_device_events_without_a_host_wait():
+    import torch
+    from fake_streams import FakeRuntime
+
+    from ringbench.experiments.probe import _DeviceWire
+
+    runtime = FakeRuntime(lag_ms=2.0)  # events complete 2 ms after they are recorded, as a GPU's do
+    spins = []
+    runtime.spin = lambda stream, seconds: spins.append((stream, seconds))
+    fake = _QueuedDist()
+    model = {
+        "latency_us": [[0.0, 50.0], [50.0, 0.0]],
+        "bandwidth_gbps": [[1.0, 1.0], [1.0, 1.0]],
+        "net": [[False, False], [False, False]],
+        "hosts": ["a", "a"],
+    }  # Scenario.link_model's form
+    wire = _DeviceWire(0, runtime, timeout_s=5.0, link_model=None, dist=fake)
+    message, answer = torch.zeros(1024, dtype=torch.uint8), torch.zeros(8, dtype=torch.uint8)
+    rtt = wire.batch(message, answer, peer=1, initiator=True, count=10)
+    assert fake.calls == [("send", 1, 1024), ("recv", 1, 8)] * 10  # back to back
+    assert runtime.syncs == 0 and runtime.events_made == 2  # two events, no synchronise: the host never waited
+    assert isinstance(rtt, int) and rtt >= 0
+    assert wire.batch(message, answer, peer=1, initiator=False, count=3) is None
+    assert fake.calls[-2:] == [("recv", 1, 1024), ("send", 1, 8)]  # the answering side
+    delayed = _DeviceWire(0, runtime, timeout_s=5.0, link_model=model, dist=fake)
+    delayed.batch(message, answer, peer=1, initiator=True, count=4)
+    # An emulated link delays each arrival on the device (a busy-wait on the stream), never by a host sleep.
+    assert len(spins) == 4 and all(stream is runtime.compute and seconds > 50e-6 for stream, seconds in spins)
+
+
+def test_a_batch_that_never_completes_is_a_bounded_failure():
+    import torch
+    from fake_streams import FakeRuntime
+
+    from ringbench.errors import RunFailure
+    from ringbench.experiments.probe import _DeviceWire
+
+    runtime = FakeRuntime(lag_ms=0.0)
+    runtime.hold = True  # the device never reaches the end event
+    wire = _DeviceWire(1, runtime, timeout_s=0.1, link_model=None, dist=_QueuedDist())
+    with pytest.raises(RunFailure, match=r"rank 1: 5 answers to rank 0 did not complete within 0.1 s"):
+        wire.batch(torch.zeros(4), torch.zeros(1), peer=0, initiator=False, count=5)
+
+
+def test_probe_rank_takes_one_sample_per_batch_on_nccl():
+    from types import SimpleNamespace
+
+    from ringbench.experiments.probe import probe_rank
+
+    class _Wire:
+        def __init__(self) -> None:
+            self.batches = []
+
+        def batch(self, message, answer, peer, initiator, count):
+            self.batches.append((message.numel(), peer, initiator, count))
+            return 1000 * message.numel() if initiator else None
+
+    env = SimpleNamespace(rank=0, world=2, backend="nccl", device="cpu", launcher="local")
+    spec = ProbeSpec(sizes=(8, 4096), repeats=3, warmup=1, batch=7)
+    wire = _Wire()
+    result = probe_rank(env, spec, wire=wire, barrier=lambda: None)
+    assert result["timing"] == "cuda events"
+    assert len(wire.batches) == 2 * 2 * 4 and {b[3] for b in wire.batches} == {7}  # 2 directions, 2 sizes, 1+3
+    assert sorted({(s[2], s[4]) for s in result["samples"]}) == [(8, 8000), (4096, 4096000)]
+    assert len(result["samples"]) == 2 * 3  # as the source: 2 sizes x 3 timed repeats

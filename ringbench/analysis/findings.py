@@ -208,6 +208,20 @@ def _nan(value) -> float:
     return math.nan if value is None else float(value)
 
 
+def interrupted_line(run) -> str | None:
+    """What stopped an interrupted run and what its analysis holds -- said once, at the top -- or None."""
+    state = run.meta.interrupted
+    if state is None:
+        return None
+    who = f" (to rank {state['rank']})" if state.get("rank") is not None else ""
+    during = f" during case {state['case']}" if state.get("case") else (
+        f" during {state['where']}" if state.get("where") else " between cases")  # fmt: skip
+    kept, total = state.get("kept", len(run.cases)), state.get("total", "?")
+    resume = f"; resume: {state['resume']}" if state.get("resume") else ""
+    return (f"INTERRUPTED by {state.get('signal', 'a signal')}{who}{during}: {kept} of {total} cases finished, "
+            f"and only those are analysed{resume}")  # fmt: skip
+
+
 def label_line(analysis: RunAnalysis) -> str | None:
     """SIMULATED / EMULATED and injected faults, or None for a measured run without faults."""
     parts = []

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOption = False,
     ) -> None:
         from ringbench.analysis.answers import answers
-        from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
+        from ringbench.analysis.findings import analyze, interrupted_line, verdict_document, verdict_lines
         from ringbench.record.store import load_run
 
         out = Output(json=json_out, quiet=quiet, document="analyze")
@@ -31,9 +31,13 @@ def register(app: typer.Typer) -> None:
             analysis = analyze(load_run(run_dir))
             block = answers(analysis, str(run_dir))
         out.print(f"run {analysis.run.run_id}")
+        stopped = interrupted_line(analysis.run)
+        if stopped:
+            out.print(stopped)
         for line in block.lines():
             out.print(f"  {line}")
         out.print("verdict:")
         for line in verdict_lines(analysis):
             out.print(f"  {line}")
-        out.emit({"run_dir": str(run_dir)} | verdict_document(analysis) | {"answers": block.document()})
+        document = {"run_dir": str(run_dir)} | verdict_document(analysis) | {"answers": block.document()}
+        out.emit(document | {"interrupted": analysis.run.meta.interrupted})

@@ -9,12 +9,14 @@ and help shows names for values (``RUN_DIR``, ``N``), never Python types.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
 
+from ringbench.cli import common
 from ringbench.cli.common import CONTEXT_SETTINGS
 
 # Typer vendors its own copy of click in some versions: take the exception classes from Typer, not from click.
@@ -139,4 +141,14 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        if common.stopped_by_signal:
+            # A signal stopped the command and everything worth keeping is on disk and printed: leave now. The
+            # interpreter's own teardown (torch's, pyarrow's) takes seconds on a loaded machine, and whoever sent
+            # the signal (SLURM, a CI runner) is counting them.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exc.code if isinstance(exc.code, int) else 1)
+        raise

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ringbench.errors import RunFailure, UsageError
+from ringbench.errors import Interrupted, RunFailure, UsageError
 
 OUTPUT_PANEL = "Output"
 # Every --json document opens with "format" (which document: ringbench-<command>) and "format_version" (bumped when
@@ -40,6 +40,7 @@ def _console(stderr: bool) -> Console:
 
 
 diag = _console(stderr=True)  # progress, notes, errors
+stopped_by_signal = False  # set when a stop signal ended the command (the console entry point then exits at once)
 
 
 @dataclass(slots=True)
@@ -106,9 +107,21 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 @contextlib.contextmanager
 def cli_errors() -> Iterator[None]:
-    """Map library errors to one line and an exit code: UsageError/ValueError/OSError -> 2, RunFailure -> 1."""
+    """Map library errors to one line and an exit code: UsageError/ValueError/OSError -> 2, RunFailure -> 1,
+    Interrupted (a stop signal) -> 128 + the signal."""
+    from ringbench.run.interrupt import StopRequested, signal_name
+
+    global stopped_by_signal
     try:
         yield
+    except Interrupted as exc:
+        stopped_by_signal = True
+        diag.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    except StopRequested as stop:  # a signal outside a run's own handling (a command's StopSignals)
+        stopped_by_signal = True
+        diag.print(f"interrupted by {signal_name(stop.signum)}", markup=False, highlight=False)
+        raise typer.Exit(128 + stop.signum) from None
     except UsageError as exc:
         raise fail(str(exc), 2) from None
     except RunFailure as exc:

@@ -238,17 +238,17 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOption = False,
     ) -> None:
         """Run rings across a sweep; write results/<run-id>/ (events, cases, metadata); print the answers."""
-        from ringbench.errors import RunFailure
+        from ringbench.errors import Interrupted, RunFailure
         from ringbench.rank.scenario import load_scenario
-        from ringbench.record.store import load_run
-        from ringbench.run.sweep import execute, preflight, recorded_scenario
+        from ringbench.run.interrupt import StopRequested, StopSignals, signal_name
+        from ringbench.run.sweep import execute, preflight, resume_base
 
         out = Output(json=json_out, quiet=quiet, document="run")
-        with cli_errors():
+        with cli_errors(), StopSignals():  # a signal before or after the sweep ends the command cleanly too
             if scenario:
                 base = load_scenario(scenario)
             else:
-                base = recorded_scenario(resume) if resume is not None else DEFAULT_SCENARIO
+                base = resume_base(resume) if resume is not None else DEFAULT_SCENARIO
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
                 layout=layout, buffer=buffer, order=order, kernel=kernel, impl=impl, backward=backward, iters=iters,
@@ -284,36 +284,49 @@ def register(app: typer.Typer) -> None:
                         chosen, out=out_dir, resume=resume, trace=not no_trace, on_case=on_case, device=device,
                         command=shlex.join(["ringbench", *sys.argv[1:]]), profile=profile, loopback=loopback,
                     )  # fmt: skip
-                except RunFailure as exc:  # --json still gets its one document: where the kept cases are, and why
-                    out.emit({"run_dir": exc.run_dir, "error": str(exc), "cases": _kept_cases(exc.run_dir)})
+                except (RunFailure, Interrupted) as exc:  # --json still gets its one document: the kept cases, why
+                    key = "interrupted" if isinstance(exc, Interrupted) else "error"
+                    out.emit({"run_dir": exc.run_dir, key: str(exc), "cases": _kept_cases(exc.run_dir)})
                     raise
             if state is None:  # a non-zero rank under torchrun / SLURM: rank 0 reports
                 return
-            for note in state.notes:
-                out.note(note)
-            run_data = load_run(state.run_dir)
-            block = _answers(run_data, state.run_dir)
-            report_dir = None
-            if report:
-                from ringbench.report.writer import write_report
+            try:
+                _finish(state, out, chosen, emulated, report)
+            except StopRequested as stop:  # the record is whole: say so rather than die mid-table
+                raise Interrupted(f"interrupted by {signal_name(stop.signum)} after every case was stored: "
+                                  f"{state.run_dir} is complete (nothing to resume)", stop.signum,
+                                  run_dir=str(state.run_dir)) from None  # fmt: skip
 
-                report_dir = write_report(run_data, Path("reports"))
-                if block is not None:  # the report is written: the next step is to read it
-                    block = dataclasses.replace(block, next_step=f"open {report_dir / 'report.html'}   (trace.json "
-                                                "beside it opens in https://ui.perfetto.dev)")  # fmt: skip
-            out.print(summary_table(state.cases, emulated, list(chosen.faults)))
-            for line in block.lines() if block is not None else []:
-                out.print(line)
-            out.progress(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
-            if report_dir is not None:
-                out.progress(f"wrote {report_dir}/ (report.html, report.md, trace.json, figures)")
-            out.emit({"run_dir": str(state.run_dir), "emulated": emulated, "cases": json_cases(state.cases),
-                      "answers": block.document() if block is not None else None}
-                     | ({"report_dir": str(report_dir)} if report_dir is not None else {}))  # fmt: skip
-            failed = state.cases[~state.cases["passed"].astype(bool)]
-            if len(failed):
-                diag.print(f"error: {len(failed)} case(s) failed the correctness check", markup=False)
-                raise typer.Exit(1)
+
+def _finish(state, out: Output, chosen, emulated: bool, report: bool) -> None:
+    """After the sweep: notes, the table, the answers, the optional report, the --json document."""
+    from ringbench.record.store import load_run
+
+    for note in state.notes:
+        out.note(note)
+    run_data = load_run(state.run_dir)
+    block = _answers(run_data, state.run_dir)
+    report_dir = None
+    if report:
+        from ringbench.report.writer import write_report
+
+        report_dir = write_report(run_data, Path("reports"))
+        if block is not None:  # the report is written: the next step is to read it
+            block = dataclasses.replace(block, next_step=f"open {report_dir / 'report.html'}   (trace.json beside "
+                                        "it opens in https://ui.perfetto.dev)")  # fmt: skip
+    out.print(summary_table(state.cases, emulated, list(chosen.faults)))
+    for line in block.lines() if block is not None else []:
+        out.print(line)
+    out.progress(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")
+    if report_dir is not None:
+        out.progress(f"wrote {report_dir}/ (report.html, report.md, trace.json, figures)")
+    out.emit({"run_dir": str(state.run_dir), "emulated": emulated, "cases": json_cases(state.cases),
+              "answers": block.document() if block is not None else None}
+             | ({"report_dir": str(report_dir)} if report_dir is not None else {}))  # fmt: skip
+    failed = state.cases[~state.cases["passed"].astype(bool)]
+    if len(failed):
+        diag.print(f"error: {len(failed)} case(s) failed the correctness check", markup=False)
+        raise typer.Exit(1)
 
 
 def _kept_cases(run_dir: str | None) -> list[dict]:

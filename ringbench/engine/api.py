@@ -127,7 +127,8 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, out, lse = autograd_ctx.saved_tensors
         ring_ctx = autograd_ctx.ring_ctx
         try:
-            dq, dk, dv = ring_backward(dout.contiguous(), q, k, v, out, lse, ring_ctx)
+            dout, out = ring_ctx.kernel.prepare_backward(dout, out)  # once per call: the layout its blocks read
+            dq, dk, dv = ring_backward(dout, q, k, v, out, lse, ring_ctx)
         finally:
             if ring_ctx.owns_comm and ring_ctx.comm is not None:
                 ring_ctx.comm.close()

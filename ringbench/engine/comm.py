@@ -321,7 +321,16 @@ class RingComm:
             self._watchdog.start()
 
     def _watch_inflight(self, poll_s: float = 0.01, grace_s: float = 2.0) -> None:
-        """Off the critical path: a transfer not done ``timeout`` after it could start is a stall."""
+        """Off the critical path: a transfer not done ``timeout`` after it could start is a stall. The thread
+        first makes the rank's device its own: a thread starts on device 0, where querying another device's
+        events would create a second context (about 0.5 GiB) or, under EXCLUSIVE_PROCESS, fail."""
+        try:
+            self.timeline.bind_thread()
+            self._watch_loop(poll_s, grace_s)
+        except Exception as exc:  # never silently: the ring hears of it at its next call
+            self.stalled = RingStall(f"rank {self.rank}: the transfer watchdog failed ({_short(exc)})")
+
+    def _watch_loop(self, poll_s: float, grace_s: float) -> None:
         reported_at = None
         while not self._closed.wait(poll_s):
             now = time.monotonic()

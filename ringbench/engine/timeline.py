@@ -78,6 +78,9 @@ class HostTimeline:
     def wait_work(self, work, timeout_s: float) -> None:
         host_wait(work, timeout_s)
 
+    def bind_thread(self) -> None:
+        """Called first by a helper thread that will query marks (the comm watchdog): nothing to do on the host."""
+
 
 def host_wait(work, timeout_s: float) -> None:
     """Block the host until a backend work completed, bounded by ``timeout_s`` (gloo: the host is the lane)."""
@@ -114,6 +117,10 @@ class CudaRuntime:
     def spin(self, stream, seconds: float) -> None:
         spin(seconds, self.device, stream)
 
+    def bind_thread(self) -> None:
+        """Make this device the calling thread's current one (a new thread starts on device 0)."""
+        torch.cuda.set_device(self.device)
+
 
 class StreamTimeline:
     """A device: marks are events on the stream that runs the work, resolved after the iteration."""
@@ -128,24 +135,37 @@ class StreamTimeline:
         self._events: list | None = None  # this iteration's marks, in recording order (kept from begin_iteration)
         self._anchor = None
         self._anchor_ns = 0
+        # Events are made once and recorded again every iteration: creating about six per ring step would cost
+        # host time inside the measured spans. An iteration's marks are resolved before the next one begins.
+        self._pool: list = []
 
     def _stream(self, lane: str):
         return self.comm if lane == COMM else self.compute
 
+    def _event(self):
+        if self._events is None:  # a mark outside an iteration: nobody recycles it
+            return self.runtime.new_event()
+        used = len(self._events)
+        if used == len(self._pool):
+            self._pool.append(self.runtime.new_event())
+        return self._pool[used]
+
     def mark(self, lane: str = COMPUTE):
-        event = self.runtime.new_event()
+        event = self._event()
         event.record(self._stream(lane))
         if self._events is not None:
             self._events.append(event)
         return event
 
     def begin_iteration(self):
-        """Anchor this iteration's events to the host clock (outside the ring loop: the device is drained)."""
+        """Anchor this iteration's events to the host clock (outside the ring loop: the device is drained). The
+        previous iteration's marks are recycled from here on: resolve them before (ListRecorder.finish_iteration)."""
         self.runtime.synchronize()
         self._events = []
         self._anchor_ns = time.perf_counter_ns()
-        self._anchor = self.runtime.new_event()
+        self._anchor = self._event()
         self._anchor.record(self.compute)
+        self._events.append(self._anchor)
         return self._anchor
 
     def resolve(self, mark) -> int:
@@ -184,6 +204,10 @@ class StreamTimeline:
 
     def wait_work(self, work, timeout_s: float) -> None:
         self.runtime.wait_work(work, timeout_s)
+
+    def bind_thread(self) -> None:
+        """A helper thread that queries this timeline's events makes the timeline's device its own first."""
+        self.runtime.bind_thread()
 
 
 def timeline_for(device: torch.device):

@@ -12,6 +12,12 @@ extra bytes from src to dst, so the bandwidth is directional. It uses the fastes
 (several ranks on few cores) only ever adds time, and one slow sample in two would otherwise halve a bandwidth.
 Every wait is bounded by the timeout.
 
+How a round trip is timed depends on who does the work. gloo (CPU): the host does it, so the host clock times each
+round trip. NCCL (GPU): the host only enqueues, and host polling plus a synchronize per round trip would time the
+host (a 20 us sleep is about 80 us; on NVLink that is all noise), so each sample is ``batch`` back-to-back
+ping-pongs enqueued without a host wait, timed by two CUDA events on the stream that runs them, divided by
+``batch``; the one wait, for the end event, is polled and bounded by the timeout.
+
 With an emulated topology (``--emulate-links FILE``) each message is delayed on arrival by the link's
 ``latency + bytes / bandwidth``, exactly as `ringbench run --emulate-links` delays ring transfers
 (`ringbench.rank.faults.RankFaults.link_delay`), so the matrix shows the emulated cluster. One pair is active at a time, so
@@ -42,6 +48,7 @@ DEFAULT_SIZES = (8, 64 * 1024, 1024 * 1024)
 DEFAULT_REPEATS = 5
 DEFAULT_WARMUP = 1
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_BATCH = 20
 MAX_PROBE_BYTES = 1 << 30
 PROBE_FILE = "probe.parquet"
 HEATMAP_FILE = "probe_heatmap.png"
@@ -97,6 +104,8 @@ class ProbeSpec:
     timeout_s: float = DEFAULT_TIMEOUT_S
     link_model: dict | None = None
     """Emulated links (`Scenario.link_model` form), or None for the real network."""
+    batch: int = DEFAULT_BATCH
+    """NCCL: back-to-back ping-pongs per sample, timed together with CUDA events (gloo: 1, host-timed)."""
 
     def validate(self) -> ProbeSpec:
         parse_sizes(list(self.sizes))
@@ -107,6 +116,8 @@ class ProbeSpec:
         ok = isinstance(self.timeout_s, (int, float)) and not isinstance(self.timeout_s, bool)
         if not ok or not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
             raise bad_value("timeout", self.timeout_s, "a number of seconds > 0")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise bad_value("batch", self.batch, "an integer >= 1")
         return self
 
 
@@ -114,7 +125,8 @@ class ProbeSpec:
 
 
 class _Wire:
-    """Bounded point-to-point messages of one rank, with the emulated link delay applied on arrival."""
+    """gloo: bounded point-to-point messages of one rank, timed by the host, with the emulated link delay applied
+    on arrival."""
 
     def __init__(self, rank: int, backend: str, device, timeout_s: float, link_model: dict | None) -> None:
         from ringbench.rank.faults import RankFaults
@@ -127,17 +139,7 @@ class _Wire:
         self.delay = RankFaults(rank=rank, link_model=link_model).link_delay() if link_model else None
 
     def _wait(self, work, what: str, peer: int) -> None:
-        if self.backend == "gloo":
-            ok = work.wait(timedelta(seconds=self.timeout_s))
-        else:
-            deadline = time.monotonic() + self.timeout_s
-            while not (ok := work.is_completed()) and time.monotonic() < deadline:
-                time.sleep(20e-6)
-            if ok:
-                work.wait()
-                import torch
-
-                torch.cuda.synchronize(self.device)
+        ok = work.wait(timedelta(seconds=self.timeout_s))  # gloo: the host does the transfer (NCCL: _DeviceWire)
         if not ok:
             raise RunFailure(f"rank {self.rank}: {what} rank {peer} did not complete within {self.timeout_s:g} s")
 
@@ -154,37 +156,103 @@ class _Wire:
             time.sleep(self.delay(src, self.rank, buffer.numel() * buffer.element_size()))
 
 
-def probe_rank(env, spec: ProbeSpec) -> dict:
-    """Run the whole schedule on this rank; returns the round trips it timed (as src) and where it runs."""
+class _DeviceWire:
+    """NCCL: round trips enqueued back to back on the device and timed there with CUDA events.
+
+    ``send`` / ``recv`` are blocking in form only: on NCCL their ``wait()`` orders the current stream after the
+    transfer and returns at once, so a batch of ping-pongs is enqueued without the host waiting for any of them.
+    ``runtime`` supplies the stream, the events and the busy-wait of an emulated link (a CudaRuntime; the tests pass
+    a fake whose events complete later than recorded); ``dist`` is torch.distributed (injectable likewise)."""
+
+    def __init__(self, rank: int, runtime, timeout_s: float, link_model: dict | None, dist=None) -> None:
+        from ringbench.rank.faults import RankFaults
+
+        self.rank = rank
+        self.runtime = runtime
+        self.timeout_s = timeout_s
+        self.delay = RankFaults(rank=rank, link_model=link_model).link_delay() if link_model else None
+        if dist is None:
+            import torch.distributed as dist
+        self.dist = dist
+
+    def _recv(self, buffer, src: int) -> None:
+        self.dist.recv(buffer, src)
+        if self.delay is not None:  # the block arrives that much later: a busy-wait on the stream, as in the ring
+            self.runtime.spin(
+                self.runtime.current_stream(), self.delay(src, self.rank, buffer.numel() * buffer.element_size())
+            )
+
+    def batch(self, message, answer, peer: int, initiator: bool, count: int) -> int | None:
+        """``count`` ping-pongs with ``peer`` (initiator: sends ``message``, receives ``answer``; the other side
+        answers); returns the initiator's mean round trip in ns (None on the answering side)."""
+        stream = self.runtime.current_stream()
+        start, end = self.runtime.new_event(), self.runtime.new_event()
+        start.record(stream)
+        for _ in range(count):
+            if initiator:
+                self.dist.send(message, peer)
+                self._recv(answer, peer)
+            else:
+                self._recv(message, peer)
+                self.dist.send(answer, peer)
+        end.record(stream)
+        deadline = time.monotonic() + self.timeout_s
+        while not end.query():  # the batch's one wait: polled, bounded
+            if time.monotonic() > deadline:
+                what = "round trips with" if initiator else "answers to"
+                raise RunFailure(f"rank {self.rank}: {count} {what} rank {peer} did not complete within "
+                                 f"{self.timeout_s:g} s")  # fmt: skip
+            time.sleep(1e-3)
+        return round(start.elapsed_time(end) * 1e6 / count) if initiator else None
+
+
+def probe_rank(env, spec: ProbeSpec, *, wire=None, barrier=None) -> dict:
+    """Run the whole schedule on this rank; returns the round trips it timed (as src) and where it runs. ``wire``
+    and ``barrier``: a _DeviceWire and a barrier to use instead of the backend's (tests)."""
     import torch
-    import torch.distributed as dist
 
     rank, world = env.rank, env.world
-    wire = _Wire(rank, env.backend, env.device, spec.timeout_s, spec.link_model)
+    if barrier is None:
+        import torch.distributed as dist
+
+        barrier = dist.barrier
+    device_wire = wire
+    if device_wire is None and env.backend == "nccl":
+        from ringbench.engine.timeline import CudaRuntime
+
+        device_wire = _DeviceWire(rank, CudaRuntime(env.device), spec.timeout_s, spec.link_model)
+    host_wire = None if device_wire is not None else _Wire(rank, env.backend, env.device, spec.timeout_s,
+                                                           spec.link_model)  # fmt: skip
     small = spec.sizes[0]
     buffers = {size: torch.zeros(size, dtype=torch.uint8, device=env.device) for size in spec.sizes}
+    answer = torch.zeros(small, dtype=torch.uint8, device=env.device)  # its own buffer: never the one in flight
     samples: list[tuple[int, int, int, int, int]] = []  # (src, dst, size, repeat, rtt_ns)
     for a in range(world):
         for b in range(a + 1, world):
-            dist.barrier()  # one pair at a time: nothing else shares the wire or the CPUs
+            barrier()  # one pair at a time: nothing else shares the wire or the CPUs
             if rank not in (a, b):
                 continue
             for src, dst in ((a, b), (b, a)):
                 for size in spec.sizes:
+                    peer = dst if rank == src else src
                     for repeat in range(-spec.warmup, spec.repeats):
-                        if rank == src:
+                        if device_wire is not None:
+                            rtt = device_wire.batch(buffers[size], answer, peer, rank == src, spec.batch)
+                        elif rank == src:
                             start = time.perf_counter_ns()
-                            wire.send(buffers[size], dst)
-                            wire.recv(buffers[small], dst)
+                            host_wire.send(buffers[size], dst)
+                            host_wire.recv(answer, dst)
                             rtt = time.perf_counter_ns() - start
-                            if repeat >= 0:
-                                samples.append((src, dst, size, repeat, rtt))
                         else:
-                            wire.recv(buffers[size], src)
-                            wire.send(buffers[small], src)
-    dist.barrier()
+                            host_wire.recv(buffers[size], src)
+                            host_wire.send(answer, src)
+                            rtt = None
+                        if rank == src and repeat >= 0:
+                            samples.append((src, dst, size, repeat, rtt))
+    barrier()
     return {"rank": rank, "host": socket.gethostname(), "device": str(env.device), "backend": env.backend,
-            "launcher": env.launcher, "samples": samples}  # fmt: skip
+            "launcher": env.launcher, "samples": samples,
+            "timing": "cuda events" if device_wire is not None else "host clock"}  # fmt: skip
 
 
 def probe_worker(worker_ctx, spec: ProbeSpec) -> dict:
@@ -216,6 +284,10 @@ class ProbeResult:
     elapsed_s: float
     emulated_from: str | None = None
     """The topology file whose link costs were injected, or None (a real network)."""
+    timing: str = "host clock"
+    """How round trips were timed: "host clock" (gloo) or "cuda events" (NCCL, ``batch`` per sample)."""
+    batch: int = 1
+    """Round trips per sample (their mean is the sample)."""
     topology_doc: dict | None = field(default=None, repr=False)
     """The emulated topology (to_dict), for host names and classes of the measured topology."""
 
@@ -247,6 +319,8 @@ class ProbeResult:
                 "ping-pong per ordered pair, one pair at a time; latency = median round trip at the smallest size / 2; "
                 "bandwidth = (largest - smallest bytes) / (min rtt(largest) - min rtt(smallest))"
             ),
+            "timing": self.timing,
+            "round_trips_per_sample": self.batch,
             "world": self.world,
             "sizes": list(self.sizes),
             "repeats": self.repeats,
@@ -300,6 +374,7 @@ def summarize(per_rank: list[dict], spec: ProbeSpec, world: int, elapsed_s: floa
         samples=samples, rtt_us=rtt, latency_us=latency, bandwidth_gbps=bandwidth,
         hosts=[result["host"] for result in sorted(per_rank, key=lambda r: r["rank"])],
         backend=first["backend"], launcher=first["launcher"], elapsed_s=elapsed_s,
+        timing=first.get("timing", "host clock"), batch=spec.batch if first.get("timing") == "cuda events" else 1,
     )  # fmt: skip
 
 

@@ -6,6 +6,11 @@ itself: it calls ``GroupOps``, which puts every tensor on the group's device. Py
 travel over a gloo *side group* on the CPU, which also carries the clock ping-pong: it costs no GPU memory, and
 its timing does not depend on the GPU's queue.
 
+Work whose duration differs by rank -- the float64 check above all, up to its budget per rank -- must not be followed
+by a reduction on the main group: on NCCL the group's timeout (ringbench's plus a margin) can expire while the
+slowest rank still checks, and NCCL's watchdog then aborts the job. Those reductions go over a *patient* gloo group
+(``min_int_after``), made once with a timeout that outlasts the check.
+
 ``dist`` is injectable so that a test can verify, without a GPU, that every tensor reaches the backend on the
 group's device.
 """
@@ -26,6 +31,7 @@ class GroupOps:
         self.group = group
         self.dist = dist
         self._side = side_group  # gloo group over the same ranks (CPU objects and timing); made on first use
+        self._patient = None  # gloo group whose timeout outlasts uneven work (made on first use)
 
     @property
     def rank(self) -> int:
@@ -58,6 +64,20 @@ class GroupOps:
         tensor = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
         self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MIN, group=self.group)
         return float(tensor.item())
+
+    def patient(self, timeout_s: float):
+        """A gloo group over the same ranks with a timeout of ``timeout_s`` (the first call's), for reductions
+        after work of uneven length. Collective on first use: every rank calls it at the same point."""
+        if self._patient is None:
+            self._patient = self.dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+        return self._patient
+
+    def min_int_after(self, value: int, timeout_s: float) -> int:
+        """The minimum over ranks after work whose duration differs by rank (the float64 check): over the
+        patient gloo group, on the CPU, so neither the main group's timeout nor NCCL's watchdog can cut it."""
+        tensor = torch.tensor([int(value)], dtype=torch.int64)  # CPU: the patient group is gloo
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MIN, group=self.patient(timeout_s))
+        return int(tensor.item())
 
     def max_float(self, value: float) -> float:
         tensor = torch.tensor([float(value)], dtype=torch.float64, device=self.device)

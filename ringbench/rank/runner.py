@@ -25,7 +25,7 @@ from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
 from ringbench.rank.autorate import rank_rate, round_down
-from ringbench.rank.clock import ClockAlignment, align_clocks
+from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.faults import RankFaults, parse_fault
 from ringbench.rank.memory import peak_mb, reset_peak
@@ -139,6 +139,10 @@ def open_session(env, on_stall=None) -> RankSession:
     ops = GroupOps(env.device)
     timeline = timeline_for(env.device)
     device_info = describe_device(env.device)
+    if getattr(env, "group_options", ()):
+        device_info["group_options"] = dict(env.group_options)  # e.g. NCCL's high-priority streams
+    if getattr(env, "backend_note", ""):
+        device_info["backend_note"] = env.backend_note
     if env.device.type == "cuda":  # the busy-wait rate of modelled compute and injected delays, measured once
         device_info["spin_cycles_per_ms"] = round(spin.calibrate(env.device))
     return RankSession(env=env, ops=ops, timeline=timeline, clock=align_clocks(ops), device_info=device_info,
@@ -231,13 +235,8 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         check = check_errors(out=out.detach(), grads=grads, mask=case.mask, **inputs, device=device,
                              budget_s=settings.check_budget_s, tick=tick)  # fmt: skip
     rows = recorder.rows
-    # One origin for all ranks, on rank 0's clock: the earliest first-iteration start of any rank. (Each rank
-    # subtracting its own start would misalign the ranks by their barrier-exit skew.)
-    offset_ns = session.clock.offset_ns
-    shift = session.ops.min_int(origin - offset_ns) + offset_ns
+    clock = _on_reference_clock(rows, session, origin, settings)
     for row in rows:
-        row["start_ns"] -= shift
-        row["end_ns"] -= shift
         row["repeat"] = repeat
         row["case_id"] = case.case_id
     pacer = getattr(kernel, "pacer", None)
@@ -248,9 +247,7 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         "fwd_err": check.fwd_err if check is not None else math.nan,
         "bwd_err": check.bwd_err if check is not None else math.nan,
         "check_note": check.note if check is not None else "",
-        "clock_offset_ns": offset_ns,
-        "clock_residual_ns": session.clock.bound_ns,
-        "clock_method": session.clock.method,
+        **_clock_report(clock, origin),
         "emulated_gflops": emulated_gflops,
         "saturated_blocks": pacer.saturated_blocks if pacer is not None else 0,
         "paced_blocks": pacer.blocks if pacer is not None else 0,
@@ -279,17 +276,13 @@ def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunS
         profile_path=profile_path, before_iteration=tick,
     )  # fmt: skip
     rows = result["rows"]
-    offset_ns = session.clock.offset_ns
     origin = min((row["start_ns"] for row in rows), default=0)
-    shift = session.ops.min_int(origin - offset_ns) + offset_ns
+    clock = _on_reference_clock(rows, session, origin, settings)
     for row in rows:
-        row.update(start_ns=row["start_ns"] - shift, end_ns=row["end_ns"] - shift, repeat=repeat,
-                   case_id=case.case_id, nccl_ms=float("nan"))  # fmt: skip
+        row.update(repeat=repeat, case_id=case.case_id, nccl_ms=float("nan"))
     return result | {
         "case_id": case.case_id,
-        "clock_offset_ns": offset_ns,
-        "clock_residual_ns": session.clock.bound_ns,
-        "clock_method": session.clock.method,
+        **_clock_report(clock, origin),
         "emulated_gflops": None,
         "saturated_blocks": 0,
         "paced_blocks": 0,
@@ -298,6 +291,30 @@ def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunS
         "device_info": session.device_info,
         "timeline": "host",
     }
+
+
+def _on_reference_clock(rows: list[dict], session: RankSession, origin: int, settings: RunSettings):
+    """Put this rank's rows on one time base: rank 0's clock, from the earliest first-iteration start of any rank
+    (each rank subtracting its own start would misalign the ranks by their barrier-exit skew). Across hosts the
+    offset is measured again now and fitted with the one before the case (offset and drift). Runs after the
+    float64 check, whose length differs by rank: its reductions use the patient gloo group, never the main one
+    (on NCCL, the main group's timeout and NCCL's watchdog could abort the job while a rank still checks)."""
+    patience_s = settings.timeout + 2 * settings.check_budget_s + 60.0
+    clock = session.clock
+    if clock.hosts > 1:
+        session.ops.min_int_after(0, patience_s)  # every rank past its check: the ping-pong runs in step
+        after = align_clocks(session.ops)
+        clock, session.clock = fit_drift(clock, after), after
+    base = session.ops.min_int_after(clock.to_reference(origin), patience_s)
+    for row in rows:
+        row["start_ns"] = clock.to_reference(row["start_ns"]) - base
+        row["end_ns"] = clock.to_reference(row["end_ns"]) - base
+    return clock
+
+
+def _clock_report(clock, origin: int) -> dict:
+    return {"clock_offset_ns": clock.offset_at(origin), "clock_residual_ns": clock.bound_ns,
+            "clock_method": clock.method, "clock_drift_ppm": round(clock.drift * 1e6, 3)}  # fmt: skip
 
 
 def calibrate_auto(session: RankSession, cases: list[Case], settings: RunSettings) -> float | None:

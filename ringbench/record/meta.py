@@ -60,6 +60,7 @@ KEYS = (
     MetaKey("device_kind", _TEXT, _ALL, "cpu, or the GPU model the ranks ran on"),
     MetaKey("devices", _LIST, _ALL, "the device of each rank (GPU names) or the CPU model"),
     MetaKey("gpus", _LIST, _MEASURED, "per rank of a GPU run: name, memory, capability, count, driver, CUDA, NCCL"),
+    MetaKey("nccl_options", _DICT, _MEASURED, "the NCCL group's options (is_high_priority_stream: true)"),
     MetaKey("cpu_count", _INT + _NONE, _ALL, "CPU cores available to the run (oversubscription of real compute)"),
     MetaKey("torch_version", _TEXT, _ALL, "torch.__version__"),
     MetaKey("versions", _DICT, _ALL, "python, torch, triton, nccl, cuda, ringbench versions"),
@@ -71,6 +72,12 @@ KEYS = (
     MetaKey("ranks", _DICT, _ALL, "per world size: hosts, devices, timeline, clock, saturation, peak memory"),
     MetaKey("launch_seconds", _LIST, frozenset({"run"}), "wall time of each local launch (one per process group)"),
     MetaKey("failure", _TEXT, frozenset({"run"}), "why the run ended early (a rank died or stalled)"),
+    MetaKey(
+        "interrupted",
+        _DICT,
+        frozenset({"run"}),
+        "a signal stopped the run: signal, rank (launched), case in flight, where, kept / total, resume command",
+    ),
     MetaKey("emulated_auto", _DICT, frozenset({"run"}), "case id -> the rate (GFLOP/s) emulated:auto chose"),
     MetaKey("emulated_auto_gflops", _NUM, frozenset({"run"}), "the one rate emulated:auto runs the whole run at"),
     MetaKey("check_notes", _DICT, frozenset({"run"}), "case id -> what the float64 check left out (budget)"),
@@ -146,6 +153,12 @@ class RunMeta(dict):
     @property
     def scenario(self) -> dict | None:
         value = self.get("scenario")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def interrupted(self) -> dict | None:
+        """What stopped an interrupted run (signal, case in flight, kept / total, resume command), else None."""
+        value = self.get("interrupted")
         return value if isinstance(value, dict) else None
 
     @property

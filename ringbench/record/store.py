@@ -82,4 +82,19 @@ def load_run(run_dir: str | Path) -> RunData:
     missing = [name for name in CASE_COLUMNS if name not in cases]
     if missing:  # a file written before these columns existed: they read as null
         cases = cases.assign(**{name: float("nan") for name in missing})
+    if meta.kind == "run" and meta.scenario is not None and "finished" not in meta and len(events):
+        events = finished_events(events, cases)  # a sweep's folder that did not finish: its finished cases only
     return RunData(path=run_dir, events=events, cases=cases, meta=meta)
+
+
+def finished_events(events: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+    """The events of the cases the cases table holds. A run killed between a case's two files (events first, then
+    cases) leaves that case's events without its row: an unfinished case, which analyses and a resume leave out."""
+
+    def keys_of(frame: pd.DataFrame) -> pd.MultiIndex:
+        repeat = pd.to_numeric(frame["repeat"], errors="coerce").fillna(0).astype(int)
+        return pd.MultiIndex.from_arrays([frame["case_id"].astype(str), repeat])
+
+    stored, keys = keys_of(cases), keys_of(events)
+    keep = keys.isin(stored)
+    return events if keep.all() else events[keep].reset_index(drop=True)

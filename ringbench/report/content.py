@@ -1,7 +1,7 @@
 """What a report says, independent of its format: the answers, the verdict, sections of figures and tables.
 
 The content model (sections, tables, cells) is model.py; this module assembles the page from it, in order: the
-label (SIMULATED / EMULATED, faults), the answers block (the same one that ends ``ringbench run``), the verdict, the
+label (INTERRUPTED, SIMULATED / EMULATED, faults), the answers block (the same one that ends ``ringbench run``), the verdict, the
 step time per case, the cases table, the cases that matter in detail (case_sections.py), overlap, numerics,
 implementations, extra sections (placement, scale) and the run's metadata (run_info.py). Imports run one way:
 model <- sections <- content <- writer.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ringbench.analysis.answers import answers, case_labels
-from ringbench.analysis.findings import RunAnalysis, label_line, verdict_lines
+from ringbench.analysis.findings import RunAnalysis, interrupted_line, label_line, verdict_lines
 from ringbench.analysis.implementations import implementations_table
 from ringbench.report import figures
 from ringbench.report.case_sections import case_sections
@@ -37,7 +37,8 @@ from ringbench.vocab import TOLERANCE
 def build_content(analysis: RunAnalysis) -> ReportContent:
     run = analysis.run
     label = label_line(analysis)
-    content = ReportContent(run_id=run.run_id, label=label)
+    top = " — ".join(line for line in (interrupted_line(run), label) if line)  # an interruption is said first
+    content = ReportContent(run_id=run.run_id, label=top or None)
     cases = cases_of(analysis)
     block = answers(analysis, str(run.path)).lines()
     detail = case_sections(analysis, cases)

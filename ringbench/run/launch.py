@@ -11,10 +11,17 @@ its one-line error through a queue, and writes where it is (case, phase, iterati
 memory. When a rank dies or stalls, the parent waits briefly for the others' reports, names the culprit rank and
 the ring step it stopped at, terminates every process and raises RunFailure. Nothing can hang: the workers bound
 every wait by the timeout, and the parent kills whatever is left after that timeout plus a grace period.
+
+Each rank leads its own process group (so a terminal's Ctrl-C reaches the parent alone, which stops the ranks in
+order) and is bound to the parent (ringbench.run.interrupt.bind_to_parent): a parent that dies, even by SIGKILL,
+takes its ranks with it. Stopping is always the same bounded sequence (``stop_processes``): SIGTERM, a short wait,
+SIGKILL to each rank's group. A stop signal to the parent (``StopRequested``) leaves ``launch_local`` with where
+the slowest rank was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -29,6 +36,7 @@ from typing import Any
 
 from ringbench.errors import RunFailure, UsageError
 from ringbench.rank.dist import DistEnv, init_local
+from ringbench.run.interrupt import StopRequested, bind_to_parent, stop_processes
 
 PHASE_CODES = {"setup": 0, "fwd": 1, "bwd": 2, "done": 3, "check": 4}
 PHASE_NAMES = {code: name for name, code in PHASE_CODES.items()}
@@ -80,8 +88,11 @@ def _by_value(obj) -> bytes:
     return pickle.dumps(obj)
 
 
-def _worker(rank, world, store_path, fn, args, messages, progress_array, stored, timeout_s, device, parent_env,
-            parent_cwd):  # fmt: skip
+def _worker(rank, world, store_path, fn, args, messages, progress_array, stored, timeout_s, device, parent_pid,
+            parent_env, parent_cwd):  # fmt: skip
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # its own group: the parent kills it with whatever it started, and Ctrl-C goes to the parent
+    bind_to_parent(parent_pid)
     os.environ.clear()  # the parent's environment now, not the fork server's at its start
     os.environ.update(parent_env)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -124,13 +135,15 @@ def _worker(rank, world, store_path, fn, args, messages, progress_array, stored,
     os._exit(0)  # skip interpreter teardown: gloo threads of a broken group must not keep us alive
 
 
-def _where(progress_array, rank: int, case_names: list[str] | None) -> str:
+def where_text(progress_array, rank: int, case_names: list[str] | None) -> str:
     base = rank * _SLOTS
     case_index, phase, iteration, step = (progress_array[base + i] for i in range(_SLOTS))
     phase_name = PHASE_NAMES.get(phase, "?")
     case = case_names[case_index] if case_names and 0 <= case_index < len(case_names) else f"#{case_index}"
     if phase_name in ("fwd", "bwd"):
         return f"{phase_name} ring step {step} (iteration {iteration}) of case {case}"
+    if phase_name == "check":
+        return f"the float64 check of case {case}"
     return f"{phase_name} of case {case}"
 
 
@@ -193,6 +206,7 @@ def launch_local(
                 stored,
                 timeout_s,
                 device,
+                os.getpid(),
                 dict(os.environ),
                 os.getcwd(),
             ),
@@ -201,13 +215,13 @@ def launch_local(
         )
         for rank in range(world)
     ]
-    for proc in procs:
-        proc.start()
     results: dict[int, Any] = {}
     errors: dict[int, tuple[str, str, bool]] = {}
     first_failure: float | None = None
     snapshot, last_change = list(progress_array), time.monotonic()
     try:
+        for proc in procs:
+            proc.start()
         while len(results) + len(errors) < world:
             try:
                 message = messages.get(timeout=0.1)
@@ -243,14 +257,14 @@ def launch_local(
                 break
             if first_failure is not None and dead and len(results) + len(errors) + len(dead) >= world:
                 break
+    except StopRequested as stop:
+        live = [r for r, p in enumerate(procs) if p.pid is not None and r not in results]
+        if live:  # the rank that got least far says where the interrupted work was
+            slowest = min(live, key=lambda r: _progress_key(progress_array, r))
+            stop.where = where_text(progress_array, slowest, case_names)
+        raise
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
+        stop_processes(procs)
         shutil.rmtree(rendezvous, ignore_errors=True)
     if len(results) == world:
         return [results[r] for r in range(world)]
@@ -284,19 +298,19 @@ def _failure(procs, results, errors, progress_array, case_names) -> Exception:
     if died:
         rank = died[0]
         code = procs[rank].exitcode
-        culprit = f"rank {rank} died (exit code {code}) at {_where(progress_array, rank, case_names)}"
+        culprit = f"rank {rank} died (exit code {code}) at {where_text(progress_array, rank, case_names)}"
     elif own := [r for r in sorted(errors) if not _is_stall(errors[r][0])]:
         rank = own[0]  # a rank that failed by itself (not by waiting on another) is the cause
-        culprit = f"rank {rank} failed at {_where(progress_array, rank, case_names)}: {errors[rank][0]}"
+        culprit = f"rank {rank} failed at {where_text(progress_array, rank, case_names)}: {errors[rank][0]}"
     elif hung:
         rank = min(hung, key=lambda r: _progress_key(progress_array, r))  # the one that got least far
-        culprit = f"rank {rank} stopped responding at {_where(progress_array, rank, case_names)}"
+        culprit = f"rank {rank} stopped responding at {where_text(progress_array, rank, case_names)}"
     elif aborted:
         rank = min(aborted, key=lambda r: _progress_key(progress_array, r))
-        culprit = f"rank {rank} was aborted by the backend at {_where(progress_array, rank, case_names)}"
+        culprit = f"rank {rank} was aborted by the backend at {where_text(progress_array, rank, case_names)}"
     else:
         rank = min(errors)
-        culprit = f"rank {rank} failed at {_where(progress_array, rank, case_names)}: {errors[rank][0]}"
+        culprit = f"rank {rank} failed at {where_text(progress_array, rank, case_names)}: {errors[rank][0]}"
     stalls = [f"rank {r}: {errors[r][0]}" for r in sorted(errors) if r != rank]
     detail = f"; then {stalls[0]}" if stalls else ""
     return RunFailure(culprit + detail)

@@ -3,13 +3,15 @@
 Every producer that measures -- a local run, a launched (torchrun/SLURM) run, a resumed run, a probe -- opens its
 folder here, so each writes the same meta.json (ringbench/record/meta.py) the same way. Each finished case is one atomic
 rewrite of events.parquet, cases.parquet/csv and meta.json, so an interrupted sweep loses nothing and `--resume`
-runs only what is missing. ``summarize_case`` turns the ranks' reports of one case into its events table and its
+runs only what is missing. A case is stored whole before a stop signal takes effect (``shielded``), and under the
+folder's lock, which a launched rank's signal thread takes before it writes the interrupted state. ``summarize_case`` turns the ranks' reports of one case into its events table and its
 case row (the figures of ringbench/figures/metrics.py).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +27,7 @@ from ringbench.rank.scenario import Case, Scenario
 from ringbench.record import store
 from ringbench.record.meta import RunMeta, write_meta
 from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.run.interrupt import shielded
 from ringbench.vocab import TOLERANCE
 
 
@@ -60,6 +63,7 @@ class ResultsFolder:
     events: list[pd.DataFrame] = field(default_factory=list)
     cases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CASE_COLUMNS)))
     notes: list[str] = field(default_factory=list)  # said once to the user (e.g. what a resume left out)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one writer at a time
 
     @classmethod
     def create(cls, out: str | Path, name: str, meta: dict, producer: str = "run") -> ResultsFolder:
@@ -77,6 +81,11 @@ class ResultsFolder:
         folder = cls(run_dir=Path(run_dir), meta=previous.meta, cases=previous.cases)
         folder.meta.pop("failure", None)  # this attempt may well finish; a new failure is recorded anew
         folder.meta.pop("finished", None)
+        stopped = folder.meta.pop("interrupted", None)
+        if isinstance(stopped, dict):
+            during = f" during case {stopped['case']}" if stopped.get("case") else ""
+            folder.notes.append(f"resume: the run was interrupted by {stopped.get('signal', 'a signal')}{during}; "
+                                f"{stopped.get('kept', 0)} of {stopped.get('total', '?')} case(s) were kept")  # fmt: skip
         if len(previous.events):
             folder.events.append(previous.events)
         return folder
@@ -92,6 +101,14 @@ class ResultsFolder:
     def add_case(self, case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> dict:
         """Store one finished case (events, its case row, what the ranks reported); returns the case row."""
         events, row = summarize_case(case, per_rank, scenario, repeat)
+        with self.lock, shielded():
+            self._store(events, row, case, per_rank)
+        return row
+
+    def _store(self, events: pd.DataFrame, row: dict, case: Case, per_rank: list[dict]) -> None:
+        note = (per_rank[0].get("device_info") or {}).get("backend_note")
+        if note and note not in self.notes:  # e.g. why ranks that see GPUs run gloo on the CPU
+            self.notes.append(note)
         self.events.append(events)
         if len(self.cases):
             same = (self.cases["case_id"] == row["case_id"]) & (self.cases["repeat"] == row["repeat"])
@@ -103,7 +120,11 @@ class ResultsFolder:
         _note_ranks(self.meta, case.world, per_rank)
         _note_case(self.meta, case, row)
         self.save_meta()
-        return row
+
+    def interrupt(self, state: dict) -> None:
+        """Record that a signal stopped the run (meta.json ``interrupted``; the caller holds the lock if needed)."""
+        self.meta["interrupted"] = state
+        self.save_meta()
 
     def fail(self, message: str) -> None:
         self.meta["failure"] = message
@@ -168,6 +189,7 @@ def rank_summary(per_rank: list[dict]) -> dict:
         "clock": per_rank[0]["clock_method"],
         "clock_residual_ns": max(r["clock_residual_ns"] for r in per_rank),
         "clock_offsets_ns": [r["clock_offset_ns"] for r in per_rank],
+        "clock_drift_ppm": [r.get("clock_drift_ppm", 0.0) for r in per_rank],
         "emulation_saturated_blocks": sum(r["saturated_blocks"] for r in per_rank),
         "emulation_paced_blocks": sum(r.get("paced_blocks", 0) for r in per_rank),
         "peak_mem_mb": max(r.get("peak_mem_mb", math.nan) for r in per_rank),
@@ -180,7 +202,7 @@ def device_meta(per_rank: list[dict]) -> dict:
     infos = [r.get("device_info") or {"type": "cpu"} for r in per_rank]
     if infos[0].get("type") == "cuda":
         return {"backend": "nccl", "device_kind": infos[0]["name"], "devices": [i["name"] for i in infos],
-                "gpus": infos}  # fmt: skip
+                "gpus": infos, "nccl_options": dict(infos[0].get("group_options") or {})}  # fmt: skip
     return {"backend": "gloo", "device_kind": "cpu"}
 
 

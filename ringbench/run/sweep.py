@@ -4,11 +4,15 @@
 it. One pipeline serves every way a run starts:
 
   local     this process spawns the ranks (ringbench.run.launch), one process group per (repeat, world size);
-  launched  this process *is* a rank (torchrun / SLURM): it runs its cases and rank 0 stores them;
+  launched  this process *is* a rank (torchrun / SLURM): it runs its cases and rank 0 stores them
+            (ringbench.run.launched);
   resumed   ``resume=RUN_DIR`` reopens a folder, takes its recorded scenario unless one is given, leaves out the
             one-shot faults (crash, hang: they ended the first attempt on purpose) and runs only what is missing.
 
 Whichever way, the folder, its meta.json and each case's row are written by ringbench.run.results.ResultsFolder.
+A stop signal (SIGTERM, SIGINT, SIGHUP) ends any of them the same way: the ranks stop, the finished cases stay,
+meta.json records ``interrupted`` (the signal, the case in flight, what was kept, the resume command) and
+``Interrupted`` carries the one line that says so (ringbench.run.interrupt).
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from ringbench.errors import RunFailure, UsageError
+from ringbench.errors import Interrupted, RunFailure, UsageError
 from ringbench.rank.metadata import collect_metadata
 from ringbench.rank.runner import RunSettings, rank_worker
 from ringbench.rank.scenario import Case, Scenario
+from ringbench.run.interrupt import StopRequested, StopSignals, signal_name
 from ringbench.run.launch import launch_local
 from ringbench.run.results import ResultsFolder
 
@@ -74,28 +80,39 @@ def execute(
     last timed iteration of every case on every rank with the PyTorch profiler, under results/<run-id>/profile/
     (an independent witness of the recorder: ``ringbench check-timeline``). ``loopback``: a 1-rank ring exchanges
     its blocks with itself (the one-device test of the transfer path).
+
+    SIGTERM, SIGINT or SIGHUP stops the ranks within seconds, keeps every finished case, writes ``interrupted``
+    into meta.json and raises ``Interrupted`` (one line: what was kept, the case in flight, the resume command).
     """
     from ringbench.rank.dist import launched_env
 
+    flags = resume_flags(device=device, loopback=loopback, trace=trace, profile=profile)
+    if launched_env() is not None:
+        from ringbench.run.launched import execute_launched
+
+        return execute_launched(scenario, resume=resume, out=out, trace=trace, command=command, on_case=on_case,
+                                device=device, profile=profile, loopback=loopback, flags=flags)  # fmt: skip
+    tracker = Tracker(flags=flags)
+    with StopSignals():
+        try:
+            return _execute(scenario, tracker, out=out, resume=resume, trace=trace, command=command,
+                            on_case=on_case, device=device, profile=profile, loopback=loopback)  # fmt: skip
+        except StopRequested as stop:
+            raise interrupted(stop, tracker) from None
+
+
+def _execute(scenario, tracker: Tracker, *, out, resume, trace, command, on_case, device, profile, loopback):
     folder = ResultsFolder.reopen(resume) if resume is not None else None
     if folder is not None:
+        tracker.folder = folder  # a signal from here on keeps what the folder already holds
         scenario = resumable_scenario(folder, scenario)
     if scenario is None:
         raise UsageError("scenario=None is not allowed without resume; expected a Scenario (or resume=RUN_DIR)")
-    launched = launched_env()
-    if launched is not None:
-        if folder is not None:
-            raise UsageError("resume is not supported under torchrun/SLURM yet; start a new run (or resume locally)")
-        if launched[1] not in scenario.world:  # the launcher decides the ring size
-            scenario = dataclasses.replace(scenario, world=(launched[1],))
-    settings = preflight(scenario, device=device, loopback=loopback, trace=trace, launched=launched)
-    cases = [case for case in scenario.cases() if launched is None or case.world == launched[1]]
-    cases, skipped = _runnable(cases, device, launched)
-    if launched is not None:
-        return _execute_launched(scenario, cases, settings, out=out, command=command, on_case=on_case,
-                                 device=device, profile=profile)  # fmt: skip
+    settings = preflight(scenario, device=device, loopback=loopback, trace=trace)
+    cases, skipped = _runnable(scenario.cases(), device, None)
     if folder is None:
         folder = ResultsFolder.create(out, scenario.name, collect_metadata(scenario, command=command, trace=trace))
+    tracker.folder, tracker.total = folder, len(cases) * scenario.repeat
     if skipped:
         folder.meta.setdefault("skipped", {}).update(skipped)
         by_reason = collections.Counter(skipped.values())  # one line per reason; the case ids are in meta.json
@@ -104,9 +121,116 @@ def execute(
             folder.finish()
             return folder
     settings = _with_profile(settings, folder, profile, cases)
-    settings = _with_auto_rate(settings, folder, scenario, cases, device)
-    _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device)
+    settings = _with_auto_rate(settings, folder, scenario, cases, device, tracker)
+    _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device, tracker=tracker)
     return folder
+
+
+@dataclass(kw_only=True, slots=True)
+class Tracker:
+    """What the parent knows of a run in progress, for the line and the record of an interruption."""
+
+    flags: list[str]
+    folder: ResultsFolder | None = None
+    total: int = 0
+    in_flight: str | None = None  # the case the ranks are running
+    activity: str | None = None  # something else the ranks are doing (the emulated:auto calibration)
+    launcher: str = "local"
+    rank: int | None = None  # launched runs: the rank that was signalled
+
+
+def resume_flags(*, device: str | None, loopback: bool, trace: bool, profile: bool) -> list[str]:
+    """The ``run`` options a resume must repeat (the scenario itself is in meta.json)."""
+    flags = ["--device", device] if device else []
+    return flags + (["--loopback"] if loopback else []) + ([] if trace else ["--no-trace"]) + (
+        ["--profile"] if profile else [])  # fmt: skip
+
+
+def resume_command(run_dir: str | Path, flags: list[str], launcher: str = "local") -> str:
+    """The exact command that resumes ``run_dir`` (launched runs: under the same launcher, on every node)."""
+    import shlex
+
+    from ringbench.rank.dist import launch_shape
+
+    args = ["run", "--resume", str(run_dir), *flags]
+    if launcher == "local":
+        return shlex.join(["ringbench", *args])
+    nodes, per_node = launch_shape()
+    if launcher == "slurm":
+        return shlex.join(["srun", "--nodes", str(nodes), "--ntasks-per-node", str(per_node), "python", "-m",
+                           "ringbench", *args])  # fmt: skip
+    return shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node), "-m", "ringbench",
+                       *args])  # fmt: skip
+
+
+def interrupted_state(tracker: Tracker, signum: int, where: str | None, *, rank: int | None = None) -> dict:
+    """The ``interrupted`` record of meta.json: what stopped the run, where it was, what was kept."""
+    from datetime import datetime, timezone
+
+    folder = tracker.folder
+    case = None if tracker.activity else tracker.in_flight  # calibrating: no case has started
+    state = {
+        "signal": signal_name(signum),
+        "case": case,
+        "where": where if case is not None else tracker.activity,
+        "kept": len(folder.done()) if folder is not None else 0,
+        "total": tracker.total,
+        "resume": resume_command(folder.run_dir, tracker.flags, tracker.launcher) if folder is not None else None,
+        "at": datetime.now(timezone.utc).isoformat(),
+    }
+    if rank is not None:
+        state["rank"] = rank
+    return state
+
+
+def interrupted_line(state: dict, run_dir: str | Path | None) -> str:
+    """One line: the signal, the case in flight, what was kept and where, the resume command."""
+    who = f" (to rank {state['rank']})" if state.get("rank") is not None else ""
+    if state.get("case"):
+        during = f" during case {state['case']}" + (f" ({state['where']})" if state.get("where") else "")
+    elif state.get("where"):
+        during = f" during {state['where']}"
+    else:
+        during = " between cases"
+    head = f"interrupted by {state['signal']}{who}{during}"
+    if run_dir is None:
+        return f"{head}: the run had not started; nothing was kept"
+    kept = f"kept {state['kept']}/{state['total']} cases" if state["total"] else f"kept {state['kept']} case(s)"
+    kept += f" in {run_dir}"
+    if state["total"] and state["kept"] >= state["total"]:
+        return f"{head}: {kept} (every case finished; nothing to resume)"
+    return f"{head}: {kept}; resume with: {state['resume']}"
+
+
+def interrupted(stop: StopRequested, tracker: Tracker) -> Interrupted:
+    """Record an interruption of a local run (meta.json ``interrupted``) and the one line that says it."""
+    folder = tracker.folder
+    where = stop.where
+    if tracker.in_flight is not None and where is not None:
+        suffix = f" of case {tracker.in_flight}"
+        # The slowest rank's progress names the case it is in; if that is not the one in flight, the ranks had
+        # finished the case before it and not yet started this one.
+        where = where.removesuffix(suffix) if where.endswith(suffix) else "setting up"
+    state = interrupted_state(tracker, stop.signum, where)
+    if folder is None:
+        return Interrupted(interrupted_line(state, None), stop.signum)
+    if state["total"] and state["kept"] >= state["total"]:
+        folder.finish()  # the record is whole: nothing was interrupted that it lacks
+    else:
+        folder.interrupt(state)
+    return Interrupted(interrupted_line(state, folder.run_dir), stop.signum, run_dir=str(folder.run_dir))
+
+
+def resume_base(resume: str | Path) -> Scenario:
+    """The scenario ``run --resume DIR`` starts from: the folder's recorded one. A launched rank other than 0 may
+    have no copy of the folder (no shared filesystem): it takes the default, and rank 0's scenario is what runs."""
+    from ringbench.rank.dist import launched_env
+    from ringbench.rank.scenario import DEFAULT_SCENARIO
+
+    launched = launched_env()
+    if launched is not None and launched[0] != 0 and not (Path(resume) / "meta.json").is_file():
+        return DEFAULT_SCENARIO
+    return recorded_scenario(resume)
 
 
 def preflight(scenario: Scenario, *, device: str | None = None, loopback: bool = False, trace: bool = True,
@@ -159,7 +283,8 @@ def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool, c
     return dataclasses.replace(settings, profile_dir=str(folder.run_dir / "profile"), profile=profile)
 
 
-def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, cases, device) -> RunSettings:
+def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, cases, device,
+                    tracker: Tracker | None = None) -> RunSettings:  # fmt: skip
     """emulated:auto: one rate for the whole run, measured before any case is timed (kept on resume)."""
     from ringbench.kernels import get_kernel
     from ringbench.rank.runner import calibration_worker
@@ -172,12 +297,16 @@ def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, case
         return dataclasses.replace(settings, calibrate_auto=True)  # in the one launch, before its first case
     if rate is None:
         rates = []
+        if tracker is not None:
+            tracker.activity = "the emulated:auto calibration"
         for world in sorted({case.world for case in auto}):
             group = [case for case in auto if case.world == world]
             per_rank = launch_local(world, calibration_worker, (group, settings), timeout_s=scenario.timeout,
                                     device=device, case_names=[c.case_id for c in group])  # fmt: skip
             rates += [r for r in per_rank if r is not None]
         rate = min(rates)
+        if tracker is not None:
+            tracker.activity = None
         folder.meta["emulated_auto_gflops"] = rate
         folder.save_meta()
     folder.notes.append(f"emulated:auto runs every emulated case of this run at {rate:g} GFLOP/s (measured here)")
@@ -201,7 +330,7 @@ def _reported(case: Case, per_rank: list[dict], repeat: int, folder: ResultsFold
         return per_rank
 
 
-def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case, device) -> None:
+def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case, device, tracker: Tracker) -> None:
     done = folder.done()
     todo = [(i, c, r) for r in range(scenario.repeat) for i, c in enumerate(cases) if (c.case_id, r) not in done]
     total = len(cases) * scenario.repeat
@@ -212,8 +341,12 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
     for (repeat, world), group_cases in sorted(by_group.items()):
         pending: dict[str, list[dict]] = defaultdict(list)
         by_id = {case.case_id: case for _, case in group_cases}
+        queue = [case.case_id for _, case in group_cases]  # the ranks run them in this order
+        tracker.in_flight = queue[0]
+        tracker.activity = "the emulated:auto calibration" if settings.calibrate_auto else None
 
-        def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id) -> bool:
+        def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id,
+                    queue=queue) -> bool:  # fmt: skip
             nonlocal finished, settings
             if "emulated_auto_gflops" in result:  # the launch calibrated emulated:auto: keep it for the rest
                 if rank == 0:
@@ -222,6 +355,7 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
                     folder.meta["emulated_auto_gflops"] = rate
                     folder.notes.append(f"emulated:auto runs every emulated case at {rate:g} GFLOP/s (measured here)")
                     folder.save_meta()
+                    tracker.activity = None
                 return rank == 0  # one calibration item per launch (rank 0's) counts as stored
             pending[result["case_id"]].append(result)
             if len(pending[result["case_id"]]) < world:
@@ -230,6 +364,8 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
             case = by_id[result["case_id"]]
             row = folder.add_case(case, _reported(case, per_rank, repeat, folder), scenario, repeat)
             finished += 1
+            queue.remove(case.case_id)
+            tracker.in_flight = queue[0] if queue else None
             if on_case is not None:
                 on_case(row, finished, total)
             return True
@@ -243,45 +379,5 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
             raise RunFailure(f"{exc} [run {folder.run_dir}, {finished}/{total} cases kept]",
                              run_dir=str(folder.run_dir)) from None  # fmt: skip
         folder.meta.setdefault("launch_seconds", []).append(round(time.monotonic() - started, 3))
+    tracker.in_flight = None
     folder.finish()
-
-
-def _execute_launched(scenario, cases, settings, *, out, command, on_case, device, profile) -> ResultsFolder | None:
-    """torchrun / SLURM: this process is one rank; rank 0 gathers each case and writes the results."""
-    import torch.distributed as dist
-
-    from ringbench.rank.dist import init_launched
-    from ringbench.rank.runner import open_session, profile_path, run_case
-
-    env = init_launched(scenario.timeout, device)
-    session = open_session(env)
-    folder = None
-    if env.rank == 0:
-        meta = collect_metadata(scenario, command=command, trace=settings.trace) | {"launcher": env.launcher}
-        folder = ResultsFolder.create(out, scenario.name, meta)
-        settings = _with_profile(settings, folder, profile, cases)
-    settings = session.ops.all_objects(settings)[0]
-    from ringbench.rank.runner import calibrate_auto
-
-    rate = calibrate_auto(session, cases, settings)  # every rank calls it: it is collective
-    if rate is not None:
-        settings = dataclasses.replace(settings, emulated_auto_gflops=rate)
-        if folder is not None:
-            folder.meta["emulated_auto_gflops"] = rate  # rank 0's, with its profile folder
-    total = len(cases) * scenario.repeat
-    finished = 0
-    for repeat in range(scenario.repeat):
-        for index, case in enumerate(cases):
-            result = run_case(case, session=session, progress=None, settings=settings, case_index=index,
-                              repeat=repeat, profile_path=profile_path(settings, case, repeat, env.rank))  # fmt: skip
-            gathered = session.ops.gather_objects(result)
-            if folder is not None:
-                row = folder.add_case(case, _reported(case, gathered, repeat, folder), scenario, repeat)
-                finished += 1
-                if on_case is not None:
-                    on_case(row, finished, total)
-    if folder is not None:
-        folder.finish()
-    session.ops.barrier()
-    dist.destroy_process_group()
-    return folder

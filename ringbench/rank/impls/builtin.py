@@ -8,7 +8,8 @@ CUDA on a machine without it, gives one line saying so (``missing``).
   striped_ring_attn=...)``, tensors (B, L, H, D); contiguous or striped shards; one bucket per rank (its striped
   mask is exact only then); the default process group only (it caches rank and world size per process).
 * ``ring-flash-attn`` (zhuzilin): ``ring_flash_attn_func`` (contiguous), ``zigzag_ring_flash_attn_func``
-  (zigzag), ``stripe_flash_attn_func`` (striped, causal); (B, L, H, D); CUDA, fp16 / bf16 (flash-attn).
+  (zigzag, causal), ``stripe_flash_attn_func`` (striped, causal); (B, L, H, D); CUDA, bf16 (flash-attn; its
+  backward rounds dq through bf16, so fp16 would be held to a tolerance it cannot meet).
 * ``transformer-engine``: ``DotProductAttention`` with context parallelism over the group (``cp_comm_type``
   "p2p", the ring); qkv_format "bshd"; its load-balanced causal layout is zigzag; CUDA, fp16 / bf16.
 * ``module:function``: a user's ring, called as ``function(q, k, v, *, mask, layout, group)`` with this rank's
@@ -91,8 +92,12 @@ class RingFlashAttnAdapter(Adapter):
     name = "ring-flash-attn"
     description = "zhuzilin's ring-flash-attention (flash-attn kernels, P2P ring with double buffering)"
     requires = "pip install ring-flash-attn flash-attn (CUDA)"
-    support = Support(layouts={"causal": ALL_LAYOUTS, "none": ("contiguous", "zigzag")},
-                      dtypes=("bfloat16", "float16"), devices=("cuda",))  # fmt: skip
+    # Upstream's zigzag and stripe functions assert causal=True: mask none runs on contiguous shards only. Its
+    # backward accumulates dq through bf16 buffers whatever the input dtype, so fp16 gradients would carry bf16's
+    # rounding and fail fp16's tolerance by construction: bf16 only.
+    support = Support(layouts={"causal": ALL_LAYOUTS, "none": ("contiguous",)}, dtypes=("bfloat16",),
+                      devices=("cuda",), notes="bf16 only: upstream's backward rounds dq through bf16; zigzag and "
+                      "striped shards need mask causal (upstream asserts it)")  # fmt: skip
 
     def missing(self, device_type: str = "cpu") -> str | None:
         if device_type != "cuda" or not torch.cuda.is_available():

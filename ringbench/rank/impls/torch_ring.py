@@ -11,8 +11,12 @@ dK/dV accumulators with all-to-all. Its load-balanced causal layout (rank i hold
 ringbench's ``zigzag``; without load balance the causal ring runs on ``contiguous`` shards (skipping masked
 blocks); mask ``none`` needs load balance off. The ring order is the group's rank order.
 
-Attention per block: the CPU flash op (``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward) on
-CPU, ``aten._scaled_dot_product_flash_attention`` on CUDA, both returning (out, logsumexp) as the ring needs.
+Attention per block, each returning (out, logsumexp) as the ring needs: the CPU flash op
+(``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward) on CPU; on CUDA, FlashAttention
+(``aten._scaled_dot_product_flash_attention``) for fp16 / bf16 where it takes the head dim, and the memory-efficient op
+otherwise -- fp32 above all, which flash refuses -- through ringbench's own wrappers (ringbench.kernels.torch_sdpa:
+its lse padded to 32 rows and sliced back, ``out`` handed to the backward in the (B, M, H, K) memory it reads).
+fp64 on CUDA has no fused op: refused in one line (``check``), so a sweep skips it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 
 import torch
 
+from ringbench.errors import UsageError
 from ringbench.rank.impls.base import Adapter, AttentionFn, Support, world_group
 
 MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
@@ -69,54 +74,82 @@ def _cpu_backward(*, grad_out, query, key, value, out, logsumexp, is_causal, sca
     )
 
 
-def _cuda_forward(query, key, value, *, is_causal, scale=None, **_):
+def _flash_forward(query, key, value, *, is_causal, scale=None, **_):
     return torch.ops.aten._scaled_dot_product_flash_attention(
         query, key, value, dropout_p=0.0, is_causal=bool(is_causal), scale=scale
     )
 
 
-def _cuda_backward(*, grad_out, query, key, value, out, logsumexp, is_causal, scale=None, rest=(), **_):
+def _flash_backward(*, grad_out, query, key, value, out, logsumexp, is_causal, scale=None, rest=(), **_):
     cum_q, cum_k, max_q, max_k, seed, offset = rest[:6]
     return torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        grad_out,
-        query,
-        key,
-        value,
-        out,
-        logsumexp,
-        cum_q,
-        cum_k,
-        max_q,
-        max_k,
-        0.0,
-        bool(is_causal),
-        seed,
-        offset,
+        grad_out, query, key, value, out, logsumexp, cum_q, cum_k, max_q, max_k, 0.0, bool(is_causal), seed, offset,
         scale=scale,
-    )
+    )  # fmt: skip
+
+
+def _efficient_forward(query, key, value, *, is_causal, scale=None, **_):
+    from ringbench.kernels.torch_sdpa import efficient_forward
+
+    out, lse = efficient_forward(query, key, value, None, bool(is_causal), scale)  # lse: (B, H, Lq), a view
+    return out, lse.contiguous()
+
+
+def _efficient_backward(*, grad_out, query, key, value, out, logsumexp, is_causal, scale=None, **_):
+    from ringbench.kernels.torch_sdpa import efficient_backward
+
+    return efficient_backward(grad_out, query, key, value, out, logsumexp, None, bool(is_causal), scale)
+
+
+CUDA_OPS = {"flash": (_flash_forward, _flash_backward), "efficient": (_efficient_forward, _efficient_backward)}
+
+
+def cuda_op(dtype: torch.dtype, head_dim: int, capability: tuple[int, int], *, flash_available: bool,
+            flash_enabled: bool = True, efficient_enabled: bool = True) -> str:  # fmt: skip
+    """The CUDA attention op for one dtype and head dim: 'flash', 'efficient', or 'none' (no fused op takes it).
+
+    The ring calls its op on square blocks (causal: the diagonal) and on half-blocks against whole ones (not
+    causal), so the choice for a FULL block is the choice for all of them."""
+    from ringbench.kernels.base import MaskKind
+    from ringbench.kernels.torch_sdpa import cuda_route
+
+    route = cuda_route(MaskKind.FULL, dtype, 128, 128, head_dim, False, capability, flash_available=flash_available,
+                       flash_enabled=flash_enabled, efficient_enabled=efficient_enabled)  # fmt: skip
+    return route if route in CUDA_OPS else "none"
+
+
+def _device_op(q: torch.Tensor) -> str:
+    return cuda_op(q.dtype, q.shape[-1], torch.cuda.get_device_capability(q.device),
+                   flash_available=torch.backends.cuda.is_flash_attention_available(),
+                   flash_enabled=torch.backends.cuda.flash_sdp_enabled(),
+                   efficient_enabled=torch.backends.cuda.mem_efficient_sdp_enabled())  # fmt: skip
 
 
 class _TorchRing(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, module, group, causal, rotate, load_balance, scale):
-        cuda = q.device.type == "cuda"
+        op = _device_op(q) if q.device.type == "cuda" else "cpu"
+        if op == "none":
+            raise UsageError(f"impl='torch-ring' has no CUDA attention op for dtype {q.dtype} and head_dim "
+                             f"{q.shape[-1]}")  # fmt: skip
+        forward_op = CUDA_OPS[op][0] if op in CUDA_OPS else _cpu_forward
         with _options(module, rotate, load_balance):
             out, lse, *rest = module._templated_ring_attention(
-                group, 2, _cuda_forward if cuda else _cpu_forward, q, k, v, is_causal=causal, scale=scale
+                group, 2, forward_op, q, k, v, is_causal=causal, scale=scale
             )
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.settings = (module, group, causal, rotate, load_balance, scale, tuple(rest))
+        ctx.settings = (module, group, causal, rotate, load_balance, scale, tuple(rest), op)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        module, group, causal, rotate, load_balance, scale, rest = ctx.settings
-        cuda = q.device.type == "cuda"
-        extra = {"rest": rest} if cuda else {}
+        module, group, causal, rotate, load_balance, scale, rest, op = ctx.settings
+        backward_op = CUDA_OPS[op][1] if op in CUDA_OPS else _cpu_backward
+        extra = {"rest": rest} if op == "flash" else {}
         with _options(module, rotate, load_balance):
             dq, dk, dv, *_ = module._templated_ring_attention_backward(
-                group, 2, _cuda_backward if cuda else _cpu_backward, dout.contiguous(), "grad_out", q, k, v, out,
+                group, 2, backward_op, dout.contiguous(), "grad_out", q, k, v, out,
                 lse, causal, scale=scale, **extra,
             )  # fmt: skip
         return dq, dk, dv, None, None, None, None, None, None
@@ -128,7 +161,7 @@ class TorchRingAdapter(Adapter):
     support = Support(
         layouts={"causal": ("zigzag", "contiguous"), "none": ("contiguous",)},
         dtypes=("float64", "float32", "bfloat16", "float16"),
-        notes="ring order: the group's rank order only; causal zigzag = torch's load balancing",
+        notes="ring order: the group's rank order only; causal zigzag = torch's load balancing; float64 on CPU only",
     )
 
     def __init__(self, rotate: str = "ALL_GATHER", name: str = "torch-ring") -> None:
@@ -138,6 +171,12 @@ class TorchRingAdapter(Adapter):
 
     def missing(self, device_type: str = "cpu") -> str | None:
         return _private()[1]
+
+    def check(self, workload, device_type: str) -> None:
+        super().check(workload, device_type)
+        if device_type == "cuda" and workload.dtype == "float64":  # flash and memory-efficient: 16/32-bit only
+            raise UsageError(f"impl={self.name!r} does not support dtype='float64' on CUDA (its CUDA attention "
+                             "ops take float32, bfloat16, float16)")  # fmt: skip
 
     def build(self, workload, *, group, device, recorder) -> AttentionFn:
         module, _ = _private()
