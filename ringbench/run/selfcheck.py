@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.engine.api import build_context, reference_attention, ring_attention
+from ringbench.engine.api import reference_attention
 from ringbench.engine.layout import shard
+from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.fmt import ring_text
 from ringbench.vocab import DTYPES, TOLERANCE
 
@@ -31,10 +32,15 @@ class CheckCase:
     batch: int = 1
     heads: int = 2
     head_dim: int = 8
+    strategy: str = "ring"
+    placement: str = "heads-first"
 
     @property
     def name(self) -> str:
-        return f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}"
+        base = f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}"
+        if self.strategy == "ring":
+            return base
+        return f"{self.strategy}@{self.placement}/{base}/b{self.batch}h{self.heads}d{self.head_dim}l{self.seq_per_rank}"
 
 
 def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **shape) -> list[CheckCase]:
@@ -76,10 +82,12 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
         return shard(t, case.layout, world, rank)
 
     q_l, k_l, v_l = (local(t).to(dtype).requires_grad_() for t in (q, k, v))
-    ctx = build_context(
+    ctx = build_strategy_context(
         q_l,
         k_l,
         v_l,
+        strategy=case.strategy,
+        placement=case.placement,
         mask=case.mask,
         layout=case.layout,
         buffer=case.buffer,
@@ -87,7 +95,7 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
         group=group,
         kernel=case.kernel,
     )
-    out = ring_attention(q_l, k_l, v_l, context=ctx)
+    out = attention(q_l, k_l, v_l, context=ctx)
     grads = torch.autograd.grad(out, (q_l, k_l, v_l), local(grad).to(dtype))
     fwd_err = (out.double() - local(ref.detach())).abs().max().item()
     bwd_err = max((g.double() - local(r)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True))
