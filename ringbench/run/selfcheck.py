@@ -62,6 +62,45 @@ def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **s
     ]
 
 
+def strategy_specs(world: int, degenerate: bool = False) -> list[str]:
+    """The strategies whose degrees divide ``world``: ulysses, hybrid:U and double-ring:W for 1 < U, W < N (with
+    ``degenerate``, also U, W = 1 and N: a ring, Ulysses, one inner ring)."""
+    low, high = (1, world + 1) if degenerate else (2, world)
+    divisors = [d for d in range(low, high) if world % d == 0]
+    return ["ulysses", *(f"hybrid:{u}" for u in divisors), *(f"double-ring:{w}" for w in divisors)]
+
+
+def strategy_cases(world: int, dtypes=("float64", "float32"), *, wide: bool = False, masks=None, layouts=None,
+                   **shape) -> list[CheckCase]:  # fmt: skip
+    """Every strategy of ``world`` (ringbench/engine/strategy.py) in every mask and layout, heads divisible by
+    its Ulysses degree. The default set cycles placement (heads-first, interleaved), buffer and dtype over the
+    mask x layout grid, so that each combination of them appears for each strategy; ``wide`` takes the whole
+    product, adds a random placement and the degenerate degrees."""
+    from ringbench.vocab import Strategy
+
+    grid = list(itertools.product(masks or ("none", "causal", "causal-naive"),
+                                  layouts or ("contiguous", "zigzag", "striped")))  # fmt: skip
+    cases = []
+    for spec in strategy_specs(world, degenerate=wide):
+        strategy = Strategy.parse(spec)
+        placements = ("heads-first", "interleaved", "random:5") if wide else ("heads-first", "interleaved")
+        placements = placements if strategy.grouped else ("heads-first",)
+        axes = (placements, strategy.buffers(), tuple(dtypes))
+        if wide:
+            combos = [(m, lay, *rest) for (m, lay) in grid for rest in itertools.product(*axes)]
+        else:  # cell i takes the i-th combination of (placement, buffer, dtype), in mixed radix
+            combos = []
+            for i, (m, lay) in enumerate(grid):
+                p, b, d = (len(a) for a in axes)
+                combos.append((m, lay, axes[0][i % p], axes[1][(i // p) % b], axes[2][(i // (p * b)) % d]))
+        heads = 2 * strategy.ulysses_degree(world)
+        cases += [
+            CheckCase(strategy=spec, placement=pl, mask=m, layout=lay, buffer=b, dtype=d, **({"heads": heads} | shape))
+            for m, lay, pl, b, d in combos
+        ]
+    return cases
+
+
 def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) -> tuple[float, float]:
     """(forward max abs error, backward max abs error) of this rank's rows for one case."""
     dtype = DTYPES[case.dtype]
