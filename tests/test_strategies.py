@@ -208,6 +208,31 @@ def test_a_strategy_run_records_every_pair_on_emulated_two_host_links(tmp_path):
     double = by_case[cases.loc["double-ring:2", "case_id"]]
     assert {"kv", "dkv"} <= set(double["exchange"])
     assert cases["exposed_comm_ms"].notna().all()
+    from ringbench.analysis.placement import placement
+
+    traffic = {t.strategy: t for t in placement(run).traffic}  # which links each strategy's traffic crossed
+    assert set(traffic) == {"ulysses", "hybrid:2", "double-ring:2"}
+    assert {(r.exchange, r.link_class) for r in traffic["hybrid:2"].rows} >= {("qkv", "NV4"), ("kv", "NET")}
+    assert ("qkv", "NET") not in {(r.exchange, r.link_class) for r in traffic["hybrid:2"].rows}  # heads-first
+    assert ("qkv", "NET") in {(r.exchange, r.link_class) for r in traffic["ulysses"].rows}
+
+
+def test_the_answers_name_the_fastest_strategy_per_context():
+    from ringbench.analysis.strategies import strategy_winners
+
+    cases = pd.DataFrame([
+        {"case_id": "a", "seq": 1024, "strategy": "ring", "buffer": "double", "placement": "", "order": "identity"},
+        {"case_id": "b", "seq": 1024, "strategy": "ring", "buffer": "sync", "placement": "", "order": "identity"},
+        {"case_id": "c", "seq": 1024, "strategy": "hybrid:2", "buffer": "double", "placement": "heads-first",
+         "order": "identity"},
+        {"case_id": "d", "seq": 4096, "strategy": np.nan, "buffer": "double", "placement": np.nan, "order": "identity"},
+        {"case_id": "e", "seq": 4096, "strategy": "ulysses", "buffer": "sync", "placement": "", "order": "identity"},
+    ])  # fmt: skip
+    step = pd.Series({"a": 10.0, "b": 12.0, "c": 8.0, "d": 20.0, "e": 25.0})
+    winners = strategy_winners(cases, step).set_index("context")
+    assert winners.loc["S=1024", "strategy"] == "hybrid:2" and winners.loc["S=1024", "margin"] == pytest.approx(1.25)
+    assert winners.loc["S=4096", "strategy"] == "ring"  # a record from before strategies: null reads as the ring
+    assert "hybrid:2 (double, heads-first) fastest, 8.0 ms; ring (double) 1.25× slower" in winners.loc["S=1024", "line"]
 
 
 # -- the whole product (slow) -------------------------------------------------------------------------------------
