@@ -379,6 +379,14 @@ def calibrate(run) -> Calibration:
     if run.meta.get("simulated"):
         raise UsageError(f"{run.path}: a SIMULATED record; calibrate on a measured run (run, emulated or imported)")
     cal = Calibration(costs=DEFAULTS)
+    from ringbench.simulate.strategy_fit import ring_cases
+
+    run, others = ring_cases(run)  # a Ulysses block or an all-to-all chunk is no ring pair nor hop
+    if others:
+        cal.excluded.append(f"{len(others)} case(s) of other strategies (ulysses, hybrid, double ring): predicted "
+                            "with the ring's costs, not fitted")  # fmt: skip
+        if not len(run.cases):
+            raise UsageError(f"{run.path}: no ring case to calibrate on; calibrate on a run with --strategy ring")
     table = _compute_table(run)
     world = int(run.cases["world"].max())
     topology = _topology(run)
