@@ -80,9 +80,8 @@ def register(app: typer.Typer) -> None:
             Optional[bool],
             typer.Option(
                 "--emulate-links/--real-links",
-                help="Price links as --emulate-links injects them "
-                "(default: as the topology's run did; real for a file).",
-            ),  # fmt: skip
+                help="Price links as --emulate-links injects them (default: as the topology's run did; real for a file).",
+            ),
         ] = None,
         no_backward: Annotated[bool, typer.Option("--no-backward", help="Forward only.")] = False,
         json_out: JsonOption = False,

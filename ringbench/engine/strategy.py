@@ -48,6 +48,39 @@ def bind_flows(link_delay, flows):
     return delay
 
 
+def _delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
+    """Emulated links carry the all-gather baseline's traffic too: each collective is held, after it completed
+    over the local transport, for the time the ring algorithm takes over the emulated links -- an all-gather
+    N - 1 rounds of one block over the ring's slowest hop, an all-reduce of N blocks 2 (N - 1) rounds of one
+    accumulator (the simulator's all-gather model, ringbench/simulate/timeline.py, prices the same)."""
+    from ringbench.engine.timeline import COMM
+    from ringbench.kernels.base import stats_dtype
+
+    ring, world = ctx.ring, ctx.world
+    flows = tuple((ring[p - 1], ring[p]) for p in range(world))
+    delay = bind_flows(link_delay, flows)
+    block = 2 * k.numel() * k.element_size()  # (2, B, H, L, D): one rank's K and V
+    acc = 2 * k.numel() * torch.empty((), dtype=stats_dtype(k.dtype)).element_size()
+
+    def slowest(nbytes: int) -> float:
+        return max(float(delay(ring[p - 1], ring[p], nbytes)) for p in range(world))
+
+    held = {"all_gather": (world - 1) * slowest(block), "all_reduce": 2 * (world - 1) * slowest(acc)}
+    comm, collective = ctx.comm, ctx.comm.collective
+
+    def delayed(what, launch, *, phase):
+        start, end = collective(what, launch, phase=phase)
+        if held.get(what, 0.0) > 0:
+            timeline = comm.timeline
+            with timeline.on_comm():
+                timeline.spin(COMM, held[what])
+                end = timeline.mark(COMM)
+            timeline.compute_after(end)
+        return start, end
+
+    comm.collective = delayed
+
+
 class CommSet:
     """The communicators of one strategy context, closed and settled together."""
 
@@ -189,9 +222,12 @@ def build_strategy_context(
     if strategy.ordered:
         if strategy.kind == "allgather":
             buffer = "allgather"
-        return build_context(q, k, v, mask=mask, layout=layout, buffer=buffer, order=order, group=group, kernel=kernel,
-                             scale=scale, timeout_s=timeout_s, recorder=recorder, link_delay=link_delay,
-                             timeline=timeline, loopback=loopback, on_stall=on_stall)  # fmt: skip
+        ctx = build_context(q, k, v, mask=mask, layout=layout, buffer=buffer, order=order, group=group, kernel=kernel,
+                            scale=scale, timeout_s=timeout_s, recorder=recorder, link_delay=link_delay,
+                            timeline=timeline, loopback=loopback, on_stall=on_stall)  # fmt: skip
+        if ctx.buffer is Buffer.ALLGATHER and ctx.comm is not None and link_delay is not None:
+            _delay_collectives(ctx, link_delay, k)
+        return ctx
     _check_tensors(q, k, v)
     mask, layout, buffer = Mask.parse(mask, "mask"), Layout.parse(layout, "layout"), Buffer.parse(buffer, "buffer")
     if buffer is Buffer.ALLGATHER:

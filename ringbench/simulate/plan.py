@@ -336,7 +336,7 @@ def make_plan(request: PlanRequest) -> Plan:
     for candidate in ok:
         _predict(request, candidate, costs, cluster)
         if candidate.memory_mb > limit_mb:
-            candidate.refused = (f"{number(candidate.memory_mb / 1024, '.2f')} GB per rank exceeds "
+            candidate.refused = (f"{number(candidate.memory_mb / 1024, '.3g')} GB per rank exceeds "
                                  f"--memory-per-rank {request.memory_per_rank_gb:g}")  # fmt: skip
     kept = sorted((c for c in ok if not c.refused), key=lambda c: c.step_ms)
     refused += [c for c in ok if c.refused]

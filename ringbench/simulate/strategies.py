@@ -406,27 +406,25 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: _Prices, origin: np
 
 
 # -- memory per rank (predicted) ----------------------------------------------------------------------------------
+# Peak of the attention's own tensors per rank, inputs included, in units of the rank's Q + K + V shards: fitted
+# to the counted peaks (cases column attn_mem_mb) of 4- and 8-rank float32 runs, forward and backward
+# (benchmarks/validate_strategies.py prints both). The ring holds its two K/V buffers and three dK/dV accumulators,
+# the double ring its outer block and outer accumulators besides, Ulysses and the hybrid the all-to-all's copies
+# and the head layout; the all-gather baseline every block and every block's accumulator (the N term).
+SHARD_FACTORS = {"ring": 7.35, "double-ring": 11.35, "ulysses": 8.05, "hybrid": 8.85, "allgather": 2.67}
+FORWARD_SHARE = 0.5  # forward only: about half (no dO, no gradients or accumulators)
+
+
 def predicted_memory_mb(case) -> float:
-    """The peak of the attention's own tensors per rank, inputs included, MiB: what the engine allocates for the
-    strategy (PREDICTED; the runs count it: cases column attn_mem_mb)."""
+    """The peak of the attention's own tensors per rank, inputs included, MiB (PREDICTED; runs count it)."""
     b = _bytes(case)
-    q, kv, acc = b["q"], b["kv"], b["acc"]
-    world = case.world
+    shards = b["q"] + b["kv"]
     strategy = Strategy.parse(getattr(case, "strategy", "ring") or "ring")
-    if case.buffer == "allgather" or strategy.kind == "allgather":
-        strategy = Strategy("allgather")
-    inputs = 2 * q + kv  # q, dout, k + v
-    saved = q  # the forward's output, kept for the backward
-    if strategy.kind == "allgather":
-        peak = world * kv * (1 + acc) + kv + q * (1 + acc)
-    elif strategy.kind == "ring":
-        # two K/V buffers; dq and three dK/dV accumulators; the gradients at the end
-        peak = 2 * kv + q * acc + 1.5 * kv * acc + q + kv
-    elif strategy.kind == "double-ring":
-        peak = 4 * kv + q * acc + 2.5 * kv * acc + q + kv + kv * acc
-    else:  # ulysses / hybrid: the all-to-all's send, receive and stacked copies, the head layout kept
-        peak = 3 * (q + kv) + (q + kv) + 2 * kv + q * acc + 1.5 * kv * acc + q
-    return (inputs + saved + peak) / 2**20 if case.backward else (inputs + peak) / 2**20
+    kind = "allgather" if case.buffer == "allgather" or strategy.kind == "allgather" else strategy.kind
+    peak = SHARD_FACTORS[kind] * shards
+    if kind == "allgather":
+        peak += case.world * b["kv"] * (1 + b["acc"])  # every rank's K, V and their gradient accumulators
+    return peak / 2**20 * (1.0 if case.backward else FORWARD_SHARE)
 
 
 __all__ = ["StrategyTimeline", "predicted_memory_mb", "simulate_strategy"]
