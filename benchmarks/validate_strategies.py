@@ -104,7 +104,9 @@ def main() -> None:
     runs = json.loads(runs_file.read_text())
     calibration = Path(runs["calibration"])
     accuracy_rows, memory_rows = [], []
-    print("\n| S | strategy | placement | measured step ms (p10–p90) | planned ms | error | planned rank | measured rank |")
+    print(
+        "\n| S | strategy | placement | measured step ms (p10–p90) | planned ms | error | planned rank | measured rank |"
+    )
     print("|---:|---|---|---:|---:|---:|---:|---:|")
     verdicts = []
     for seq, run_dir in sorted(runs["contexts"].items(), key=lambda kv: int(kv[0])):
@@ -159,19 +161,25 @@ def main() -> None:
     print("\n| S | strategy | placement | measured step ms | predicted | error | measured exposed | predicted |")
     print("|---:|---|---|---:|---:|---:|---:|---:|")
     for row in acc.to_dict("records"):
-        print(f"| {row['seq']} | {row['strategy']} | {row['placement'] or '-'} | {row['measured']:.1f} | "
-              f"{row['predicted']:.1f} | {row['error']:+.1f}% | {row['exposed']:.3f} | {row['exposed_sim']:.3f} |")
+        print(
+            f"| {row['seq']} | {row['strategy']} | {row['placement'] or '-'} | {row['measured']:.1f} | "
+            f"{row['predicted']:.1f} | {row['error']:+.1f}% | {row['exposed']:.3f} | {row['exposed_sim']:.3f} |"
+        )
     print("\nMEASURED = {")
     acc["kind"] = acc["strategy"].str.split(":").str[0]
     for kind, part in acc.groupby("kind"):
         errors = part["error"].abs()
-        print(f'    "{kind}": {{"cases": {len(part)}, "median_pct": {errors.median():.1f}, "worst_pct": '
-              f'{errors.max():.1f}, "where": "8 ranks, 2 emulated hosts x 4, CPU"}},')
+        print(
+            f'    "{kind}": {{"cases": {len(part)}, "median_pct": {errors.median():.1f}, "worst_pct": '
+            f'{errors.max():.1f}, "where": "8 ranks, 2 emulated hosts x 4, CPU"}},'
+        )
     print("}")
     print("\n| S | strategy | placement | counted MiB per rank | predicted |")
     print("|---:|---|---|---:|---:|")
     for row in memory_rows:
-        print(f"| {row['seq']} | {row['strategy']} | {row['placement']} | {row['counted']:.1f} | {row['predicted']:.1f} |")
+        print(
+            f"| {row['seq']} | {row['strategy']} | {row['placement']} | {row['counted']:.1f} | {row['predicted']:.1f} |"
+        )
 
 
 if __name__ == "__main__":
