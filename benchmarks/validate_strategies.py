@@ -7,7 +7,9 @@ On CPU, 8 local ranks as 2 hosts x 4 GPUs (tests/data/topology/two_host_4gpu_10x
 the link inside a host), EMULATED compute (`modelled:RATE`: each block takes its FLOPs' time at RATE, no
 arithmetic, so 8 ranks on 2 cores do not fight over the cores) and EMULATED links (`--emulate-links`):
 
-1. a calibration run: the ring only (sync and double), at a third sequence length;
+1. a calibration run at a third sequence length, over the local transport (no emulated links: the simulator adds
+   the topology's delays itself, as the run injects them): the ring (sync and double) for the costs, and every
+   other strategy for its own host time per event (simulate/strategy_fit.py);
 2. one run per context (two sequence lengths): every strategy the plan considers -- ring, allgather, ulysses,
    hybrid:2, hybrid:4, double-ring:2, double-ring:4, the grouped ones heads-first and interleaved;
 3. `ringbench plan` on each run's topology, calibrated on run 1 (PREDICTED): the plan's first choice against the
@@ -34,8 +36,9 @@ from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGY = ROOT / "tests" / "data" / "topology" / "two_host_4gpu_10x.yaml"
-COMMON = ["--world", "8", "--heads", "8", "--head-dim", "32", "--dtype", "float32", "--layout", "zigzag",
-          "--mask", "causal", "--no-check", "--topology", str(TOPOLOGY), "--emulate-links"]  # fmt: skip
+SHAPE = ["--world", "8", "--heads", "8", "--head-dim", "32", "--dtype", "float32", "--layout", "zigzag",
+         "--mask", "causal", "--no-check"]  # fmt: skip
+COMMON = [*SHAPE, "--topology", str(TOPOLOGY), "--emulate-links"]
 STRATEGIES = ["ring", "allgather", "ulysses", "hybrid:2", "hybrid:4", "double-ring:2", "double-ring:4"]
 
 
@@ -79,7 +82,7 @@ def main() -> None:
     parser.add_argument("--rate", default="modelled:20", help="the emulated kernel")
     parser.add_argument("--seq", type=int, nargs=2, default=[4096, 16384], help="the two contexts")
     parser.add_argument("--calibrate-seq", type=int, default=8192)
-    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=8)
     parser.add_argument("--reuse", type=Path, default=None, help="a folder of runs made before (skip the runs)")
     args = parser.parse_args()
     from ringbench.record.store import load_run
@@ -91,12 +94,12 @@ def main() -> None:
     if args.reuse is None:
         out.mkdir(parents=True, exist_ok=True)
         print("calibration run (ring only):", file=sys.stderr)
-        calibration = _run([*COMMON, *timing, "--seq", str(args.calibrate_seq), "--buffer", "double", "--buffer",
-                            "sync"], out / "calibration")  # fmt: skip
+        strategies = [w for s in STRATEGIES for w in ("--strategy", s)]
+        calibration = _run([*SHAPE, *timing, "--seq", str(args.calibrate_seq), "--buffer", "double", "--buffer", "sync",
+                            *strategies, "--placement", "heads-first"], out / "calibration")  # fmt: skip
         contexts = {}
         for seq in args.seq:
             print(f"context S={seq}:", file=sys.stderr)
-            strategies = [w for s in STRATEGIES for w in ("--strategy", s)]
             contexts[seq] = str(_run([*COMMON, *timing, "--seq", str(seq), "--buffer", "double", *strategies,
                                       "--placement", "heads-first", "--placement", "interleaved"],
                                      out / f"s{seq}"))  # fmt: skip

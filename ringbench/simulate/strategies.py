@@ -107,13 +107,18 @@ class _Prices:
         self.topology = cluster.topology
         self.emulated = self.topology is not None and cluster.emulate_links
         self.bytes_by_class: dict[str, float] = {}
+        self._labels: dict[int, tuple] = {}
 
     def count(self, pairs, nbytes: float, messages: float = 1.0) -> None:
         """``messages`` messages of ``nbytes`` over each (src, dst) of ``pairs``, per iteration."""
-        for src, dst in pairs:
-            if src != dst:
-                label = self.topology.link(int(src), int(dst)).label if self.topology is not None else "local"
-                self.bytes_by_class[label] = self.bytes_by_class.get(label, 0.0) + nbytes * messages
+        key = id(pairs)
+        labels = self._labels.get(key)
+        if labels is None or labels[0] is not pairs:
+            counted = Counter(self.topology.link(int(a), int(b)).label if self.topology is not None else "local"
+                              for a, b in pairs if a != b)  # fmt: skip
+            labels = self._labels[key] = (pairs, counted)
+        for label, hops in labels[1].items():
+            self.bytes_by_class[label] = self.bytes_by_class.get(label, 0.0) + nbytes * messages * hops
 
     def price(self, src: int, dst: int, nbytes: float, sharing: Sharing, port: int = 1) -> tuple[float, float]:
         """(transfer ms, delay ms): the local transport (``port`` messages at once share it), then the link."""
@@ -189,21 +194,31 @@ def _all_to_all(post: np.ndarray, groups: Groups, nbytes: float, prices: _Prices
     return done
 
 
-def _ring_exchange(post: np.ndarray, rings: list[list[int]], nbytes: float, prices: _Prices, flows) -> np.ndarray:
-    """One exchange on every ring (each rank to its successor), posted at ``post`` (G, N): each rank's in-hand."""
-    hops = [(ring[p - 1], ring[p], ring[(p + 1) % len(ring)]) for ring in rings if len(ring) > 1
-            for p in range(len(ring))]  # fmt: skip
-    if not hops:
-        return post.copy()
-    prev, rank, succ = (np.array(column) for column in zip(*hops, strict=True))
-    t_in, d_in = _prices(list(zip(prev, rank, strict=True)), nbytes, prices, flows)
-    prices.count(zip(prev, rank, strict=True), nbytes)
-    t_out, _ = _prices(list(zip(rank, succ, strict=True)), nbytes, prices, flows)
-    in_hand = post.copy()
-    recv = np.maximum(post[:, prev], post[:, rank]) + t_in + d_in
-    sent = np.maximum(post[:, rank], post[:, succ]) + t_out
-    in_hand[:, rank] = np.maximum(recv, sent)
-    return in_hand
+class RingExchange:
+    """One exchange on a set of rings (each rank to its ring successor), priced once: ``__call__(post)`` gives
+    every rank's in-hand time for an exchange posted at ``post`` (G, N), and counts its bytes."""
+
+    def __init__(self, rings: list[list[int]], nbytes: float, prices: _Prices, flows) -> None:
+        hops = [(ring[p - 1], ring[p], ring[(p + 1) % len(ring)]) for ring in rings if len(ring) > 1
+                for p in range(len(ring))]  # fmt: skip
+        self.prices, self.nbytes = prices, nbytes
+        self.empty = not hops
+        if self.empty:
+            return
+        self.prev, self.rank, self.succ = (np.array(column) for column in zip(*hops, strict=True))
+        self.t_in, self.d_in = _prices(list(zip(self.prev, self.rank, strict=True)), nbytes, prices, flows)
+        self.t_out, _ = _prices(list(zip(self.rank, self.succ, strict=True)), nbytes, prices, flows)
+        self.pairs = list(zip(self.prev, self.rank, strict=True))
+
+    def __call__(self, post: np.ndarray) -> np.ndarray:
+        in_hand = post.copy()
+        if self.empty:
+            return in_hand
+        self.prices.count(self.pairs, self.nbytes)
+        recv = np.maximum(post[:, self.prev], post[:, self.rank]) + self.t_in + self.d_in
+        sent = np.maximum(post[:, self.rank], post[:, self.succ]) + self.t_out
+        in_hand[:, self.rank] = np.maximum(recv, sent)
+        return in_hand
 
 
 # -- sub-rings on the ring engine ---------------------------------------------------------------------------------
@@ -225,14 +240,14 @@ def _ring_lanes(case, rings: list[list[int]], lanes: dict[str, float], prices: _
     return out
 
 
-def _count_ring(prices: _Prices, rings: list[list[int]], lanes: dict) -> None:
-    """One pass of the ring loops: W - 1 K/V messages per hop, and in the backward W dK/dV ones."""
+def _count_ring(prices: _Prices, rings: list[list[int]], lanes: dict, times: int = 1) -> None:
+    """``times`` passes of the ring loops: W - 1 K/V messages per hop, and in the backward W dK/dV ones."""
     width = len(rings[0])
     if width < 2:
         return
     hops = [(ring[p - 1], ring[p]) for ring in rings for p in range(width)]
     for name, lane in lanes.items():
-        prices.count(hops, lane.nbytes, width - 1 if name == "kv" else width)
+        prices.count(hops, lane.nbytes, times * (width - 1 if name == "kv" else width))
 
 
 def _run_rings(case, costs: Costs, phase: str, origin: np.ndarray, step_compute, step_work, lanes, width: int,
@@ -317,7 +332,8 @@ def _hybrid(case, costs: Costs, groups: Groups, prices: _Prices, origin: np.ndar
         starts[phase] = t
         into = (b["q"] + b["kv"]) / size if phase == "fwd" else b["q"] / size  # qkv / dout per pair
         back = b["q"] / size if phase == "fwd" else (b["q"] + b["kv"]) / size  # out / dqkv per pair
-        arrived = _all_to_all(t, groups, into, prices, pre[phase])
+        overhead = costs.strategy_ms.get("ulysses" if count == 1 else "hybrid", 0.0)  # per all-to-all (fitted)
+        arrived = _all_to_all(t, groups, into, prices, pre[phase] + overhead)
         table, _ = _block_table(case, costs, phase, members, members, 1.0 / size)  # (R, R)
 
         def step_compute(step, table=table, positions=np.arange(count)):
@@ -332,7 +348,7 @@ def _hybrid(case, costs: Costs, groups: Groups, prices: _Prices, origin: np.ndar
         done = np.empty((iterations, world))
         done[:, ranks.ravel()] = ring_end.reshape(iterations, size * count)
         compute[:, ranks.ravel()] += spent.reshape(iterations, size * count)
-        t = _all_to_all(done, groups, back, prices, pre[phase])
+        t = _all_to_all(done, groups, back, prices, pre[phase] + overhead)
         ends[phase] = t
     return StrategyTimeline(phase_start=starts, phase_end=ends, compute_ms=compute)
 
@@ -351,6 +367,8 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: _Prices, origin: np
     if case.backward:
         lanes_bytes["dkv"] = b["kv"] * b["acc"]
     lanes = _ring_lanes(case, inner, lanes_bytes, prices, inner_flows, iterations)
+    outer_kv = RingExchange(outer_rings, b["kv"], prices, outer_flows)
+    outer_dkv = RingExchange(outer_rings, b["kv"] * b["acc"], prices, outer_flows)
     starts, ends = {}, {}
     compute = np.zeros((iterations, world))
     rows = iterations * count
@@ -372,6 +390,7 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: _Prices, origin: np
         per_pair = arithmetic + calls * costs.call_ms.get(phase, 0.0)
         g_index, j_index = np.meshgrid(np.arange(count), np.arange(width), indexing="ij")  # (R, W)
         phase_lanes = {k: v for k, v in lanes.items() if k == "kv" or phase == "bwd"}
+        _count_ring(prices, inner, phase_lanes, times=count)  # one inner rotation per outer step
         dkv_pending = None  # outer dK/dV: (landed into each rank, when its own send landed)
         for o in range(count):
 
@@ -382,10 +401,9 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: _Prices, origin: np
 
             kv_in = None
             if count > 1 and (not sync and o < count - 1):
-                kv_in = _ring_exchange(t, outer_rings, b["kv"], prices, outer_flows)  # posted at the rotation start
+                kv_in = outer_kv(t)  # posted at the rotation start
             if count > 1 and sync and o >= 1:
-                t = _ring_exchange(t, outer_rings, b["kv"], prices, outer_flows)
-            _count_ring(prices, inner, phase_lanes)
+                t = outer_kv(t)
             end, spent = _run_rings(case, costs, phase, cells_of(t), step_compute, None, phase_lanes, width,
                                     _noise(case, costs, rng, rows, width))  # fmt: skip
             t = per_rank(end)
@@ -394,13 +412,14 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: _Prices, origin: np
                 if dkv_pending is not None:
                     t = np.maximum(t, dkv_pending)
                 post = t + host["mid_ms"]
-                arrived = _ring_exchange(post, outer_rings, b["kv"] * b["acc"], prices, outer_flows)
+                arrived = outer_dkv(post)
                 if sync or o == count - 1:
                     t, dkv_pending = np.maximum(post, arrived), None
                 else:
                     dkv_pending = arrived
             if kv_in is not None:
                 t = np.maximum(t, kv_in) + host["post_ms"]
+            t = t + costs.strategy_ms.get("double-ring", 0.0)  # the rotation's own host time (fitted)
         ends[phase] = t
     return StrategyTimeline(phase_start=starts, phase_end=ends, compute_ms=compute)
 

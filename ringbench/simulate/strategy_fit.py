@@ -33,4 +33,51 @@ def ring_cases(run):
     return dataclasses.replace(run, cases=cases[keep].reset_index(drop=True), events=events), left
 
 
-__all__ = ["RING_STRATEGIES", "is_ring", "ring_cases"]
+def events_per_iteration(case) -> int:
+    """The strategy events one iteration has: a Ulysses / hybrid all-to-all (two per phase), a double-ring
+    rotation (N/W per phase)."""
+    from ringbench.vocab import Strategy
+
+    strategy = Strategy.parse(case.strategy)
+    phases = len(case.phases)
+    if strategy.kind == "double-ring":
+        return phases * (case.world // strategy.group_size(case.world))
+    return 2 * phases if strategy.kind in ("ulysses", "hybrid") else 0
+
+
+def fit_strategy_overheads(full_run, costs, cal) -> dict[str, float]:
+    """Per strategy kind: the median over the run's cases of that kind of (measured step - simulated step with the
+    ring's costs) / its events per iteration, floored at 0. Noted in the calibration."""
+    import numpy as np
+
+    from ringbench.simulate.case import Cluster
+    from ringbench.simulate.strategy_results import strategy_case
+    from ringbench.simulate.sweep import cases_like
+
+    rows = full_run.cases.drop_duplicates("case_id")
+    if "strategy" not in rows or rows["strategy"].map(is_ring).all():
+        return {}
+    topology = None
+    document = full_run.meta.get("topology")
+    if document:
+        from ringbench.topology import Topology
+
+        topology = Topology.from_dict(document, "meta.json:topology")
+    cluster = Cluster(topology=topology, emulate_links=bool(full_run.meta.get("emulated_links")) and
+                      topology is not None)  # fmt: skip
+    residuals: dict[str, list[float]] = {}
+    records = [r for r in rows.to_dict("records") if str(r.get("buffer")) in ("sync", "double", "allgather")]
+    for row, case in zip(records, cases_like(full_run), strict=True):  # cases_like keeps the rows' order
+        events = events_per_iteration(case)
+        if is_ring(case.strategy) or not events or row.get("step_ms") != row.get("step_ms"):
+            continue
+        predicted = strategy_case(case, costs, cluster).row["step_ms"]
+        residuals.setdefault(case.strategy.split(":")[0], []).append((float(row["step_ms"]) - predicted) / events)
+    fitted = {kind: max(float(np.median(values)), 0.0) for kind, values in residuals.items()}
+    for kind, value in fitted.items():
+        cal.notes.append(f"{kind}: {value:.3g} ms per event beyond the ring's costs, from {len(residuals[kind])} "
+                         "case(s) of the run")  # fmt: skip
+    return fitted
+
+
+__all__ = ["RING_STRATEGIES", "events_per_iteration", "fit_strategy_overheads", "is_ring", "ring_cases"]
