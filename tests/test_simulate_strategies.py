@@ -87,3 +87,33 @@ def test_plan_json_and_its_one_line_errors():
         (("--world", "8", "--seq", "4096", "--heads", "8", "--layout", "spiral"), "layout='spiral'"),
     ):
         assert_one_line_error(invoke("plan", "--topology", str(TOPOLOGY), *args), fragment)
+
+
+@pytest.mark.parametrize(
+    ("buffer", "faults", "backward"),
+    [("double", (), True), ("sync", ("slow-rank:3:1.5", "jitter:0.01", "slow-link:1:2:0.2"), True),
+     ("double", ("jitter:0.02",), False)],
+)
+def test_the_compiled_whole_ring_pass_is_the_numpy_pass(monkeypatch, buffer, faults, backward):
+    pytest.importorskip("numba")
+    import dataclasses
+
+    import numpy as np
+
+    import ringbench.simulate.timeline as timeline
+    from ringbench.simulate import fastring
+    from ringbench.simulate.results import kept_positions
+
+    case = SimCase(world=96, seq=96 * 4, heads=2, head_dim=16, dtype="float32", layout="zigzag", buffer=buffer,
+                   iterations=2, faults=faults, backward=backward)  # fmt: skip
+    costs = dataclasses.replace(DEFAULTS, compute_cv=0.05, link_cv=0.1, start_skew_ms=(0.0, 0.02))
+    keep = kept_positions(case, Cluster())
+    runs = []
+    for advance in (lambda engine, window: None, fastring.lean_advance):
+        monkeypatch.setattr(timeline, "lean_advance", advance)
+        runs.append(timeline.simulate_timeline(case, costs, Cluster(), bounded=True, keep=keep,
+                                               keep_steps=np.arange(0, 97, 7), every=16))  # fmt: skip
+    numpy_pass, compiled = runs
+    for phase in case.phases:
+        assert np.array_equal(numpy_pass.phase_end[phase], compiled.phase_end[phase])
+    assert [p.exposed_ms for p in numpy_pass.paths] == [p.exposed_ms for p in compiled.paths]
