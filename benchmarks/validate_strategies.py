@@ -60,20 +60,25 @@ def _key(row) -> tuple[str, str]:
     return strategy, str(row["ring"]) if "ring" in row and isinstance(row["ring"], str) else str(row["placement"])
 
 
-def _plan(run_dir: Path, seq: int, calibration: Path):
+def _plan(run_dir: Path, seq: int, calibration: tuple[Path, ...]):
     from ringbench.simulate.plan import PlanRequest, make_plan
 
     return make_plan(PlanRequest(topology=run_dir, world=8, seq=seq, heads=8, head_dim=32, dtype="float32",
                                  calibrate_from=calibration))  # fmt: skip
 
 
-def _like(run_dir: Path, calibration: Path, out: Path) -> pd.DataFrame:
-    command = [sys.executable, "-m", "ringbench", "simulate", "--like", str(run_dir), "--from", str(calibration),
-               "--out", str(out), "--json", "-q"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"simulate failed: {result.stderr[-2000:]}")
-    return pd.read_csv(Path(json.loads(result.stdout)["run_dir"]) / "cases.csv")
+def _like(run_dir: Path, calibration: tuple[Path, ...], out: Path) -> pd.DataFrame:
+    """What `ringbench simulate --like RUN --from CALIBRATION` predicts, with several calibration runs merged."""
+    from ringbench.record.store import load_run
+    from ringbench.simulate import simulate_case
+    from ringbench.simulate.calibrate import calibrate
+    from ringbench.simulate.strategy_fit import merge_runs
+    from ringbench.simulate.sweep import SimRequest, _cluster, cases_like
+
+    costs = calibrate(merge_runs(calibration)).costs
+    run = load_run(run_dir)
+    cluster = _cluster(SimRequest(like=Path(run_dir)), run)
+    return pd.DataFrame([simulate_case(case, costs, cluster).row for case in cases_like(run)])
 
 
 def main() -> None:
@@ -84,6 +89,13 @@ def main() -> None:
     parser.add_argument("--calibrate-seq", type=int, default=8192)
     parser.add_argument("--iters", type=int, default=8)
     parser.add_argument("--reuse", type=Path, default=None, help="a folder of runs made before (skip the runs)")
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        action="append",
+        default=None,
+        help="with --reuse: calibrate on these runs instead (merged)",
+    )
     args = parser.parse_args()
     from ringbench.record.store import load_run
     from ringbench.simulate.strategies import predicted_memory_mb
@@ -105,7 +117,10 @@ def main() -> None:
                                      out / f"s{seq}"))  # fmt: skip
         runs_file.write_text(json.dumps({"calibration": str(calibration), "contexts": contexts}, indent=1))
     runs = json.loads(runs_file.read_text())
-    calibration = Path(runs["calibration"])
+    if args.calibration:
+        runs["calibration"] = [str(p) for p in args.calibration]
+    calibration = tuple(Path(p) for p in ([runs["calibration"]] if isinstance(runs["calibration"], str)
+                                          else runs["calibration"]))  # fmt: skip
     accuracy_rows, memory_rows = [], []
     print(
         "\n| S | strategy | placement | measured step ms (p10–p90) | planned ms | error | planned rank | measured rank |"

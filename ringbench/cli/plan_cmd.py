@@ -74,8 +74,9 @@ def register(app: typer.Typer) -> None:
             Optional[float], typer.Option(help="GB of attention memory a rank may hold (refuses the rest).")
         ] = None,
         calibration: Annotated[
-            Optional[Path], typer.Option("--from", help="A measured run whose costs to use (else the defaults).")
-        ] = None,
+            list[Path],
+            typer.Option("--from", help="Measured runs whose costs to use (repeatable; else the defaults)."),
+        ] = [],  # noqa: B006
         emulate_links: Annotated[
             Optional[bool],
             typer.Option(
@@ -101,7 +102,7 @@ def register(app: typer.Typer) -> None:
             request = PlanRequest(topology=topology, world=world, seq=seq, heads=heads, kv_heads=kv_heads or 0,
                                   head_dim=head_dim, batch=batch, dtype=dtype, mask=Mask.parse(mask, "mask").value,
                                   layout=Layout.parse(layout, "layout").value, memory_per_rank_gb=memory_per_rank,
-                                  calibrate_from=calibration, emulate_links=emulate_links,
+                                  calibrate_from=tuple(calibration) or None, emulate_links=emulate_links,
                                   backward=not no_backward)  # fmt: skip
             result = make_plan(request)
         render(result, out)

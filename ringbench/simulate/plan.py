@@ -46,8 +46,8 @@ class PlanRequest:
     layout: str = "zigzag"
     memory_per_rank_gb: float | None = None
     """Refuse candidates whose predicted attention memory per rank exceeds this (GB = 2**30 bytes)."""
-    calibrate_from: Path | None = None
-    """A measured run whose costs to use."""
+    calibrate_from: Path | tuple[Path, ...] | None = None
+    """Measured runs whose costs to use (several: calibrated as one record, simulate/strategy_fit.merge_runs)."""
     emulate_links: bool | None = None
     """Price links as a run with --emulate-links injects them; None: as the topology's run did (False for a file)."""
     backward: bool = True
@@ -156,10 +156,11 @@ def _costs(request: PlanRequest):
 
     if request.calibrate_from is None:
         return DEFAULTS, None
-    from ringbench.record.store import load_run
     from ringbench.simulate.calibrate import calibrate
+    from ringbench.simulate.strategy_fit import merge_runs
 
-    calibration = calibrate(load_run(request.calibrate_from))
+    paths = request.calibrate_from if isinstance(request.calibrate_from, tuple) else (request.calibrate_from,)
+    calibration = calibrate(merge_runs(paths))
     return calibration.costs, calibration
 
 
@@ -304,7 +305,9 @@ def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top:
         links = ", ".join(sorted(calibration.link_fit)) or "none"
         provenance = getattr(calibration, "provenance", None)
         determined = f"; the calibration determined: {provenance}" if provenance else ""
-        rests = (f"calibration run {request.calibrate_from} (compute {number(calibration.costs.gflops, ',.0f')} "
+        source = request.calibrate_from
+        runs = ", ".join(map(str, source)) if isinstance(source, tuple) else str(source)
+        rests = (f"calibration run {runs} (compute {number(calibration.costs.gflops, ',.0f')} "
                  f"GFLOP/s nominal, fit residual {number(100 * fit.get('median_rel_residual', math.nan), '.1f')}%; "
                  f"links fitted: {links}{determined})")  # fmt: skip
     else:

@@ -80,4 +80,32 @@ def fit_strategy_overheads(full_run, costs, cal) -> dict[str, float]:
     return fitted
 
 
-__all__ = ["RING_STRATEGIES", "events_per_iteration", "fit_strategy_overheads", "is_ring", "ring_cases"]
+def merge_runs(paths) -> object:
+    """Several measured runs as one record to calibrate on (e.g. the ring at the workload's sizes and the other
+    strategies at another): their cases and events, a case measured twice kept from the first run; the first run's
+    metadata, its faults and emulated links (they must agree; UsageError otherwise)."""
+    import pandas as pd
+
+    from ringbench.errors import UsageError
+    from ringbench.record.store import load_run
+
+    runs = [load_run(path) for path in paths]
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    for run in runs[1:]:
+        for key in ("emulated_links", "faults"):
+            if (run.meta.get(key) or None) != (first.meta.get(key) or None):
+                raise UsageError(f"{run.path}: {key} differs from {first.path}'s; calibrate on runs made alike")
+    seen: set[str] = set()
+    cases, events = [], []
+    for run in runs:
+        fresh = run.cases[~run.cases["case_id"].isin(seen)]
+        seen |= set(fresh["case_id"])
+        cases.append(fresh)
+        events.append(run.events[run.events["case_id"].isin(set(fresh["case_id"]))])
+    return dataclasses.replace(first, cases=pd.concat(cases, ignore_index=True),
+                               events=pd.concat(events, ignore_index=True))  # fmt: skip
+
+
+__all__ = ["RING_STRATEGIES", "events_per_iteration", "fit_strategy_overheads", "is_ring", "merge_runs", "ring_cases"]
