@@ -48,9 +48,11 @@ def main() -> None:
             raise SystemExit(result.stderr)
         plan = json.loads(result.stdout)
         first = plan["candidates"][0]
-        print(f"{world:>5} ranks on {hosts} hosts: {wall:.1f} s wall ({plan['elapsed_s']:.1f} s planning), "
-              f"{len(plan['candidates'])} candidates + {len(plan['refused'])} refused; first choice "
-              f"{first['strategy']} {first['placement_name']}: {first['step_ms']:.1f} ms (PREDICTED)")
+        print(
+            f"{world:>5} ranks on {hosts} hosts: {wall:.1f} s wall ({plan['elapsed_s']:.1f} s planning), "
+            f"{len(plan['candidates'])} candidates + {len(plan['refused'])} refused; first choice "
+            f"{first['strategy']} {first['placement_name']}: {first['step_ms']:.1f} ms (PREDICTED)"
+        )
 
 
 if __name__ == "__main__":

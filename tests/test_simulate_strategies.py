@@ -91,8 +91,11 @@ def test_plan_json_and_its_one_line_errors():
 
 @pytest.mark.parametrize(
     ("buffer", "faults", "backward"),
-    [("double", (), True), ("sync", ("slow-rank:3:1.5", "jitter:0.01", "slow-link:1:2:0.2"), True),
-     ("double", ("jitter:0.02",), False)],
+    [
+        ("double", (), True),
+        ("sync", ("slow-rank:3:1.5", "jitter:0.01", "slow-link:1:2:0.2"), True),
+        ("double", ("jitter:0.02",), False),
+    ],
 )
 def test_the_compiled_whole_ring_pass_is_the_numpy_pass(monkeypatch, buffer, faults, backward):
     pytest.importorskip("numba")
