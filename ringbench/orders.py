@@ -78,3 +78,35 @@ def validate_ring(ring: object, world: int, field: str = "order", shown: object 
 
 def format_ring(ring: list[int]) -> str:
     return ring_text(ring)
+
+
+# -- placements: which ranks form the groups of a grouped strategy (hybrid, double ring) --------------------------
+PLACEMENT_HELP = (
+    "heads-first (groups of consecutive ranks), interleaved (group g holds g, g+G, g+2G, .. for G groups), or an "
+    "ORDER spec read as ranks cut into consecutive groups (0-2-4-6-1-3-5-7, stride:K, random:SEED)"
+)
+PLACEMENTS = ("heads-first", "interleaved")
+
+
+def parse_placement(spec: str, world: int, group_size: int, field: str = "placement") -> list[int]:
+    """The ranks in placement order: consecutive runs of ``group_size`` ranks form the groups (group 0 first).
+
+    ``heads-first``: Ulysses groups (or inner rings) of consecutive ranks, i.e. inside a host when ranks are
+    numbered host by host (USP's "ulysses low"); ``interleaved``: each group takes every G-th rank, so the ring
+    across groups stays inside a host instead. Within a group the placement's order is the inner ring's order;
+    across groups, the ring visits groups in placement order.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise bad_value(field, spec, PLACEMENT_HELP)
+    spec = spec.strip()
+    if spec == "heads-first":
+        return list(range(world))
+    if spec == "interleaved":
+        groups = world // max(group_size, 1)
+        return [g + j * groups for g in range(groups) for j in range(group_size)]
+    try:
+        return parse_order(spec, world, field)
+    except UsageError as exc:
+        if "not a permutation" in str(exc):
+            raise
+        raise bad_value(field, spec, PLACEMENT_HELP) from None

@@ -6,7 +6,7 @@ from enum import Enum
 
 import torch
 
-from ringbench.errors import bad_value
+from ringbench.errors import UsageError, bad_value
 
 
 class _Choice(str, Enum):
@@ -52,3 +52,103 @@ TOLERANCE = {
     "bfloat16": (2e-2, 5e-2),
     "float16": (4e-3, 1e-2),
 }
+
+
+# -- strategies: how N ranks share one attention (ringbench/engine/strategy.py runs them) -------------------------
+STRATEGY_HELP = (
+    "ring, ulysses, hybrid:U (Ulysses of degree U inside groups, a ring of N/U across them), double-ring:W "
+    "(inner rings of W ranks, an outer ring across them) or allgather"
+)
+STRATEGY_KINDS = ("ring", "ulysses", "hybrid", "double-ring", "allgather")
+
+
+class Strategy:
+    """A parsed strategy spec: ``ring``, ``ulysses``, ``hybrid:U``, ``double-ring:W``, ``allgather``.
+
+    Degrees: ``ulysses`` is Ulysses of degree N (heads divisible by N); ``hybrid:U`` Ulysses of degree U inside
+    groups of U ranks and a ring of degree N/U across the groups (heads divisible by U); ``double-ring:W`` inner
+    rings of W ranks and an outer ring of N/W across them; ``ring`` and ``allgather`` are today's engine with its
+    buffers (``allgather`` is the buffer of that name: the O(S)-memory baseline).
+    """
+
+    __slots__ = ("degree", "kind")
+
+    def __init__(self, kind: str, degree: int | None = None) -> None:
+        self.kind = kind
+        self.degree = degree
+
+    @classmethod
+    def parse(cls, value: object, field: str = "strategy") -> Strategy:
+        if isinstance(value, Strategy):
+            return value
+        text = str(value).strip() if isinstance(value, str) else None
+        if not text:
+            raise bad_value(field, value, STRATEGY_HELP)
+        kind, _, argument = text.partition(":")
+        if kind in ("ring", "ulysses", "allgather") and not argument:
+            return cls(kind)
+        if kind in ("hybrid", "double-ring") and argument:
+            try:
+                degree = int(argument)
+            except ValueError:
+                raise bad_value(field, value, f"{kind}:K with an integer K >= 1 ({STRATEGY_HELP})") from None
+            if degree < 1:
+                raise bad_value(field, value, f"{kind}:K with an integer K >= 1")
+            return cls(kind, degree)
+        raise bad_value(field, value, STRATEGY_HELP)
+
+    @property
+    def spec(self) -> str:
+        return self.kind if self.degree is None else f"{self.kind}:{self.degree}"
+
+    def __str__(self) -> str:
+        return self.spec
+
+    def __repr__(self) -> str:
+        return f"Strategy({self.spec!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Strategy) and other.spec == self.spec
+
+    def __hash__(self) -> int:
+        return hash(self.spec)
+
+    @property
+    def grouped(self) -> bool:
+        """Ranks are cut into groups by a placement (hybrid: Ulysses groups; double ring: inner rings)."""
+        return self.kind in ("hybrid", "double-ring")
+
+    @property
+    def ordered(self) -> bool:
+        """The ``order`` axis (one ring over every rank) applies."""
+        return self.kind in ("ring", "allgather")
+
+    def group_size(self, world: int) -> int:
+        """Ranks per group: U (hybrid), W (double ring), N (ulysses), 1 (ring, allgather)."""
+        if self.kind == "ulysses":
+            return world
+        return self.degree if self.grouped else 1
+
+    def ulysses_degree(self, world: int) -> int:
+        return world if self.kind == "ulysses" else self.degree if self.kind == "hybrid" else 1
+
+    def buffers(self) -> tuple[str, ...]:
+        """The buffer modes that mean something for this strategy (the first is its canonical one)."""
+        if self.kind == "allgather":
+            return ("allgather",)
+        if self.kind == "ulysses":
+            return ("sync",)  # the all-to-alls block; nothing travels while attention runs
+        return ("double", "sync")
+
+    def check(self, world: int, heads: int, field: str = "strategy") -> None:
+        """One line when the degrees do not divide the world or the heads."""
+        size = self.group_size(world)
+        if world % size:
+            divisors = [d for d in range(1, world + 1) if world % d == 0]
+            raise bad_value(field, self.spec, f"a degree dividing world={world} ({', '.join(map(str, divisors))})")
+        ulysses = self.ulysses_degree(world)
+        if heads % ulysses:
+            raise UsageError(
+                f"{field}={self.spec!r} is not allowed with heads={heads}: Ulysses of degree {ulysses} needs the "
+                f"heads divisible by {ulysses}"
+            )

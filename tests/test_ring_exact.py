@@ -1,12 +1,14 @@
 """Every ring variant against float64 single-device attention, forward and backward, on local gloo ranks.
 
-Every mask x layout x buffer x ordering, in float64 and float32, at world sizes 1, 2, 3, 4 and one 8-rank set.
+Every mask x layout x buffer x ordering, in float64 and float32, at world sizes 1, 2, 3, 4 and one 8-rank set;
+every strategy (ulysses, hybrid:U, double-ring:W; ringbench.run.selfcheck.strategy_cases) in every mask and
+layout in the same worlds (the whole product, worlds 1-8, in tests/test_strategies.py under slow).
 Tolerances per dtype live in ringbench.run.selfcheck.TOLERANCE (fp32: 1e-5 forward, 5e-5 on gradients).
 """
 
 import pytest
 
-from ringbench.run.selfcheck import CheckCase, all_cases, run_selfcheck, within_tolerance
+from ringbench.run.selfcheck import CheckCase, all_cases, run_selfcheck, strategy_cases, within_tolerance
 from ringbench.vocab import TOLERANCE
 
 
@@ -17,7 +19,7 @@ def _assert_exact(cases, results):
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_every_variant_is_exact(world):
-    cases = all_cases(world)
+    cases = all_cases(world) + strategy_cases(world)
     _assert_exact(cases, run_selfcheck(world, cases))
 
 

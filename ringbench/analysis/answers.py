@@ -7,6 +7,8 @@ which rank or hop holds the ring back. ``answers(analysis)`` gives, one line eac
   comparisons  for every sweep axis that varied, what it was run for: the ratio of median step times between
                cases that differ only in that axis, with its interval, e.g. "layout: zigzag 1.45x faster than
                contiguous (1.39-1.51), causal, 4 ranks"; "double hides 64% of the communication"
+  winners      when the strategy varied: the fastest strategy per context (analysis/strategies.py), e.g.
+               "strategy (S=4096): hybrid:2 (double, heads-first) fastest, 140.7 ms; ring 1.10x slower"
   straggler    the culprit with its case and cost, "none" (in the cases that could be judged), or "inconclusive"
   caveats      emulation, oversubscribed cores, faults, unchecked numerics: one line
   next         the command to run next
@@ -83,10 +85,11 @@ class Answers:
     straggler: str
     caveats: str
     next_step: str
+    winners: tuple[str, ...] = ()  # the fastest strategy per context, one line each (a run that varied it)
 
     def lines(self) -> list[str]:
         """The block, one line each, in the order a reader needs them."""
-        lines = [self.headline, *(c.line() for c in self.comparisons), f"straggler: {self.straggler}"]
+        lines = [self.headline, *self.winners, *(c.line() for c in self.comparisons), f"straggler: {self.straggler}"]
         if self.caveats:
             lines.append(f"caveats: {self.caveats}")
         lines.append(f"next: {self.next_step}")
@@ -112,6 +115,7 @@ class Answers:
                 }
                 for c in self.comparisons
             ],
+            "winners": list(self.winners),
             "straggler": self.straggler,
             "caveats": self.caveats,
             "next": self.next_step,
@@ -223,8 +227,10 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
                            strict=True))  # fmt: skip
     comparisons = []
     for axis in varied_axes(cases) if len(cases) else []:
-        comparisons += compare_axis(axis, cases, samples, comparable, overlap)
+        if axis != "strategy":  # a strategy comes with its own buffer and placement: compared by strategy_winners
+            comparisons += compare_axis(axis, cases, samples, comparable, overlap)
     comparisons.sort(key=lambda c: -c.ratio)
+    winners = _winners(cases, samples, comparable)
 
     top = analysis.headline()
     labels = case_labels(cases) if len(cases) else {}
@@ -245,6 +251,11 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
             f"{_culprit(top)} holds the ring back: costs {number(top['cost_ms'], '.1f')} ms per iteration "
             f"({number(100 * _cost_share(top), '.0f')}% of the step)"
         )
+    elif len(winners):
+        top_win = winners.sort_values("margin", ascending=False).iloc[0]
+        headline = (f"{top_win['strategy']} is the fastest strategy"
+                    + (f" ({top_win['context']})" if top_win["context"] else "")
+                    + f", {_x(top_win['margin'])} ahead of {top_win['runner_up']}")  # fmt: skip
     elif comparisons:
         best = comparisons[0]
         scope = f"; {best.scope}" if best.scope else ""
@@ -271,7 +282,16 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
     else:
         next_step = f"ringbench report {target}   (then open reports/<run-id>/report.html)"
     return Answers(headline=headline, comparisons=tuple(comparisons), straggler=straggler, caveats=caveats,
-                   next_step=next_step)  # fmt: skip
+                   next_step=next_step, winners=tuple(winners["line"]) if len(winners) else ())  # fmt: skip
+
+
+def _winners(cases: pd.DataFrame, samples: pd.DataFrame, comparable: set[str]) -> pd.DataFrame:
+    from ringbench.analysis.strategies import strategy_winners
+
+    if not len(cases) or "strategy" not in varied_axes(cases) or samples.empty:
+        return pd.DataFrame()
+    medians = samples.groupby("case_id")["step_ms"].median()
+    return strategy_winners(cases, medians, comparable)
 
 
 def _next_when_unjudged(analysis) -> str:

@@ -13,6 +13,10 @@ is not blamed on the link). Two flags:
 The predicted ratio of communication per step against the recommended ring prices NET hops between the same two
 hosts as sharing that network link (`shared_hop_costs`), as ``--emulate-links`` realises them.
 
+Cases of other strategies (ulysses, hybrid, double ring) are not one ring: their traffic is summarised by what
+moved over which link class (``StrategyTraffic``: per exchange and class, the pairs, bytes per iteration and the
+median transfer), so a reader sees whether the all-to-all stayed inside a host and how often the network was crossed.
+
 and the recommended order (`recommend`). `placement(run)` is None when the run records no topology; the report
 renders it (ringbench/report/placement.py).
 """
@@ -82,6 +86,28 @@ class CasePlacement:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TrafficRow:
+    """One exchange of a strategy's case over one link class."""
+
+    exchange: str
+    link_class: str
+    pairs: int
+    """Distinct (src, dst) pairs of this class that carried the exchange."""
+    mb_per_iteration: float
+    transfer_ms: float
+    """Median transfer time (post on both ends to arrival) of one message."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StrategyTraffic:
+    case_id: str
+    strategy: str
+    placement: str
+    step_ms: float
+    rows: tuple[TrafficRow, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Placement:
     topology_text: str
     recommended: str
@@ -93,6 +119,35 @@ class Placement:
     emulated_links: bool
     cases: tuple[CasePlacement, ...]
     notes: tuple[str, ...] = ()
+    traffic: tuple[StrategyTraffic, ...] = ()
+    """Cases of strategies other than one ring: what moved over which link class."""
+
+
+def strategy_traffic(run, topology, case_ids: list[str]) -> tuple[StrategyTraffic, ...]:
+    """Per case: its transfers grouped by exchange and link class (pairs, MB per iteration, median transfer)."""
+    from ringbench.figures.critical_path import transfers
+
+    if run.events.empty or not (run.events["kind"] == "recv").any():
+        return ()
+    xfers = transfers(run.events[run.events["case_id"].isin(case_ids)])
+    out = []
+    cases = run.cases.drop_duplicates("case_id").set_index("case_id")
+    for case_id, part in xfers.groupby("case_id", sort=False):
+        labels = [topology.link(int(a), int(b)).label for a, b in zip(part["src"], part["dst"], strict=True)]
+        part = part.assign(link_class=labels)
+        iterations = max(1, part[["repeat", "iteration"]].drop_duplicates().shape[0])
+        rows = []
+        for (exchange, label), group in part.groupby(["exchange", "link_class"], sort=True):
+            rows.append(TrafficRow(exchange=str(exchange), link_class=str(label),
+                                   pairs=int(group[["src", "dst"]].drop_duplicates().shape[0]),
+                                   mb_per_iteration=float(group["bytes"].sum()) / iterations / 2**20,
+                                   transfer_ms=float(group["transfer_ms"].median())))  # fmt: skip
+        row = cases.loc[case_id]
+        out.append(StrategyTraffic(case_id=str(case_id), strategy=str(row.get("strategy")),
+                                   placement=str(row.get("placement") or ""),
+                                   step_ms=float(run.cases.loc[run.cases["case_id"] == case_id, "step_ms"].median()),
+                                   rows=tuple(rows)))  # fmt: skip
+    return tuple(out)
 
 
 def shared_hop_costs(topology, ring) -> tuple[list[int], list[float]]:
@@ -144,7 +199,11 @@ def placement(run, hops: pd.DataFrame | None = None) -> Placement | None:
     notes: list[str] = []
     cases_table = run.cases.drop_duplicates("case_id") if len(run.cases) else run.cases
     rings: list[tuple[str, str, tuple[int, ...], float]] = []
+    grouped: list[str] = []  # cases of strategies that are not one ring
     for row in cases_table.to_dict("records"):
+        if str(row.get("strategy") or "ring") not in ("ring", "allgather", "nan"):
+            grouped.append(str(row["case_id"]))
+            continue
         try:
             ring = tuple(int(rank) for rank in str(row.get("ring", "")).split("-"))
         except ValueError:
@@ -223,6 +282,7 @@ def placement(run, hops: pd.DataFrame | None = None) -> Placement | None:
         emulated_links=run.meta.emulated_links,
         cases=tuple(placed),
         notes=tuple(notes),
+        traffic=strategy_traffic(run, topology, grouped[:MAX_CASES]) if grouped else (),
     )
 
 

@@ -133,6 +133,7 @@ COMMAND_MODULES = (
     "import_cmd",
     "topo_cmd",
     "recommend_cmd",
+    "plan_cmd",
     "probe_cmd",
 )
 

@@ -39,8 +39,8 @@ from ringbench.rank.scenario import DEFAULT_SCENARIO
 
 AXES_PANEL = "Sweep axes (repeatable; defaults: without a scenario file)"
 RUN_PANEL = "Run settings"
-SHOWN_AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel",
-              "impl")  # fmt: skip
+SHOWN_AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "strategy", "placement", "mask", "layout",
+              "buffer", "order", "kernel", "impl")  # fmt: skip
 
 
 def _default(name: str) -> str:
@@ -67,6 +67,9 @@ def case_line(row: dict, done: int, total: int) -> str:
         kernel += f" ({rate:g} GFLOP/s)"
     if row.get("impl", "ringbench") != "ringbench":
         kernel += f", impl {row['impl']}"
+    strategy = str(row.get("strategy") or "ring")
+    if strategy not in ("ring", "allgather"):
+        kernel += f", {strategy}" + (f" @{row['placement']}" if row.get("placement") else "")
     if row.get("check_note"):
         check += f" [{row['check_note']})"
     exposed = f"exposed comm {exposed_text(row['exposed_comm_frac'], row['world'])}"
@@ -137,6 +140,11 @@ def register(app: typer.Typer) -> None:
         ] = [],  # noqa: B006
         impl: Annotated[
             list[str], _axis("ringbench, torch-ring, ring-attention-pytorch, ..., module:function.", "impl")
+        ] = [],  # noqa: B006
+        strategy: Annotated[list[str], _axis("ring, ulysses, hybrid:U, double-ring:W, allgather.", "strategy")] = [],  # noqa: B006
+        placement: Annotated[
+            list[str],
+            _axis("hybrid / double ring groups: heads-first, interleaved, or ranks such as 0-2-1-3.", "placement"),
         ] = [],  # noqa: B006
         backward: Annotated[
             bool | None,
@@ -251,7 +259,8 @@ def register(app: typer.Typer) -> None:
                 base = resume_base(resume) if resume is not None else DEFAULT_SCENARIO
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
-                layout=layout, buffer=buffer, order=order, kernel=kernel, impl=impl, backward=backward, iters=iters,
+                layout=layout, buffer=buffer, order=order, kernel=kernel, impl=impl, strategy=strategy,
+                placement=placement, backward=backward, iters=iters,
                 warmup=warmup, check=check, timeout=timeout, repeat=repeat, faults=fault,
                 topology=str(topology) if topology else None, emulate_links=emulate_links or None,
             )  # fmt: skip

@@ -78,7 +78,10 @@ def cases_table(cases) -> Table:
     for name in ("case", "step ms", "fwd ms", "bwd ms", "exposed", "TFLOP/s", "events"):
         table.add_column(name, justify="left" if name == "case" else "right")
     for row in cases:
-        label = (f"w{row['world']} S={row['seq']} {row['mask']}/{row['layout']}/{row['buffer']}/{row['order']}"
+        strategy = str(row.get("strategy") or "ring")
+        extra = "" if strategy in ("ring", "allgather") else f" {strategy}" + (
+            f"@{row['placement']}" if row.get("placement") else "")  # fmt: skip
+        label = (f"w{row['world']} S={row['seq']} {row['mask']}/{row['layout']}/{row['buffer']}/{row['order']}{extra}"
                  + (f" [{row['faults']}]" if row["faults"] else ""))  # fmt: skip
         table.add_row(label, number(row["step_ms"], ".3f"), number(row["fwd_ms"], ".3f"),
                       number(row["bwd_ms"], ".3f"), f"{number(100 * row['exposed_comm_frac'], '.1f')}%",
@@ -106,6 +109,8 @@ def register(app: typer.Typer) -> None:
         layout: Annotated[list[str], _axis("contiguous, zigzag, striped.")] = [],  # noqa: B006
         buffer: Annotated[list[str], _axis("sync, double, allgather.")] = [],  # noqa: B006
         order: Annotated[list[str], _axis("identity, reverse, random:SEED, stride:K, or 0-3-1-2.")] = [],  # noqa: B006
+        strategy: Annotated[list[str], _axis("ring, ulysses, hybrid:U, double-ring:W, allgather.")] = [],  # noqa: B006
+        placement: Annotated[list[str], _axis("heads-first, interleaved, or ranks such as 0-2-1-3.")] = [],  # noqa: B006
         backward: Annotated[
             Optional[bool],
             typer.Option(
@@ -209,7 +214,8 @@ def register(app: typer.Typer) -> None:
             base = load_scenario(scenario) if scenario else DEFAULT_SCENARIO
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
-                layout=layout, buffer=buffer, order=order, backward=backward, faults=fault, seed=seed,
+                layout=layout, buffer=buffer, order=order, strategy=strategy, placement=placement,
+                backward=backward, faults=fault, seed=seed,
             )  # fmt: skip
             request = SimRequest(
                 scenario=chosen, iterations=iters, calibrate_from=calibrate_from, like=like,
@@ -232,7 +238,8 @@ def register(app: typer.Typer) -> None:
             output.print(calibration_table(outcome.calibration))
             for note in outcome.calibration.notes + outcome.calibration.excluded:
                 output.note(note)
-        rows = [r.row | {"events": "bounded" if r.bounded else "full"} for r in outcome.results]
+        rows = [r.row | {"events": r.profile.get("events") or ("bounded" if r.bounded else "full")}
+                for r in outcome.results]  # fmt: skip
         output.print(cases_table(rows))
         section = scale_section(outcome.scale)
         if section is not None:
@@ -247,7 +254,8 @@ def json_document(outcome) -> dict:
     for result in outcome.results:
         row = dict(json_value(result.row))
         row["ring"] = [int(r) for r in str(row["ring"]).split("-")]
-        cases.append(row | {"simulated": True, "events": "bounded" if result.bounded else "full",
+        cases.append(row | {"simulated": True, "events": result.profile.get("events") or (
+                            "bounded" if result.bounded else "full"),
                             "critical_path": json_value(result.critical)})  # fmt: skip
     document = {"run_dir": str(outcome.run_dir), "simulated": True, "emulated": True, "cases": cases,
                 "costs": outcome.costs.to_dict()}  # fmt: skip

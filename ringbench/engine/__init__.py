@@ -5,6 +5,9 @@ Owns the shards (``layout``), the mask plan of every (query segment, key segment
 GPU), the one class that moves blocks between neighbours (``comm``), the ring loops forward and backward (``ring``),
 the recorder interface the loops call (``recorder``: no-op by default), the public ``ring_attention`` (``api``), and
 the exactness side of the ring: inputs from (seed, token chunk) (``inputs``) and float64 attention (``reference``).
+Strategies beyond one ring, made of those pieces (docs/strategies.md): groups of ranks and the plan of a block of
+several shards (``groups``), the ring loops over sub-rings (``subring``), the all-to-all (``alltoall``), Ulysses and
+the hybrid (``ulysses``), the double ring (``double_ring``), and one call for every strategy (``strategy``).
 
 May import: the vocabulary (``ringbench.errors``, ``vocab``, ``fmt``, ``orders``, ``markers``) and the kernels.
 Never the record, a run, the figures or an analysis: the ring knows nothing of timing storage.

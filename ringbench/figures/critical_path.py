@@ -98,12 +98,12 @@ def transfer_window(recv_start, recv_end, send_start) -> tuple[np.ndarray, np.nd
 
 def _spans(events: pd.DataFrame, kind: str, prefix: str) -> pd.DataFrame:
     """Rows of one kind with an ordinal in posting order within (step keys, src, dst)."""
-    rows = events.loc[events["kind"] == kind, [*STEP_KEYS, "src", "dst", "start_ns", "end_ns", "bytes"]]
+    labelled = ["exchange"] if "exchange" in events else []  # what moved, where the producer says (schema v3)
+    rows = events.loc[events["kind"] == kind, [*STEP_KEYS, "src", "dst", "start_ns", "end_ns", "bytes", *labelled]]
     rows = rows.sort_values("start_ns", kind="stable")
     rows["ordinal"] = rows.groupby([*STEP_KEYS, "src", "dst"], sort=False, observed=True).cumcount()
-    return rows.rename(
-        columns={"start_ns": f"{prefix}_start_ns", "end_ns": f"{prefix}_end_ns", "bytes": f"{prefix}_bytes"}
-    )
+    names = {"start_ns": f"{prefix}_start_ns", "end_ns": f"{prefix}_end_ns", "bytes": f"{prefix}_bytes"}
+    return rows.rename(columns=names | {"exchange": f"{prefix}_exchange"})
 
 
 def transfers(events: pd.DataFrame) -> pd.DataFrame:
@@ -112,8 +112,8 @@ def transfers(events: pd.DataFrame) -> pd.DataFrame:
     A recv without a matching send (a truncated record) keeps NaN send times and is treated as posted in time.
     """
     recvs = _spans(events, "recv", "recv")
-    sends = _spans(events, "send", "send").drop(columns="send_bytes")
-    waits = _spans(events, "wait", "wait").drop(columns="wait_bytes")
+    sends = _spans(events, "send", "send").drop(columns=["send_bytes", "send_exchange"], errors="ignore")
+    waits = _spans(events, "wait", "wait").drop(columns=["wait_bytes", "wait_exchange"], errors="ignore")
     out = recvs.merge(sends, on=LINK_KEYS, how="left").merge(waits, on=LINK_KEYS, how="left")
     out = out.rename(columns={"recv_bytes": "bytes"})
     start, transfer_ms, upstream_ms = transfer_window(out["recv_start_ns"], out["recv_end_ns"], out["send_start_ns"])
@@ -123,6 +123,10 @@ def transfers(events: pd.DataFrame) -> pd.DataFrame:
     out["upstream_wait_ms"] = upstream_ms
     out["wait_ms"] = ((out["wait_end_ns"] - out["wait_start_ns"]) / 1e6).fillna(0.0)
     out["exchange"] = exchange_kind(out)
+    if "recv_exchange" in out:  # a label the producer recorded wins over the inferred kv / dkv
+        recorded = out["recv_exchange"]
+        named = recorded.notna() & (recorded.astype(str) != "")
+        out.loc[named, "exchange"] = recorded[named].astype(str)
     return out[TRANSFER_COLUMNS].reset_index(drop=True)
 
 
@@ -176,6 +180,11 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
         .drop(columns="send_end_ns")
         .merge(outgoing, on=[*STEP_KEYS, "ordinal", "rank"], how="left")
     )
+    if len(waits) and waits.duplicated([*STEP_KEYS, "ordinal", "rank", "pred"]).any():
+        # An all-to-all: the rank sent to several peers in the exchange; the one of its sends that completed
+        # last is the one that could have held the wait (a ring sends to its successor only).
+        waits = waits.sort_values("send_end_ns", kind="stable", na_position="first")
+        waits = waits.drop_duplicates([*STEP_KEYS, "ordinal", "rank", "pred"], keep="last")
     if len(waits):
         we = waits["wait_end_ns"].to_numpy(float)
         re, rs = waits["recv_end_ns"].to_numpy(float), waits["recv_start_ns"].to_numpy(float)

@@ -94,6 +94,8 @@ def _read_v1(document: dict, source: str) -> SampleSet:
         try:
             repeats = tuple(np.asarray(repeat, dtype=float) for repeat in case["repeats"] if len(repeat))
             axes = {name: native(case["axes"].get(name, AXIS_DEFAULTS.get(name))) for name in MATCH_FIELDS}
+            if axes.get("strategy") is None:  # a baseline from before strategies: the ring, or allgather's
+                axes["strategy"] = "allgather" if axes.get("buffer") == "allgather" else "ring"
             cases.append(
                 CaseSamples(
                     axes=axes,

@@ -24,7 +24,7 @@ from ringbench.record.store import RunData
 # injected faults are kept with the axes; whether they take part in matching is decided in match.py (only when a
 # side mixes fault sets: they are otherwise one run-level setting per side, reported rather than matched).
 MATCH_FIELDS = (*CASE_AXES, "faults")
-AXIS_DEFAULTS = {"impl": "ringbench"}  # what an axis was before records carried it
+AXIS_DEFAULTS = {"impl": "ringbench", "placement": ""}  # what an axis was before records carried it
 
 SAMPLE_COLUMNS = ("case_id", "repeat", "iteration", "step_ms")
 
@@ -107,6 +107,9 @@ def _case_rows(cases: pd.DataFrame) -> pd.DataFrame:
             rows[name] = default
     for name, default in AXIS_DEFAULTS.items():  # axes added after a record was written
         rows[name] = rows[name].where(rows[name].notna(), default)
+    if "buffer" in rows:  # before strategies: the ring, or the all-gather baseline of that buffer
+        before = rows["buffer"].astype(str).map(lambda b: "allgather" if b == "allgather" else "ring")
+        rows["strategy"] = rows["strategy"].where(rows["strategy"].notna(), before)
     if "repeat" not in rows:
         rows["repeat"] = -1  # applies to every repeat of the case
     return rows

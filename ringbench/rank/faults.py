@@ -174,11 +174,12 @@ class RankFaults:
         if not links and model is None:
             return None
 
-        def delay(src: int, dst: int, nbytes: int) -> float:
+        def delay(src: int, dst: int, nbytes: int, flows=None) -> float:
             extra = 0.0
             if model is not None:  # latency + bytes / bandwidth, as the topology's cost model prices the hop
                 latency_us = model["latency_us"][src][dst]
-                bandwidth_gbps = model["bandwidth_gbps"][src][dst] / self._net_sharing(src, dst)
+                share = self._net_sharing(src, dst) if flows is None else self._flow_sharing(src, dst, flows)
+                bandwidth_gbps = model["bandwidth_gbps"][src][dst] / share
                 extra += (latency_us + nbytes / (bandwidth_gbps * 1e3)) / 1e6
             for fault in links:
                 if fault.kind == "slow-link" and (fault.src, fault.dst) == (src, dst):
@@ -187,6 +188,7 @@ class RankFaults:
                     extra += self.rng.uniform(0.0, fault.ms) / 1e3
             return extra
 
+        delay.accepts_flows = True  # strategies pass the transfers of the exchange (ringbench/engine/groups.py)
         return delay
 
     def _net_sharing(self, src: int, dst: int) -> int:
@@ -198,6 +200,21 @@ class RankFaults:
         pair = (hosts[src], hosts[dst])
         hops = zip(ring, ring[1:] + ring[:1], strict=True)
         return max(1, sum((hosts[a], hosts[b]) == pair for a, b in hops))
+
+    def _flow_sharing(self, src: int, dst: int, flows) -> int:
+        """Transfers of one exchange (``flows``: its (src, dst) pairs on every rank) that share this one's link:
+        across hosts, every transfer of the exchange between the same two hosts (they share that host pair's
+        network link, as the ring's hops do); inside a host, the rank's other transfers of the exchange (they
+        share its port: an all-to-all of U ranks sends U - 1 chunks at once). A ring's exchange gives 1 inside a
+        host, and the hops between the same two hosts across them, as ``_net_sharing``."""
+        model = self.link_model
+        hosts, net = model["hosts"], model["net"]
+        if net[src][dst]:
+            pair = (hosts[src], hosts[dst])
+            return max(1, sum(1 for a, b in flows if net[a][b] and (hosts[a], hosts[b]) == pair))
+        out = sum(1 for a, b in flows if a == src and not net[a][b])
+        into = sum(1 for a, b in flows if b == dst and not net[a][b])
+        return max(1, out, into)
 
     def at_step(self, phase: str, step: int, iteration: int) -> None:
         """Crash or hang here if a fault says so (first timed iteration, forward)."""

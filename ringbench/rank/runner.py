@@ -15,11 +15,12 @@ from pathlib import Path
 
 import torch
 
-from ringbench.engine.api import build_context, ring_attention
+from ringbench.engine.api import build_context
 from ringbench.engine.comm import RingStall
 from ringbench.engine.inputs import rank_shards
 from ringbench.engine.recorder import ListRecorder
 from ringbench.engine.reference import check_errors
+from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
@@ -28,7 +29,7 @@ from ringbench.rank.autorate import rank_rate, round_down
 from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.faults import RankFaults, parse_fault
-from ringbench.rank.memory import peak_mb, reset_peak
+from ringbench.rank.memory import TensorPeak, peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
 from ringbench.rank.scenario import Case, Scenario
 
@@ -183,20 +184,27 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     ring = case.ring
     recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings.trace, timeline=timeline)
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
-    ctx = build_context(
-        q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=ring, kernel=kernel,
-        timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
-        loopback=settings.loopback, on_stall=session.on_stall,
+    ctx = build_strategy_context(
+        q, k, v, strategy=case.strategy, placement=ring if case.placement else "heads-first", mask=case.mask,
+        layout=case.layout, buffer=case.buffer, order=ring, kernel=kernel, timeout_s=settings.timeout,
+        recorder=recorder, link_delay=faults.link_delay(), timeline=timeline, loopback=settings.loopback,
+        on_stall=session.on_stall,
     )  # fmt: skip
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
-        emulated_gflops = settings.emulated_auto_gflops or _calibrate_rate(ctx, session, q, k, v, case.backward)
+        emulated_gflops = settings.emulated_auto_gflops or _calibrate_rate(_ring_twin(ctx, case, q, k, v, settings,
+                                                                                      timeline), session, q, k, v,
+                                                                           case.backward)  # fmt: skip
         kernel = ctx.kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
     profiled = settings.iters - 1 if profile_path is not None else None
     origin = None
     out = grads = None
+    # The attention's own tensors are counted in the last untimed iteration: what each strategy holds per rank,
+    # inputs included (ringbench.rank.memory.TensorPeak).
+    tensors = TensorPeak(device, q, k, v, dout)
+    counted = -1  # with --warmup 0 this one untimed iteration still runs: it counts
     try:
-        for iteration in range(-settings.warmup, settings.iters):
+        for iteration in range(-max(settings.warmup, 1), settings.iters):
             recorder.iteration = iteration
             if iteration == 0 and hasattr(kernel, "pacer"):
                 kernel.pacer.reset_counts()  # count only timed iterations (warm-up pays one-off allocations)
@@ -207,8 +215,9 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
                 session.ops.barrier()  # every iteration starts together (bounded by the group's timeout)
                 recorder.capture = capture
                 start = timeline.begin_iteration()
-                with capture.iteration(iteration) if capture is not None else contextlib.nullcontext():
-                    out = ring_attention(q, k, v, context=ctx)
+                with capture.iteration(iteration) if capture is not None else contextlib.nullcontext(), \
+                        tensors.counting(iteration == counted):  # fmt: skip
+                    out = attention(q, k, v, context=ctx)
                     fwd_end = timeline.mark()
                     if case.backward:
                         grads = torch.autograd.grad(out, (q, k, v), dout)
@@ -252,6 +261,7 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         "saturated_blocks": pacer.saturated_blocks if pacer is not None else 0,
         "paced_blocks": pacer.blocks if pacer is not None else 0,
         "peak_mem_mb": peak,
+        "attn_mem_mb": tensors.peak_mb,
         "memory_method": memory_method,
         "host": socket.gethostname(),
         "device": str(device),
@@ -359,6 +369,15 @@ def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float
     with torch.no_grad():
         rate = rank_rate(ctx, q.detach(), k.detach(), v.detach(), backward, barrier=session.ops.barrier)
     return round_down(session.ops.min_float(rate))
+
+
+def _ring_twin(ctx, case: Case, q, k, v, settings: RunSettings, timeline):
+    """The ring context whose blocks ``emulated:auto`` is calibrated on (every strategy of a run gets the ring's
+    rate: one rate per run)."""
+    if not hasattr(ctx, "strategy"):
+        return ctx
+    return build_context(q, k, v, mask=case.mask, layout=case.layout, buffer="sync", order="identity",
+                         kernel="torch", timeout_s=settings.timeout, timeline=timeline)  # fmt: skip
 
 
 def _settle(ctx, timeline, timeout_s: float, rank: int) -> None:

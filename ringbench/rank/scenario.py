@@ -20,11 +20,12 @@ import yaml
 from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
-from ringbench.orders import ORDER_HELP, format_ring, parse_order
+from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement
 from ringbench.rank.faults import check_faults, parse_fault
-from ringbench.vocab import DTYPES, Buffer, Layout, Mask
+from ringbench.vocab import DTYPES, Buffer, Layout, Mask, Strategy
 
-AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl")
+AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl",
+        "strategy", "placement")  # fmt: skip
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 INT_AXES = ("world", "seq", "heads", "head_dim", "batch")
 SETTINGS = (
@@ -51,21 +52,55 @@ class Case:
     impl: str = "ringbench"
     """The ring-attention implementation (ringbench.rank.impls): ringbench's own engine unless another is named."""
     backward: bool = True
+    strategy: str = "ring"
+    """How the ranks share the attention (ringbench.vocab.Strategy): ring, ulysses, hybrid:U, double-ring:W,
+    allgather. ``buffer: allgather`` is the all-gather baseline whatever this says (as before strategies)."""
+    placement: str = ""
+    """Grouped strategies (hybrid, double ring): which ranks form the groups (ringbench.orders.parse_placement);
+    "" for the others."""
+
+    def __post_init__(self) -> None:
+        # One canonical case per computation, so a sweep over strategy x buffer x order x placement runs each
+        # once: allgather is the buffer of that name; Ulysses has no ring to double-buffer; only grouped
+        # strategies have a placement, only ring strategies an order. A bad spec is left for validate() to name.
+        try:
+            strategy = Strategy.parse(self.strategy)
+        except UsageError:
+            return
+        if self.buffer == "allgather" or strategy.kind == "allgather":
+            strategy = Strategy("allgather")
+            object.__setattr__(self, "buffer", "allgather")
+        elif self.buffer not in strategy.buffers():
+            object.__setattr__(self, "buffer", strategy.buffers()[0])
+        object.__setattr__(self, "strategy", strategy.spec)
+        if not strategy.grouped:
+            object.__setattr__(self, "placement", "")
+        elif not self.placement:
+            object.__setattr__(self, "placement", "heads-first")
+        if not strategy.ordered:
+            object.__setattr__(self, "order", "identity")
 
     @property
     def case_id(self) -> str:
         """Readable and stable: the same axes give the same id in every run (resume and compare rely on it).
-        ringbench's own engine is the default implementation and does not appear in the id."""
+        ringbench's own engine is the default implementation and does not appear in the id; nor do the ring
+        strategies (ring, allgather: the buffer says which), so records made before strategies keep their ids."""
         impl = "" if self.impl == "ringbench" else f"-{self.impl}"
+        strategy = "" if self.strategy in ("ring", "allgather") else f"-{self.strategy}"
+        if self.placement:
+            strategy += f"-{self.placement}"
         slug = (
             f"w{self.world}-s{self.seq}-h{self.heads}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
-            f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}{impl}-{'fb' if self.backward else 'f'}"
+            f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}{impl}{strategy}-{'fb' if self.backward else 'f'}"
         )
         digest = hashlib.sha1(slug.encode()).hexdigest()[:6]
         return f"{slug.replace(':', '_')}-{digest}"
 
     @property
     def ring(self) -> list[int]:
+        """Ranks in ring order; for a grouped strategy, in placement order (its groups are consecutive runs)."""
+        if self.placement:
+            return parse_placement(self.placement, self.world, Strategy.parse(self.strategy).group_size(self.world))
         return parse_order(self.order, self.world)
 
     @property
@@ -97,6 +132,10 @@ class Scenario:
     kernel: tuple[str, ...] = ("torch",)
     impl: tuple[str, ...] = ("ringbench",)
     """Ring-attention implementations (ringbench.rank.impls): ringbench, torch-ring, ..., module:function."""
+    strategy: tuple[str, ...] = ("ring",)
+    """ring, ulysses, hybrid:U, double-ring:W, allgather (ringbench/engine/strategy.py)."""
+    placement: tuple[str, ...] = ("heads-first",)
+    """Grouped strategies: heads-first, interleaved, or ranks in placement order (0-2-4-6-1-3-5-7)."""
     backward: bool = True
     """Time the backward ring too."""
     iters: int = 10
@@ -164,6 +203,7 @@ class Scenario:
                 raise fail("kernel", value, KERNEL_HELP) from None
             if self.check and not getattr(kernel, "computes", True):
                 raise fail("check", True, f"false with kernel {value!r}: it computes nothing to check (--no-check)")
+        self._validate_strategies(where)
         from ringbench.rank.impls import get_adapter
 
         for value in self.impl:
@@ -221,6 +261,34 @@ class Scenario:
                 if world != topology.world:
                     raise fail("world", world, f"{topology.world}, the number of devices in topology {self.topology}")
         return self
+
+    def _validate_strategies(self, where: str) -> None:
+        """Each strategy parses, its degrees divide every world and its Ulysses degree the heads, each placement is
+        a permutation cut into whole groups; strategies other than the ring run on ringbench's own engine."""
+        strategies = []
+        for value in self.strategy:
+            try:
+                strategies.append(Strategy.parse(value))
+            except UsageError as exc:
+                raise UsageError(where + str(exc)) from None
+        for strategy in strategies:
+            if strategy.kind == "ring":
+                continue
+            others = [impl for impl in self.impl if impl != "ringbench"]
+            if others:
+                raise UsageError(where + f"strategy={strategy.spec!r} is not allowed with impl={others[0]!r}; "
+                                 "strategies other than the ring run on ringbench's own engine")  # fmt: skip
+            for world, heads in itertools.product(self.world, self.heads):
+                try:
+                    strategy.check(world, heads)
+                except UsageError as exc:
+                    raise UsageError(where + str(exc) + f" (world={world})") from None
+            if strategy.grouped:
+                for world, placement in itertools.product(self.world, self.placement):
+                    try:
+                        parse_placement(placement, world, strategy.group_size(world))
+                    except UsageError as exc:
+                        raise UsageError(where + str(exc) + f" (world={world})") from None
 
     def load_topology(self):
         """The topology named by ``topology`` (relative paths are taken from the scenario file's folder)."""
@@ -345,7 +413,7 @@ def _parse(text: str, source: str) -> Scenario:
             values[key] = _as_tuple(source, key, value) if key != "faults" or value else ()
         else:
             values[key] = value
-    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "impl", "faults"):
+    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "impl", "strategy", "placement", "faults"):
         if key in values:
             values[key] = tuple(str(v) for v in values[key])
     return Scenario(**values, source=source).validate()

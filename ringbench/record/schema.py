@@ -4,6 +4,11 @@ Every producer (real runs, the simulator, imported traces) writes these tables a
 reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
 
 Schema versions (readers accept every one of them; missing columns read as null):
+  3 -- strategies beyond one ring: cases gain the ``strategy`` and ``placement`` axes and ``attn_mem_mb`` (the
+       peak of the attention's own tensors per rank); events gain ``exchange`` (what a send / recv / wait moved:
+       ``qkv``, ``out``, ``dout``, ``dqkv`` for the all-to-alls, ``kv`` / ``dkv`` where a strategy labels its ring
+       exchanges; null where the record infers it, as for the ring's own). Older records: strategy null reads as
+       the ring (``allgather`` for buffer allgather), placement null as none.
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -17,6 +22,9 @@ Events: one row per span on one rank.
   recv       exchange posted .. the block from the predecessor is in hand     ring predecessor / rank
   wait       time this rank sat blocked waiting for the exchange (exposed)    ring predecessor / rank
   collective an all-gather / all-reduce (buffer strategy `allgather`)          -1 / rank
+
+An all-to-all (Ulysses, the hybrid) is a send and a recv per peer (src / dst the two ranks, its bytes) and one
+wait, charged to the peer whose chunk came last; its rows carry ``exchange``.
 
 Exchanges: with ``sync`` the exchange of step s (s >= 1) is posted at the start of step s and waited for before
 its compute; with ``double`` the exchange posted in step s (s <= N-2) brings the block of step s+1 and is waited
@@ -33,8 +41,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective")
 PHASES = ("fwd", "bwd")
@@ -61,6 +69,8 @@ EVENTS_SCHEMA = pa.schema(
         # send / recv rows on NCCL with TORCH_NCCL_ENABLE_TIMING=1: NCCL's own kernel time of the exchange, ms;
         # null elsewhere (gloo, timing off, other kinds). Added in version 2.
         pa.field("nccl_ms", pa.float64()),
+        # send / recv / wait rows: what moved, when the producer says so (version 3); null: inferred (kv / dkv)
+        pa.field("exchange", pa.string()),
     ]
 )
 EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)
@@ -80,6 +90,8 @@ CASE_AXES = (
     "kernel",
     "backward",
     "impl",  # the ring-attention implementation (version 2; older records: ringbench)
+    "strategy",  # ring, ulysses, hybrid:U, double-ring:W, allgather (version 3; older records: null = ring)
+    "placement",  # grouped strategies: how ranks form groups (version 3; "" / null for the others)
 )
 CASE_COLUMNS = (
     "case_id",
@@ -108,6 +120,7 @@ CASE_COLUMNS = (
     "emulated_blocks",  # every emulated kernel call of the case, all ranks (saturated_blocks' denominator)
     "emulated_gflops",  # the emulated kernel's rate (emulated:auto: the rate it chose), NaN when not emulated
     "check_note",  # what the float64 check left out to stay in its time budget ("" when it checked everything)
+    "attn_mem_mb",  # largest per-rank peak of the attention's own tensors, inputs included, MiB (version 3)
 )
 
 

@@ -7,7 +7,7 @@ section of the report content model, so HTML and Markdown carry the same words a
 
 from __future__ import annotations
 
-from ringbench.analysis.placement import CasePlacement, PlacedHop, Placement, placement
+from ringbench.analysis.placement import CasePlacement, PlacedHop, Placement, StrategyTraffic, placement
 from ringbench.errors import UsageError
 from ringbench.fmt import number, ring_text
 from ringbench.report.model import Section, Table
@@ -97,7 +97,30 @@ def placement_section(run, hops=None) -> Section | None:
     )
     return Section(
         title=TITLE,
-        lines=tuple(_summary_lines(result)),
-        tables=tuple(_hop_table(case) for case in result.cases),
+        lines=tuple(_summary_lines(result)) + tuple(_traffic_line(t) for t in result.traffic),
+        tables=tuple(_hop_table(case) for case in result.cases) + tuple(_traffic_table(t) for t in result.traffic),
         notes=(model,),
+    )
+
+
+TRAFFIC_HEADERS = ("exchange", "class", "pairs", "MB / iteration", "transfer ms (median)")
+
+
+def _traffic_line(traffic: StrategyTraffic) -> str:
+    """Which physical links a strategy's traffic crosses, in one sentence."""
+    where = f" @{traffic.placement}" if traffic.placement else ""
+    parts = [f"{row.exchange} over {row.link_class} ×{row.pairs}" for row in traffic.rows]
+    return f"{traffic.strategy}{where}: step {_num(traffic.step_ms, '.2f')} ms; traffic " + ", ".join(parts) + "."
+
+
+def _traffic_table(traffic: StrategyTraffic) -> Table:
+    where = f" @{traffic.placement}" if traffic.placement else ""
+    rows = [
+        [row.exchange, row.link_class, str(row.pairs), _num(row.mb_per_iteration, ".3g"), _num(row.transfer_ms, ".3f")]
+        for row in traffic.rows
+    ]
+    return Table(
+        title=f"{traffic.strategy}{where}: traffic by link class ({traffic.case_id})",
+        columns=list(TRAFFIC_HEADERS),
+        rows=rows,
     )

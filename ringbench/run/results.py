@@ -166,12 +166,18 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         "passed": passed,
         "status": "ok",
         "peak_mem_mb": float(np.nanmax(peaks)) if peaks and not np.isnan(peaks).all() else math.nan,
+        "attn_mem_mb": _largest([r.get("attn_mem_mb") for r in per_rank]),
         "emulated_gflops": _emulated_rate(per_rank),
         "check_note": "; ".join(sorted({r["check_note"] for r in per_rank if r.get("check_note")})),
         "saturated_blocks": int(sum(int(r.get("saturated_blocks") or 0) for r in per_rank)),
         "emulated_blocks": int(sum(int(r.get("paced_blocks") or 0) for r in per_rank)),
     }
     return events, row
+
+
+def _largest(values: list) -> float:
+    numbers = [float(v) for v in values if v is not None and v == v]
+    return max(numbers) if numbers else math.nan
 
 
 def _emulated_rate(per_rank: list[dict]) -> float:

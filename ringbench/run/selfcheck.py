@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.engine.api import build_context, reference_attention, ring_attention
+from ringbench.engine.api import reference_attention
 from ringbench.engine.layout import shard
+from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.fmt import ring_text
 from ringbench.vocab import DTYPES, TOLERANCE
 
@@ -31,10 +32,15 @@ class CheckCase:
     batch: int = 1
     heads: int = 2
     head_dim: int = 8
+    strategy: str = "ring"
+    placement: str = "heads-first"
 
     @property
     def name(self) -> str:
-        return f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}"
+        base = f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}"
+        if self.strategy == "ring":
+            return base
+        return f"{self.strategy}@{self.placement}/{base}/b{self.batch}h{self.heads}d{self.head_dim}l{self.seq_per_rank}"
 
 
 def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **shape) -> list[CheckCase]:
@@ -54,6 +60,45 @@ def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **s
     return [
         CheckCase(mask=m, layout=lay, buffer=b, order=o, dtype=d, kernel=k, **shape) for m, lay, b, o, d, k in combos
     ]
+
+
+def strategy_specs(world: int, degenerate: bool = False) -> list[str]:
+    """The strategies whose degrees divide ``world``: ulysses, hybrid:U and double-ring:W for 1 < U, W < N (with
+    ``degenerate``, also U, W = 1 and N: a ring, Ulysses, one inner ring)."""
+    low, high = (1, world + 1) if degenerate else (2, world)
+    divisors = [d for d in range(low, high) if world % d == 0]
+    return ["ulysses", *(f"hybrid:{u}" for u in divisors), *(f"double-ring:{w}" for w in divisors)]
+
+
+def strategy_cases(world: int, dtypes=("float64", "float32"), *, wide: bool = False, masks=None, layouts=None,
+                   **shape) -> list[CheckCase]:  # fmt: skip
+    """Every strategy of ``world`` (ringbench/engine/strategy.py) in every mask and layout, heads divisible by
+    its Ulysses degree. The default set cycles placement (heads-first, interleaved), buffer and dtype over the
+    mask x layout grid, so that each combination of them appears for each strategy; ``wide`` takes the whole
+    product, adds a random placement and the degenerate degrees."""
+    from ringbench.vocab import Strategy
+
+    grid = list(itertools.product(masks or ("none", "causal", "causal-naive"),
+                                  layouts or ("contiguous", "zigzag", "striped")))  # fmt: skip
+    cases = []
+    for spec in strategy_specs(world, degenerate=wide):
+        strategy = Strategy.parse(spec)
+        placements = ("heads-first", "interleaved", "random:5") if wide else ("heads-first", "interleaved")
+        placements = placements if strategy.grouped else ("heads-first",)
+        axes = (placements, strategy.buffers(), tuple(dtypes))
+        if wide:
+            combos = [(m, lay, *rest) for (m, lay) in grid for rest in itertools.product(*axes)]
+        else:  # cell i takes the i-th combination of (placement, buffer, dtype), in mixed radix
+            combos = []
+            for i, (m, lay) in enumerate(grid):
+                p, b, d = (len(a) for a in axes)
+                combos.append((m, lay, axes[0][i % p], axes[1][(i // p) % b], axes[2][(i // (p * b)) % d]))
+        heads = 2 * strategy.ulysses_degree(world)
+        cases += [
+            CheckCase(strategy=spec, placement=pl, mask=m, layout=lay, buffer=b, dtype=d, **({"heads": heads} | shape))
+            for m, lay, pl, b, d in combos
+        ]
+    return cases
 
 
 def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) -> tuple[float, float]:
@@ -76,10 +121,12 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
         return shard(t, case.layout, world, rank)
 
     q_l, k_l, v_l = (local(t).to(dtype).requires_grad_() for t in (q, k, v))
-    ctx = build_context(
+    ctx = build_strategy_context(
         q_l,
         k_l,
         v_l,
+        strategy=case.strategy,
+        placement=case.placement,
         mask=case.mask,
         layout=case.layout,
         buffer=case.buffer,
@@ -87,7 +134,7 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
         group=group,
         kernel=case.kernel,
     )
-    out = ring_attention(q_l, k_l, v_l, context=ctx)
+    out = attention(q_l, k_l, v_l, context=ctx)
     grads = torch.autograd.grad(out, (q_l, k_l, v_l), local(grad).to(dtype))
     fwd_err = (out.double() - local(ref.detach())).abs().max().item()
     bwd_err = max((g.double() - local(r)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True))

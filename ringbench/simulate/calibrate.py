@@ -379,6 +379,14 @@ def calibrate(run) -> Calibration:
     if run.meta.get("simulated"):
         raise UsageError(f"{run.path}: a SIMULATED record; calibrate on a measured run (run, emulated or imported)")
     cal = Calibration(costs=DEFAULTS)
+    from ringbench.simulate.strategy_fit import fit_strategy_overheads, ring_cases
+
+    full_run, (run, others) = run, ring_cases(run)  # a Ulysses block or an all-to-all chunk is no ring pair nor hop
+    if others:
+        cal.excluded.append(f"{len(others)} case(s) of other strategies (ulysses, hybrid, double ring): not in the "
+                            "ring's fit; their own host time per event is fitted on them")  # fmt: skip
+        if not len(run.cases):
+            raise UsageError(f"{run.path}: no ring case to calibrate on; calibrate on a run with --strategy ring")
     table = _compute_table(run)
     world = int(run.cases["world"].max())
     topology = _topology(run)
@@ -409,4 +417,8 @@ def calibrate(run) -> Calibration:
     links = _fit_links(run, cal)
     cal.costs = Costs(gflops=gflops, efficiency=efficiency, call_ms=call_ms, host_ms=_host_steps(run), links=links,
                       source=str(run.meta.get("run_id") or run.path), **_noise(run, fit_table))  # fmt: skip
+    if others:  # the other strategies' own host time, beyond what the ring's costs predict for them
+        from dataclasses import replace as _replace
+
+        cal.costs = _replace(cal.costs, strategy_ms=fit_strategy_overheads(full_run, cal.costs, cal))
     return cal

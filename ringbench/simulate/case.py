@@ -64,8 +64,15 @@ class SimCase:
     gflops: float | None = None
     """Nominal compute rate for this case (e.g. the rate an emulated run chose); None: the costs' rate."""
     seed: int = 0
+    strategy: str = "ring"
+    """ring, ulysses, hybrid:U, double-ring:W, allgather (ringbench/simulate/strategies.py models the grouped ones)."""
+    placement: str = ""
+    """Grouped strategies: the placement spec (heads-first, interleaved, or ranks in placement order)."""
+    kv_heads: int = 0
+    """Key/value heads (grouped-query attention, modelled only: the engine has none); 0: as many as heads."""
 
     def __post_init__(self) -> None:
+        self._normalise_strategy()
         for name in ("world", "seq", "heads", "head_dim", "batch", "iterations"):
             _positive_int(name, getattr(self, name))
         if self.dtype not in DTYPES:
@@ -82,8 +89,34 @@ class SimCase:
             if fault.kind not in SIMULATED_FAULTS:
                 raise bad_value("fault", fault.spec, "one of " + ", ".join(SIMULATED_FAULTS) + " (simulated kinds)")
 
+    def _normalise_strategy(self) -> None:
+        """The run's normalisation (rank.scenario.Case): one case per computation, the same case id."""
+        from ringbench.vocab import Strategy
+
+        strategy = Strategy.parse(self.strategy, "strategy")
+        strategy.check(self.world, self.heads)
+        kv_heads = self.kv_heads or self.heads
+        if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or self.heads % kv_heads:
+            raise bad_value("kv_heads", self.kv_heads, f"an integer >= 1 dividing heads={self.heads}")
+        if kv_heads % strategy.ulysses_degree(self.world):
+            raise bad_value("strategy", strategy.spec, f"a Ulysses degree dividing kv_heads={kv_heads}")
+        twin = Case(world=self.world, seq=self.seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
+                    dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=self.order,
+                    kernel=SIMULATED_KERNEL, strategy=strategy.spec, placement=self.placement)  # fmt: skip
+        for name in ("buffer", "order", "strategy", "placement"):
+            object.__setattr__(self, name, getattr(twin, name))
+        if twin.placement:
+            from ringbench.orders import parse_placement
+
+            parse_placement(twin.placement, self.world, strategy.group_size(self.world))
+
     @property
     def ring(self) -> list[int]:
+        if self.placement:
+            from ringbench.orders import parse_placement
+            from ringbench.vocab import Strategy
+
+            return parse_placement(self.placement, self.world, Strategy.parse(self.strategy).group_size(self.world))
         return parse_order(self.order, self.world)
 
     @property
@@ -94,7 +127,8 @@ class SimCase:
     def axes_case(self) -> Case:
         return Case(world=self.world, seq=self.seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
                     dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=self.order,
-                    kernel=SIMULATED_KERNEL, backward=self.backward)  # fmt: skip
+                    kernel=SIMULATED_KERNEL, backward=self.backward, strategy=self.strategy,
+                    placement=self.placement)  # fmt: skip
 
     def parsed_faults(self) -> list[Fault]:
         return [parse_fault(spec) for spec in self.faults]

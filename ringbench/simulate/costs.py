@@ -86,6 +86,10 @@ class Costs:
     """Measured starts of ranks after an iteration's first one, ms: each rank draws from these."""
     gap_ms: float = 0.05
     """From an iteration's last end to the next one's first start (the barrier)."""
+    strategy_ms: Mapping[str, float] = field(default_factory=dict)
+    """Per strategy kind (ulysses, hybrid, double-ring): the fixed host time of one of its events beyond the ring's
+    (an all-to-all's copies; a double-ring rotation's outer merge), fitted on a run's cases of that strategy
+    (simulate/strategy_fit.py); absent: none."""
     source: str = "defaults"
     """Where the costs come from: ``defaults`` or the calibrating run."""
 
@@ -144,6 +148,7 @@ class Costs:
             "link_noise": list(self.link_noise),
             "start_skew_ms": list(self.start_skew_ms),
             "gap_ms": self.gap_ms,
+            "strategy_ms": dict(self.strategy_ms),
             "source": self.source,
         }
 

@@ -92,6 +92,10 @@ def simulate_case(case: SimCase, costs: Costs, cluster: Cluster | None = None, *
                   max_events: int = MAX_EVENTS) -> CaseResult:  # fmt: skip
     """Simulate one case into its events and cases row."""
     cluster = cluster or Cluster()
+    if case.strategy not in ("ring", "allgather"):  # ulysses, hybrid, double ring: ringbench/simulate/strategies.py
+        from ringbench.simulate.strategy_results import strategy_case
+
+        return strategy_case(case, costs, cluster, repeat=repeat)
     case_id = case.case_id
     bounded = rows_estimate(case) > max_events
     if not bounded:
@@ -115,7 +119,7 @@ def _axes(case: SimCase, repeat: int, case_id: str | None = None) -> dict:
         "head_dim": case.head_dim, "batch": case.batch, "dtype": case.dtype, "mask": case.mask,
         "layout": case.layout, "buffer": case.buffer, "order": case.order, "kernel": SIMULATED_KERNEL,
         "impl": "ringbench", "backward": case.backward, "ring": ring, "emulated": True, "faults": ";".join(case.faults),
-        "iters": case.iterations, "warmup": 0,
+        "iters": case.iterations, "warmup": 0, "strategy": case.strategy, "placement": case.placement,
     }  # fmt: skip
 
 
@@ -131,7 +135,14 @@ def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, 
     return axes | values | {
         "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": True, "status": "ok",
         "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_blocks": 0, "emulated_gflops": float(rate), "check_note": NOTE,
+        "attn_mem_mb": _predicted_memory(case),
     }  # fmt: skip
+
+
+def _predicted_memory(case: SimCase) -> float:
+    from ringbench.simulate.strategies import predicted_memory_mb
+
+    return predicted_memory_mb(case)
 
 
 def _bounded_figures(case: SimCase, timeline: Timeline) -> dict:

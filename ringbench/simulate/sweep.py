@@ -86,7 +86,7 @@ def cases_from_scenario(scenario: Scenario, iterations: int) -> list[SimCase]:
         sim = SimCase(world=case.world, seq=case.seq, heads=case.heads, head_dim=case.head_dim, batch=case.batch,
                       dtype=case.dtype, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order,
                       backward=scenario.backward, iterations=iterations, faults=tuple(scenario.faults),
-                      seed=scenario.seed)  # fmt: skip
+                      seed=scenario.seed, strategy=case.strategy, placement=case.placement)  # fmt: skip
         if sim.case_id not in seen:
             seen.add(sim.case_id)
             cases.append(sim)
@@ -107,10 +107,19 @@ def cases_like(run: RunData, iterations: int | None = None) -> list[SimCase]:
                              mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
                              order=str(row["order"]), backward=bool(row["backward"]),
                              iterations=iterations or int(row.get("iters") or 1), faults=faults,
-                             gflops=rate))  # fmt: skip
+                             gflops=rate, **_strategy_of(row)))  # fmt: skip
     if not cases:
         raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
     return cases
+
+
+def _strategy_of(row: dict) -> dict:
+    """A measured case's strategy and placement (records from before strategies: the ring)."""
+    strategy = row.get("strategy")
+    if not isinstance(strategy, str) or not strategy:
+        return {}
+    placement = row.get("placement")
+    return {"strategy": strategy, "placement": placement if isinstance(placement, str) else ""}
 
 
 def _cluster(request: SimRequest, like: RunData | None) -> Cluster:

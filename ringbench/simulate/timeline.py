@@ -19,6 +19,7 @@ import numpy as np
 from ringbench.simulate.case import Cluster, SimCase, phase_models, start_skew
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Exchange, PhaseEngine, PhaseModel, State, StepCells, Window
+from ringbench.simulate.fastring import lean_advance
 from ringbench.simulate.walk import FullSource, PathResult, RecomputeSource, walk
 
 PROFILE_POINTS = 256  # per-step aggregates kept per phase (every k-th step)
@@ -164,6 +165,7 @@ def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = Non
             out.profile[phase] = profile
             continue
         state = engine.begin(origin)
+        lean = lean_advance(engine, window) if bounded else None  # the compiled whole-ring pass (fastring.py)
         kept_cells: list[tuple[np.ndarray, StepCells]] = []
         full_cells: list[StepCells] = []
         checkpoints[phase] = {}
@@ -174,7 +176,10 @@ def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = Non
                 cells = engine.advance(state.take(kept_window.positions), step, kept_window)
                 kept_cells.append((take, _take_cells(cells, columns)))
             before = state.start
-            cells = engine.advance(state, step, window, record=not bounded)
+            if lean is not None:
+                cells = lean(state, step)
+            else:
+                cells = engine.advance(state, step, window, record=not bounded)
             if step % stride == 0:
                 _profile(profile, step, before, state.start)
             if not bounded:

@@ -213,7 +213,7 @@ def events_frame(rows: list[dict], case_id: str, origin_ns: int) -> pd.DataFrame
     events["start_ns"] = events["start_ns"].astype("int64") - origin_ns
     events["end_ns"] = events["end_ns"].astype("int64") - origin_ns
     order = ["iteration", "rank", "phase", "start_ns"]
-    return events.sort_values(order, kind="stable").reset_index(drop=True)[list(EVENT_COLUMNS)]
+    return events.sort_values(order, kind="stable").reset_index(drop=True).reindex(columns=list(EVENT_COLUMNS))
 
 
 __all__ = ["events_frame", "exchange_steps", "rank_rows", "ring_order"]

@@ -1,0 +1,339 @@
+"""Every strategy behind one call: ``attention`` runs ring, ulysses, hybrid:U, double-ring:W or allgather.
+
+    ctx = build_strategy_context(q_l, k_l, v_l, strategy="hybrid:2", placement="heads-first", mask="causal",
+                                 layout="zigzag", buffer="double")
+    out_l = attention(q_l, k_l, v_l, context=ctx)        # autograd-capable; shards in and out as ring_attention's
+
+Shards are the same for every strategy (``ringbench.shard`` under the layout), and so are the outputs and the
+gradients: a strategy changes who computes what and which links carry it, never the result. ``ring`` and
+``allgather`` are today's engine (ringbench/engine/api.py, ring.py); the others live in their own modules
+(ulysses.py: Ulysses and the hybrid; double_ring.py) and are made of the engine's pieces: the mask plan (through
+groups.block_plan), the ring loops over sub-rings (subring.py), the kernels, the merge, the one communication class
+(comm.RingComm, and alltoall.PeerComm for the all-to-alls), the timeline and the recorder.
+
+Bad input raises UsageError (one line): degrees that do not divide the world or the heads, a placement that is not
+a permutation, an unknown strategy, a buffer the strategy does not take.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ringbench.engine.alltoall import PeerComm
+from ringbench.engine.api import _check_tensors, _group_world_rank, build_context, ring_attention
+from ringbench.engine.comm import RingComm
+from ringbench.engine.groups import Groups
+from ringbench.engine.layout import check_divisible
+from ringbench.engine.recorder import NullRecorder
+from ringbench.engine.ring import RingContext
+from ringbench.engine.subring import GroupRingContext, StepRecorder
+from ringbench.engine.timeline import timeline_for
+from ringbench.errors import UsageError
+from ringbench.kernels import get_kernel
+from ringbench.orders import parse_placement
+from ringbench.vocab import Buffer, Layout, Mask, Strategy
+
+
+def bind_flows(link_delay, flows):
+    """The link delay of one exchange: NIC sharing priced from the exchange's transfers on every rank."""
+    if link_delay is None or not getattr(link_delay, "accepts_flows", False):
+        return link_delay
+
+    def delay(src: int, dst: int, nbytes: int) -> float:
+        return link_delay(src, dst, nbytes, flows=flows)
+
+    return delay
+
+
+def _delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
+    """Emulated links carry the all-gather baseline's traffic too: each collective is held, after it completed
+    over the local transport, for the time the ring algorithm takes over the emulated links -- an all-gather
+    N - 1 rounds of one block over the ring's slowest hop, an all-reduce of N blocks 2 (N - 1) rounds of one
+    accumulator (the simulator's all-gather model, ringbench/simulate/timeline.py, prices the same)."""
+    from ringbench.engine.timeline import COMM
+    from ringbench.kernels.base import stats_dtype
+
+    ring, world = ctx.ring, ctx.world
+    flows = tuple((ring[p - 1], ring[p]) for p in range(world))
+    delay = bind_flows(link_delay, flows)
+    block = 2 * k.numel() * k.element_size()  # (2, B, H, L, D): one rank's K and V
+    acc = 2 * k.numel() * torch.empty((), dtype=stats_dtype(k.dtype)).element_size()
+
+    def slowest(nbytes: int) -> float:
+        return max(float(delay(ring[p - 1], ring[p], nbytes)) for p in range(world))
+
+    held = {"all_gather": (world - 1) * slowest(block), "all_reduce": 2 * (world - 1) * slowest(acc)}
+    comm, collective = ctx.comm, ctx.comm.collective
+
+    def delayed(what, launch, *, phase):
+        start, end = collective(what, launch, phase=phase)
+        if held.get(what, 0.0) > 0:
+            timeline = comm.timeline
+            with timeline.on_comm():
+                timeline.spin(COMM, held[what])
+                end = timeline.mark(COMM)
+            timeline.compute_after(end)
+        return start, end
+
+    comm.collective = delayed
+
+
+class CommSet:
+    """The communicators of one strategy context, closed and settled together."""
+
+    def __init__(self, comms: list) -> None:
+        self.comms = [c for c in comms if c is not None]
+
+    def close(self) -> None:
+        for comm in self.comms:
+            comm.close()
+
+    def settle(self, timeout_s: float | None = None) -> None:
+        for comm in self.comms:
+            comm.settle(timeout_s)
+
+
+@dataclass(kw_only=True, slots=True)
+class StrategyContext:
+    """What one rank needs to run a grouped strategy (ulysses, hybrid:U, double-ring:W)."""
+
+    strategy: Strategy
+    mask: Mask
+    layout: Layout
+    buffer: Buffer
+    groups: Groups
+    rank: int
+    seq: int
+    heads: int
+    kernel: object
+    scale: float
+    group: object = None
+    timeout_s: float = 60.0
+    recorder: object = NullRecorder()
+    timeline: object = None
+    peer: PeerComm | None = None  # the all-to-alls of the Ulysses group
+    cross_comm: RingComm | None = None  # hybrid: the ring across groups; double ring: the outer ring
+    inner_comm: RingComm | None = None  # double ring: the inner ring
+    owns_comm: bool = False
+    _ring: GroupRingContext | None = field(default=None, repr=False)
+    _inner: GroupRingContext | None = field(default=None, repr=False)
+
+    @property
+    def world(self) -> int:
+        return self.groups.world
+
+    @property
+    def local(self) -> int:
+        return self.seq // self.world
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        return self.groups.group_of(self.rank)
+
+    @property
+    def heads_per_rank(self) -> int:
+        return self.heads // self.groups.size
+
+    @property
+    def comm(self) -> CommSet:
+        return CommSet([self.peer, self.cross_comm, self.inner_comm])
+
+    # double ring views
+    @property
+    def outer_world(self) -> int:
+        return self.groups.count
+
+    @property
+    def inner_world(self) -> int:
+        return self.groups.size
+
+    @property
+    def outer_comm(self) -> RingComm | None:
+        return self.cross_comm
+
+    def exchange(self, parts: dict, *, phase: str, step: int, exchange: str) -> dict:
+        """The all-to-all of this rank's Ulysses group (nothing moves in a group of one)."""
+        if step == 0:
+            self.recorder.on_step(phase, 0)
+        if self.peer is None:
+            return parts
+        return self.peer.all_to_all(parts, phase=phase, step=step, exchange=exchange,
+                                    flows=self.groups.alltoall_flows(), recorder=self.recorder)  # fmt: skip
+
+    def _sub_ring(self, ring: list[int], comm, q_members, members_of) -> GroupRingContext:
+        return GroupRingContext(
+            mask=self.mask, layout=self.layout, buffer=Buffer.SYNC if self.buffer is Buffer.SYNC else Buffer.DOUBLE,
+            ring=ring, rank=self.rank, seq=self.seq, kernel=self.kernel, scale=self.scale, group=self.group,
+            timeout_s=self.timeout_s, recorder=StepRecorder(self.recorder), timeline=self.timeline, comm=comm,
+            world_all=self.world, q_members=q_members, members_of=members_of,
+        )  # fmt: skip
+
+    def ring_context(self) -> GroupRingContext:
+        """Hybrid: the ring across groups; cross-ring rank of group g holds group g's block."""
+        if self._ring is None:
+            ring = self.groups.cross_ring(self.rank)
+            members_of = {r: self.groups.group_of(r) for r in ring}
+            self._ring = self._sub_ring(ring, self.cross_comm, self.members, members_of)
+        self._ring.recorder = StepRecorder(self.recorder)
+        return self._ring
+
+    def inner_context(self, outer_step: int) -> GroupRingContext:
+        """Double ring, rotation o: inner rank (g, j) holds the outer block of (g - o, j)."""
+        groups = self.groups
+        group, _ = groups.slot(self.rank)
+        source = groups.members((group - outer_step) % groups.count)
+        ring = groups.inner_ring(self.rank)
+        members_of = {r: (source[j],) for j, r in enumerate(ring)}
+        if self._inner is None:
+            self._inner = self._sub_ring(ring, self.inner_comm, (self.rank,), members_of)
+        self._inner.members_of = members_of
+        self._inner.recorder = StepRecorder(self.recorder, outer_step * groups.size)
+        return self._inner
+
+
+def build_strategy_context(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    strategy="ring",
+    placement: str | list[int] = "heads-first",
+    mask="causal",
+    layout="contiguous",
+    buffer="double",
+    order="identity",
+    group=None,
+    kernel="torch",
+    scale: float | None = None,
+    timeout_s: float = 60.0,
+    recorder=None,
+    link_delay=None,
+    timeline=None,
+    loopback: bool = False,
+    on_stall=None,
+):
+    """Validate once and build the rank's context: a RingContext for ``ring`` / ``allgather``, else a
+    StrategyContext with its communicators. ``placement``: a spec (ringbench.orders.parse_placement) or the ranks
+    in placement order."""
+    strategy = Strategy.parse(strategy, "strategy")
+    if strategy.ordered:
+        if strategy.kind == "allgather":
+            buffer = "allgather"
+        ctx = build_context(q, k, v, mask=mask, layout=layout, buffer=buffer, order=order, group=group, kernel=kernel,
+                            scale=scale, timeout_s=timeout_s, recorder=recorder, link_delay=link_delay,
+                            timeline=timeline, loopback=loopback, on_stall=on_stall)  # fmt: skip
+        if ctx.buffer is Buffer.ALLGATHER and ctx.comm is not None and link_delay is not None:
+            _delay_collectives(ctx, link_delay, k)
+        return ctx
+    _check_tensors(q, k, v)
+    mask, layout, buffer = Mask.parse(mask, "mask"), Layout.parse(layout, "layout"), Buffer.parse(buffer, "buffer")
+    if buffer is Buffer.ALLGATHER:
+        raise UsageError(f"buffer='allgather' is not allowed with strategy={strategy.spec!r}; expected sync or double "
+                         "(allgather is a strategy of its own)")  # fmt: skip
+    world, rank = _group_world_rank(group)
+    strategy.check(world, q.shape[1])
+    size = strategy.group_size(world)
+    ranks = parse_placement(placement, world, size) if isinstance(placement, str) else placement
+    from ringbench.orders import validate_ring
+
+    groups = Groups(tuple(validate_ring(ranks, world, "placement")), size)
+    seq = q.shape[-2] * world
+    check_divisible(layout, seq, world)
+    block_kernel = get_kernel(kernel)
+    block_kernel.check(q.shape[-1], q.dtype, q.device)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    recorder = recorder if recorder is not None else NullRecorder()
+    timeline = timeline if timeline is not None else timeline_for(q.device)
+    options = dict(timeout_s=timeout_s, watch=recorder.enabled, timeline=timeline, on_stall=on_stall)
+    peer = cross = inner = None
+    if strategy.kind in ("ulysses", "hybrid"):
+        if size > 1:
+            peer = PeerComm(rank, group, link_delay=link_delay, **options)
+        if groups.count > 1:
+            cross = RingComm(groups.cross_ring(rank), rank, group, link_delay=bind_flows(link_delay,
+                             groups.cross_flows()), **options)  # fmt: skip
+    else:
+        if size > 1:
+            inner = RingComm(groups.inner_ring(rank), rank, group, link_delay=bind_flows(link_delay,
+                             groups.inner_flows()), **options)  # fmt: skip
+        if groups.count > 1:
+            cross = RingComm(groups.cross_ring(rank), rank, group, link_delay=bind_flows(link_delay,
+                             groups.cross_flows()), **options)  # fmt: skip
+    return StrategyContext(strategy=strategy, mask=mask, layout=layout, buffer=buffer, groups=groups, rank=rank,
+                           seq=seq, heads=q.shape[1], kernel=block_kernel, scale=scale, group=group,
+                           timeout_s=timeout_s, recorder=recorder, timeline=timeline, peer=peer, cross_comm=cross,
+                           inner_comm=inner)  # fmt: skip
+
+
+class _StrategyAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(autograd_ctx, q, k, v, sctx: StrategyContext):
+        if sctx.strategy.kind == "double-ring":
+            from ringbench.engine.double_ring import double_ring_forward
+
+            out, lse = double_ring_forward(q, k, v, sctx)
+            autograd_ctx.save_for_backward(q, k, v, out, lse)
+        else:
+            from ringbench.engine.ulysses import hybrid_forward
+
+            out, saved = hybrid_forward(q, k, v, sctx)
+            autograd_ctx.save_for_backward(*saved)
+        autograd_ctx.sctx = sctx
+        return out
+
+    @staticmethod
+    def backward(autograd_ctx, dout):
+        sctx = autograd_ctx.sctx
+        saved = autograd_ctx.saved_tensors
+        try:
+            if sctx.strategy.kind == "double-ring":
+                from ringbench.engine.double_ring import double_ring_backward
+
+                q, k, v, out, lse = saved
+                dq, dk, dv = double_ring_backward(dout.contiguous(), q, k, v, out, lse, sctx)
+            else:
+                from ringbench.engine.ulysses import hybrid_backward
+
+                dq, dk, dv = hybrid_backward(dout.contiguous(), saved, sctx)
+        finally:
+            if sctx.owns_comm:
+                sctx.comm.close()
+        return dq, dk, dv, None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, context, **options):
+    """Exact attention of this rank's query shard by the context's strategy; (B, H, S/N, D) in and out.
+
+    ``context``: from ``build_strategy_context`` (or ``options`` to build one for this call)."""
+    if context is None:
+        context = build_strategy_context(q, k, v, **options)
+        context.owns_comm = True
+        owned = True
+    else:
+        owned = False
+    if isinstance(context, RingContext):
+        try:
+            return ring_attention(q, k, v, context=context)
+        finally:  # a ring built for this call: its watchers end here (with autograd, at the process's end)
+            if owned and not torch.is_grad_enabled() and context.comm is not None:
+                context.comm.close()
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _StrategyAttention.apply(q, k, v, context)
+    try:
+        with torch.no_grad():
+            if context.strategy.kind == "double-ring":
+                from ringbench.engine.double_ring import double_ring_forward
+
+                return double_ring_forward(q, k, v, context)[0]
+            from ringbench.engine.ulysses import hybrid_forward
+
+            return hybrid_forward(q, k, v, context)[0]
+    finally:
+        if owned:
+            context.comm.close()
+
+
+__all__ = ["CommSet", "StrategyContext", "attention", "bind_flows", "build_strategy_context"]
