@@ -26,7 +26,7 @@ from stubborn_child import stubborn
 from ringbench.errors import Interrupted
 from ringbench.record.store import load_run
 from ringbench.run.interrupt import RankSignals, StopRequested, StopSignals, shielded, stop_processes
-from ringbench.run.sweep import Tracker, interrupted_line, interrupted_state, recorded_scenario
+from ringbench.run.state import Tracker, interrupted_line, interrupted_state, recorded_scenario
 
 SWEEP = ["--world", "2", "--seq", "512", "--heads", "2", "--head-dim", "16", "--iters", "24", "--warmup", "1",
          "--kernel", "emulated:20", "--layout", "zigzag", "--buffer", "sync", "--buffer", "double"]  # fmt: skip

@@ -248,8 +248,10 @@ def register(app: typer.Typer) -> None:
         """Run rings across a sweep; write results/<run-id>/ (events, cases, metadata); print the answers."""
         from ringbench.errors import Interrupted, RunFailure
         from ringbench.rank.scenario import load_scenario
+        from ringbench.run.cases import preflight
         from ringbench.run.interrupt import StopRequested, StopSignals, signal_name
-        from ringbench.run.sweep import execute, preflight, resume_base
+        from ringbench.run.state import resume_base
+        from ringbench.run.sweep import execute
 
         out = Output(json=json_out, quiet=quiet, document="run")
         with cli_errors(), StopSignals():  # a signal before or after the sweep ends the command cleanly too

@@ -34,19 +34,11 @@ from pathlib import Path
 
 from ringbench.errors import RunFailure, UsageError
 from ringbench.rank.metadata import collect_metadata
+from ringbench.run.cases import preflight, reported, runnable, with_profile
 from ringbench.run.interrupt import RankSignals, bind_to_parent, signal_name
 from ringbench.run.launch import Progress, where_text
 from ringbench.run.results import ResultsFolder
-from ringbench.run.sweep import (
-    Tracker,
-    _reported,
-    _runnable,
-    _with_profile,
-    interrupted_line,
-    interrupted_state,
-    preflight,
-    resumable_scenario,
-)
+from ringbench.run.state import Tracker, interrupted_line, interrupted_state, resumable_scenario
 
 ANNOUNCE_COUNT = "ringbench/interrupt/count"
 ANNOUNCE_FIRST = "ringbench/interrupt/first"
@@ -185,7 +177,7 @@ def _plan(session, env, scenario, *, resume, out, trace, command, device, profil
             if env.world not in scenario.world:  # the launcher decides the ring size
                 scenario = dataclasses.replace(scenario, world=(env.world,))
             settings = preflight(scenario, device=device, loopback=loopback, trace=trace, launched=launched)
-            cases, skipped = _runnable([c for c in scenario.cases() if c.world == env.world], device, launched)
+            cases, skipped = runnable([c for c in scenario.cases() if c.world == env.world], device, launched)
             if folder is None:
                 meta = collect_metadata(scenario, command=command, trace=settings.trace)
                 folder = ResultsFolder.create(out, scenario.name, meta | {"launcher": env.launcher})
@@ -194,7 +186,7 @@ def _plan(session, env, scenario, *, resume, out, trace, command, device, profil
                 folder.meta.setdefault("skipped", {}).update(skipped)
                 by_reason = collections.Counter(skipped.values())  # one line per reason; the ids are in meta.json
                 folder.notes += [f"skipped {count} case(s): {reason}" for reason, count in by_reason.items()]
-            settings = _with_profile(settings, folder, profile, cases)
+            settings = with_profile(settings, folder, profile, cases)
             plan = {"scenario": scenario, "settings": settings, "cases": cases, "done": sorted(folder.done()),
                     "rate": folder.meta.get("emulated_auto_gflops")}  # fmt: skip
         except UsageError as exc:
@@ -233,7 +225,7 @@ def _run_cases(session, env, plan, folder, tracker: Tracker, stop: RankStop, on_
         gathered = session.ops.gather_objects(ship_capture(result) if remote else result)
         if folder is not None:
             gathered = [land_capture(item, folder, case.case_id, repeat) for item in gathered]
-            row = folder.add_case(case, _reported(case, gathered, repeat, folder), scenario, repeat)
+            row = folder.add_case(case, reported(case, gathered, repeat, folder), scenario, repeat)
             finished += 1
             if on_case is not None:
                 on_case(row, finished, tracker.total)

@@ -22,44 +22,17 @@ import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from ringbench.errors import Interrupted, RunFailure, UsageError
+from ringbench.errors import RunFailure, UsageError
 from ringbench.rank.metadata import collect_metadata
 from ringbench.rank.runner import RunSettings, rank_worker
 from ringbench.rank.scenario import Case, Scenario
-from ringbench.run.interrupt import StopRequested, StopSignals, signal_name
+from ringbench.run.cases import preflight, reported, runnable, with_profile
+from ringbench.run.interrupt import StopRequested, StopSignals
 from ringbench.run.launch import launch_local
 from ringbench.run.results import ResultsFolder
-
-ONE_SHOT_FAULTS = ("crash:", "hang:")
-
-
-def recorded_scenario(run_dir: str | Path) -> Scenario:
-    """The scenario a run recorded in its meta.json (what ``--resume RUN_DIR`` runs when given no other)."""
-    from ringbench.record.meta import read_meta
-
-    meta = read_meta(run_dir)
-    recorded = meta.scenario
-    if recorded is None:
-        raise UsageError(f"{run_dir}/meta.json: no scenario recorded; give the scenario file with --resume")
-    fields = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.items()}
-    try:
-        return Scenario(**fields, source=str(meta.get("scenario_source", run_dir)))
-    except TypeError as exc:
-        raise UsageError(f"{run_dir}/meta.json: the recorded scenario is not readable ({exc})") from None
-
-
-def resumable_scenario(folder: ResultsFolder, scenario: Scenario | None) -> Scenario:
-    """The scenario a resume runs: the given one, or the folder's own; never its one-shot faults again."""
-    if scenario is None:
-        scenario = recorded_scenario(folder.run_dir)
-    lasting = tuple(spec for spec in scenario.faults if not spec.startswith(ONE_SHOT_FAULTS))
-    if lasting != scenario.faults:
-        folder.notes.append("resume: crash/hang faults of the original run are not applied again")
-        scenario = dataclasses.replace(scenario, faults=lasting)
-    return scenario
+from ringbench.run.state import Tracker, interrupted, resumable_scenario, resume_flags
 
 
 def execute(
@@ -109,7 +82,7 @@ def _execute(scenario, tracker: Tracker, *, out, resume, trace, command, on_case
     if scenario is None:
         raise UsageError("scenario=None is not allowed without resume; expected a Scenario (or resume=RUN_DIR)")
     settings = preflight(scenario, device=device, loopback=loopback, trace=trace)
-    cases, skipped = _runnable(scenario.cases(), device, None)
+    cases, skipped = runnable(scenario.cases(), device, None)
     if folder is None:
         folder = ResultsFolder.create(out, scenario.name, collect_metadata(scenario, command=command, trace=trace))
     tracker.folder, tracker.total = folder, len(cases) * scenario.repeat
@@ -120,167 +93,10 @@ def _execute(scenario, tracker: Tracker, *, out, resume, trace, command, on_case
         if not cases:
             folder.finish()
             return folder
-    settings = _with_profile(settings, folder, profile, cases)
+    settings = with_profile(settings, folder, profile, cases)
     settings = _with_auto_rate(settings, folder, scenario, cases, device, tracker)
     _execute_local(scenario, cases, settings, folder, on_case=on_case, device=device, tracker=tracker)
     return folder
-
-
-@dataclass(kw_only=True, slots=True)
-class Tracker:
-    """What the parent knows of a run in progress, for the line and the record of an interruption."""
-
-    flags: list[str]
-    folder: ResultsFolder | None = None
-    total: int = 0
-    in_flight: str | None = None  # the case the ranks are running
-    activity: str | None = None  # something else the ranks are doing (the emulated:auto calibration)
-    launcher: str = "local"
-    rank: int | None = None  # launched runs: the rank that was signalled
-
-
-def resume_flags(*, device: str | None, loopback: bool, trace: bool, profile: bool) -> list[str]:
-    """The ``run`` options a resume must repeat (the scenario itself is in meta.json)."""
-    flags = ["--device", device] if device else []
-    return flags + (["--loopback"] if loopback else []) + ([] if trace else ["--no-trace"]) + (
-        ["--profile"] if profile else [])  # fmt: skip
-
-
-def resume_command(run_dir: str | Path, flags: list[str], launcher: str = "local") -> str:
-    """The exact command that resumes ``run_dir`` (launched runs: under the same launcher, on every node)."""
-    import shlex
-
-    from ringbench.rank.dist import launch_shape
-
-    args = ["run", "--resume", str(run_dir), *flags]
-    if launcher == "local":
-        return shlex.join(["ringbench", *args])
-    nodes, per_node = launch_shape()
-    if launcher == "slurm":
-        return shlex.join(["srun", "--nodes", str(nodes), "--ntasks-per-node", str(per_node), "python", "-m",
-                           "ringbench", *args])  # fmt: skip
-    return shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node), "-m", "ringbench",
-                       *args])  # fmt: skip
-
-
-def interrupted_state(tracker: Tracker, signum: int, where: str | None, *, rank: int | None = None) -> dict:
-    """The ``interrupted`` record of meta.json: what stopped the run, where it was, what was kept."""
-    from datetime import datetime, timezone
-
-    folder = tracker.folder
-    case = None if tracker.activity else tracker.in_flight  # calibrating: no case has started
-    state = {
-        "signal": signal_name(signum),
-        "case": case,
-        "where": where if case is not None else tracker.activity,
-        "kept": len(folder.done()) if folder is not None else 0,
-        "total": tracker.total,
-        "resume": resume_command(folder.run_dir, tracker.flags, tracker.launcher) if folder is not None else None,
-        "at": datetime.now(timezone.utc).isoformat(),
-    }
-    if rank is not None:
-        state["rank"] = rank
-    return state
-
-
-def interrupted_line(state: dict, run_dir: str | Path | None) -> str:
-    """One line: the signal, the case in flight, what was kept and where, the resume command."""
-    who = f" (to rank {state['rank']})" if state.get("rank") is not None else ""
-    if state.get("case"):
-        during = f" during case {state['case']}" + (f" ({state['where']})" if state.get("where") else "")
-    elif state.get("where"):
-        during = f" during {state['where']}"
-    else:
-        during = " between cases"
-    head = f"interrupted by {state['signal']}{who}{during}"
-    if run_dir is None:
-        return f"{head}: the run had not started; nothing was kept"
-    kept = f"kept {state['kept']}/{state['total']} cases" if state["total"] else f"kept {state['kept']} case(s)"
-    kept += f" in {run_dir}"
-    if state["total"] and state["kept"] >= state["total"]:
-        return f"{head}: {kept} (every case finished; nothing to resume)"
-    return f"{head}: {kept}; resume with: {state['resume']}"
-
-
-def interrupted(stop: StopRequested, tracker: Tracker) -> Interrupted:
-    """Record an interruption of a local run (meta.json ``interrupted``) and the one line that says it."""
-    folder = tracker.folder
-    where = stop.where
-    if tracker.in_flight is not None and where is not None:
-        suffix = f" of case {tracker.in_flight}"
-        # The slowest rank's progress names the case it is in; if that is not the one in flight, the ranks had
-        # finished the case before it and not yet started this one.
-        where = where.removesuffix(suffix) if where.endswith(suffix) else "setting up"
-    state = interrupted_state(tracker, stop.signum, where)
-    if folder is None:
-        return Interrupted(interrupted_line(state, None), stop.signum)
-    if state["total"] and state["kept"] >= state["total"]:
-        folder.finish()  # the record is whole: nothing was interrupted that it lacks
-    else:
-        folder.interrupt(state)
-    return Interrupted(interrupted_line(state, folder.run_dir), stop.signum, run_dir=str(folder.run_dir))
-
-
-def resume_base(resume: str | Path) -> Scenario:
-    """The scenario ``run --resume DIR`` starts from: the folder's recorded one. A launched rank other than 0 may
-    have no copy of the folder (no shared filesystem): it takes the default, and rank 0's scenario is what runs."""
-    from ringbench.rank.dist import launched_env
-    from ringbench.rank.scenario import DEFAULT_SCENARIO
-
-    launched = launched_env()
-    if launched is not None and launched[0] != 0 and not (Path(resume) / "meta.json").is_file():
-        return DEFAULT_SCENARIO
-    return recorded_scenario(resume)
-
-
-def preflight(scenario: Scenario, *, device: str | None = None, loopback: bool = False, trace: bool = True,
-              launched=None) -> RunSettings:  # fmt: skip
-    """Every check a run makes before it starts anything (UsageError, one line): the scenario, the device, the
-    loopback's world, GPUs enough for the ranks, the faults a run can inject. The CLI calls it before it prints
-    anything, and ``execute`` again (a library caller may not have)."""
-    from ringbench.errors import bad_value
-    from ringbench.rank.dist import gpu_shortage, local_gpu_count
-
-    scenario.validate()
-    if device not in (None, "cpu", "cuda"):
-        raise bad_value("device", device, "cpu or cuda")
-    if loopback and any(world != 1 for world in scenario.world):
-        raise UsageError(f"loopback=True is not allowed with world={list(scenario.world)}; expected world 1")
-    if launched is None and device == "cuda" and local_gpu_count() < max(scenario.world):
-        raise gpu_shortage(max(scenario.world), local_gpu_count())  # before spawning anything
-    return RunSettings.of(scenario, trace=trace, loopback=loopback)
-
-
-def _runnable(cases: list[Case], device: str | None, launched) -> tuple[list[Case], dict[str, str]]:
-    """Cases another implementation cannot run here (not installed, CUDA only, a layout it does not take) are
-    skipped with their reason, not failed: a sweep of implementations runs what this machine can."""
-    from ringbench.errors import UsageError
-    from ringbench.rank.dist import local_gpu_count
-    from ringbench.rank.impls import get_adapter
-
-    keep, skipped = [], {}
-    for case in cases:
-        if case.impl == "ringbench":
-            keep.append(case)
-            continue
-        on_gpu = device == "cuda" or (device is None and local_gpu_count() >= (launched[1] if launched else case.world))
-        try:
-            get_adapter(case.impl).check(case, "cuda" if on_gpu else "cpu")
-        except UsageError as exc:
-            skipped[case.case_id] = str(exc)
-            continue
-        keep.append(case)
-    return keep, skipped
-
-
-def _with_profile(settings: RunSettings, folder: ResultsFolder, profile: bool, cases: list[Case]) -> RunSettings:
-    """Profiler captures: every case with --profile; another implementation's cases whenever tracing (their
-    per-step spans come from the capture)."""
-    others = settings.trace and any(case.impl != "ringbench" for case in cases)
-    if not (profile or others):
-        return settings
-    folder.meta["profile"] = {"dir": "profile", "iteration": settings.iters - 1}  # ringbench's: the last timed one
-    return dataclasses.replace(settings, profile_dir=str(folder.run_dir / "profile"), profile=profile)
 
 
 def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, cases, device,
@@ -311,23 +127,6 @@ def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, case
         folder.save_meta()
     folder.notes.append(f"emulated:auto runs every emulated case of this run at {rate:g} GFLOP/s (measured here)")
     return dataclasses.replace(settings, emulated_auto_gflops=rate)
-
-
-def _reported(case: Case, per_rank: list[dict], repeat: int, folder: ResultsFolder) -> list[dict]:
-    """The ranks' reports as the record takes them: another implementation's spans come from its captures. When
-    its captures cannot be read as a ring, the case keeps the iteration times its ranks measured, with a note."""
-    if case.impl == "ringbench":
-        return per_rank
-    from ringbench.errors import UsageError
-    from ringbench.rank.impls import get_adapter
-    from ringbench.traces.captures import with_profile_rows
-
-    try:
-        patterns = get_adapter(case.impl).compute_patterns
-        return with_profile_rows(per_rank, case.case_id, repeat, compute_patterns=patterns)
-    except UsageError as exc:
-        folder.notes.append(f"{case.case_id}: no per-step spans (iteration times only): {exc}")
-        return per_rank
 
 
 def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case, device, tracker: Tracker) -> None:
@@ -362,7 +161,7 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
                 return False
             per_rank = sorted(pending.pop(result["case_id"]), key=lambda r: r["rank"])
             case = by_id[result["case_id"]]
-            row = folder.add_case(case, _reported(case, per_rank, repeat, folder), scenario, repeat)
+            row = folder.add_case(case, reported(case, per_rank, repeat, folder), scenario, repeat)
             finished += 1
             queue.remove(case.case_id)
             tracker.in_flight = queue[0] if queue else None
