@@ -35,19 +35,34 @@ CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they we
 
 
 def oversubscribed_cases(cases: pd.DataFrame, meta: RunMeta) -> frozenset[str]:
-    """Cases with real (not emulated) compute and more local ranks than CPU cores, on CPU.
+    """Cases with real (not emulated) compute on more ranks per host than CPU cores, on CPU.
 
     There the ranks take turns on the cores: a transfer waits until both of its ranks are scheduled and a
     compute span stretches while its rank is descheduled, so the timings measure the scheduler as much as the
-    ranks and links, and neither can be blamed honestly.
+    ranks and links, and neither can be blamed honestly. A run counts its ranks with real compute; an imported
+    trace cannot say which ranks compute for real, so it counts the cores its ranks kept busy (their summed share
+    of time in CPU ops, per host: meta ``imported.busy_ranks``), the same rule measured.
     """
-    meta = RunMeta(meta)
+    return frozenset(_crowding(cases, RunMeta(meta)))
+
+
+def _crowding(cases: pd.DataFrame, meta: RunMeta) -> dict[str, str]:
+    """case id -> the figures that make it oversubscribed (oversubscribed_cases)."""
     cores = meta.cpu_count
-    if not cores or meta.device_kind != "cpu" or cases.empty:
-        return frozenset()
+    if not cores or meta.device_kind != "cpu" or cases.empty or "world" not in cases:
+        return {}
+    busy = meta.busy_ranks
+    if busy is not None:
+        host, demand = max(busy.items(), key=lambda item: item[1])
+        if demand <= cores:
+            return {}
+        where = f" on host {host}" if len(busy) > 1 else ""
+        detail = f"{demand:.1f} ranks' worth of CPU work{where} (their time in CPU ops) on {cores} CPU cores"
+        return {str(case_id): detail for case_id in cases["case_id"].astype(str).unique()}
     hosts = max(1, len(meta.ranks(int(cases["world"].max())).get("hosts", [1])))
     crowded = (~cases["emulated"].astype(bool)) & (cases["world"] / hosts > cores)
-    return frozenset(cases.loc[crowded, "case_id"].astype(str))
+    rows = cases.loc[crowded].drop_duplicates("case_id")
+    return {str(r.case_id): f"{int(r.world)} ranks with real compute on {cores} CPU cores" for r in rows.itertuples()}
 
 
 def _saturated(cases: pd.DataFrame, meta: RunMeta, ids: list[str], world: pd.Series) -> pd.Series:
@@ -144,10 +159,9 @@ def case_confidence(
     world = world.fillna(0).astype(int)
     saturated = _saturated(cases, meta, ids, world)
     calls = _case_column(cases, "emulated_blocks", ids)
-    crowded = oversubscribed_cases(cases, meta) if not cases.empty and "world" in cases else frozenset()
+    crowded = _crowding(cases, meta)
     bound_ms = 2 * meta.clock_residual_ns() / 1e6
     violations = violations if violations is not None else pd.Series(dtype=float)
-    cores = meta.cpu_count
 
     rows = []
     for case_id in ids:
@@ -167,7 +181,7 @@ def case_confidence(
                     )
                 )
             if case_id in crowded:
-                found.append(("oversubscribed", f"{world[case_id]} ranks with real compute on {cores} CPU cores"))
+                found.append(("oversubscribed", crowded[case_id]))
             early = float(violations.get(case_id, 0.0) or 0.0)
             if early > CLOCK_VIOLATION_SHARE:
                 found.append(("clocks", f"{early:.0%} of blocks, more than {CLOCK_VIOLATION_SHARE:.0%}"))

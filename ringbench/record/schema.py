@@ -3,7 +3,10 @@
 Every producer (real runs, the simulator, imported traces) writes these tables and every consumer (analyses,
 reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
 
-Schema versions (readers accept every one of them; missing columns read as null):
+Schema versions (readers accept every one of them; missing columns read as null, ``censored`` as false):
+  3 -- events gain the kinds ``own`` (a rank busy outside its compute: other ops and unprofiled time) and ``sync``
+       (a barrier or another collective that is no rotation of the ring), and the column ``censored`` (send / recv
+       rows whose end is an upper bound: nobody was waiting when the block completed). Imported traces write them.
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -17,6 +20,10 @@ Events: one row per span on one rank.
   recv       exchange posted .. the block from the predecessor is in hand     ring predecessor / rank
   wait       time this rank sat blocked waiting for the exchange (exposed)    ring predecessor / rank
   collective an all-gather / all-reduce (buffer strategy `allgather`)          -1 / rank
+  own        the rank busy with its own work that is no compute span: other ops,   rank / rank
+             and time in no op that was not spent waiting (imported traces)
+  sync       a barrier or another collective that is no rotation of the ring:      -1 / rank
+             from this rank's join to its release (imported traces)
 
 Exchanges: with ``sync`` the exchange of step s (s >= 1) is posted at the start of step s and waited for before
 its compute; with ``double`` the exchange posted in step s (s <= N-2) brings the block of step s+1 and is waited
@@ -33,10 +40,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
-EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective")
+EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective", "own", "sync")
 PHASES = ("fwd", "bwd")
 PAIR_KINDS = ("full", "causal", "partial", "skip", "")
 
@@ -61,9 +68,14 @@ EVENTS_SCHEMA = pa.schema(
         # send / recv rows on NCCL with TORCH_NCCL_ENABLE_TIMING=1: NCCL's own kernel time of the exchange, ms;
         # null elsewhere (gloo, timing off, other kinds). Added in version 2.
         pa.field("nccl_ms", pa.float64()),
+        # send / recv rows: the end is an upper bound, not a measurement (a host-side trace saw the completion only
+        # when its ranks came to take it, and neither was waiting). False elsewhere. Added in version 3.
+        pa.field("censored", pa.bool_()),
     ]
 )
 EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)
+# What a column an older file (or a producer) lacks reads as: null, except these.
+EVENT_DEFAULTS = {"censored": False}
 
 # Columns of the per-case summary table (cases.parquet / cases.csv / the `--json` cases list).
 CASE_AXES = (

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from ringbench.errors import UsageError
 from ringbench.record.atomic import atomic_write
 from ringbench.record.meta import RunMeta, read_meta
-from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
+from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENT_DEFAULTS, EVENTS_SCHEMA
 
 EVENTS_FILE = "events.parquet"
 CASES_FILE = "cases.parquet"
@@ -47,10 +47,15 @@ class RunData:
 
 
 def with_event_columns(events: pd.DataFrame) -> pd.DataFrame:
-    """Every column of the current schema, in order; columns an older file lacks read as null."""
+    """Every column of the current schema, in order; columns an older file lacks read as null (``censored`` as
+    false: EVENT_DEFAULTS)."""
     missing = [name for name in EVENT_COLUMNS if name not in events]
     if missing:
-        events = events.assign(**{name: float("nan") for name in missing})
+        events = events.assign(**{name: EVENT_DEFAULTS.get(name, float("nan")) for name in missing})
+    for name, default in EVENT_DEFAULTS.items():
+        column = events[name]
+        if column.dtype != bool:
+            events = events.assign(**{name: column.astype(object).where(column.notna(), default).astype(bool)})
     return events[list(EVENT_COLUMNS)]
 
 
