@@ -14,6 +14,11 @@ A verdict names a rank or a link only when the measurement could have seen one. 
   iterations      fewer than MIN_ITERATIONS timed iterations: a straggler must stand out in most of them
   untraced        no spans were recorded (``run --no-trace``)
   one rank        a ring of one rank has no peers to compare with
+  compute         (imported traces) the compute cannot be found: a rank has no compute span, or the median rank's
+                  compute spans cover less than COMPUTE_MIN_SHARE of its time, so a wait cannot be told from work
+  censored        (imported traces, set by findings.analyze when nothing else is named) a hop's transfers are
+                  censored -- nobody waited when its blocks completed -- and their bounds would make it slow: a
+                  slow link cannot be told from ranks that took their blocks late
 
 Each reason is one sentence: why, then how to fix it. ``case_confidence`` is a pure function of the events,
 cases and metadata (and the clock check's shares, from stragglers.clock_violations).
@@ -32,6 +37,7 @@ SATURATION_SHARE = 0.05  # more saturated kernel calls than this share of comput
 MIN_ITERATIONS = 3  # consistency across iterations needs at least this many
 CLOCK_BOUND_SHARE = 0.10  # the clock alignment bound must be under this share of a median compute span
 CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they were sent: clocks disagree
+COMPUTE_MIN_SHARE = 0.05  # imported: compute spans must cover at least this share of the median rank's time
 
 
 def oversubscribed_cases(cases: pd.DataFrame, meta: RunMeta) -> frozenset[str]:
@@ -118,6 +124,18 @@ REASONS = {
         f"run at least {MIN_ITERATIONS} (--iters)",
     ),
     "one_rank": ("one rank", "a ring of one has no peers to compare with", "run 2 or more ranks"),
+    "compute": (
+        "compute not found",
+        "the ranks' time is mostly in no op the trace names, so a wait cannot be told from work",
+        "pass --compute-pattern REGEX naming the attention ops or kernels (or the record_function range around them)",
+    ),
+    "censored": (
+        "transfers censored",
+        "no rank was waiting when a hop's blocks completed, so a slow link cannot be told from ranks that took "
+        "their blocks late",
+        "to tell them apart, wait on the exchange before other work, or put that work in a record_function range, "
+        "so the trace shows who waited",
+    ),
 }
 
 
@@ -161,6 +179,7 @@ def case_confidence(
     calls = _case_column(cases, "emulated_blocks", ids)
     crowded = _crowding(cases, meta)
     bound_ms = 2 * meta.clock_residual_ns() / 1e6
+    missing_compute = _compute_missing(events, ids) if meta.get("source") == "profiler" else {}
     violations = violations if violations is not None else pd.Series(dtype=float)
 
     rows = []
@@ -194,6 +213,8 @@ def case_confidence(
                 found.append(("iterations", f"{iterations[case_id]} timed iteration(s)"))
             if world[case_id] < 2:
                 found.append(("one_rank", ""))
+            if case_id in missing_compute:
+                found.append(("compute", missing_compute[case_id]))
         rows.append(
             {
                 "case_id": case_id,
@@ -204,6 +225,45 @@ def case_confidence(
             }
         )
     return pd.DataFrame(rows, columns=CONFIDENCE_COLUMNS)
+
+
+def _compute_missing(events: pd.DataFrame, ids: list[str]) -> dict[str, str]:
+    """Imported cases whose compute the trace does not show (case id -> the figures): a rank without compute
+    spans, or compute spans covering less than COMPUTE_MIN_SHARE of the median rank's iterations."""
+    out = {}
+    for case_id in ids:
+        mine = events[events["case_id"].astype(str) == case_id]
+        ranks = sorted(mine["rank"].unique())
+        iteration = mine[mine["kind"] == "iteration"]
+        comp = mine[mine["kind"] == "compute"]
+        if comp.empty or iteration.empty:
+            continue
+        lacking = [int(r) for r in ranks if r not in set(comp["rank"])]
+        if lacking:
+            out[case_id] = f"rank(s) {', '.join(map(str, lacking[:8]))} with no compute span"
+            continue
+        total = (iteration["end_ns"] - iteration["start_ns"]).groupby(iteration["rank"]).sum()
+        busy = (comp["end_ns"] - comp["start_ns"]).groupby(comp["rank"]).sum()
+        share = float((busy / total.where(total > 0)).median())
+        if share < COMPUTE_MIN_SHARE:
+            out[case_id] = f"compute spans cover {share:.1%} of the median rank's time"
+    return out
+
+
+def with_reason(confidence: pd.DataFrame, reasons: dict[str, str], code: str) -> pd.DataFrame:
+    """``confidence`` with ``code`` (details per case id in ``reasons``) added to those cases: inconclusive."""
+    if not reasons:
+        return confidence
+    out = confidence.copy()
+    for index, row in out.iterrows():
+        detail = reasons.get(str(row["case_id"]))
+        if detail is None or code in row["reason_codes"]:
+            continue
+        out.at[index, "reason_codes"] = [*row["reason_codes"], code]
+        out.at[index, "reason_details"] = [*row["reason_details"], detail]
+        out.at[index, "inconclusive_reasons"] = [*row["inconclusive_reasons"], reason_sentence(code, detail)]
+        out.at[index, "confidence"] = INCONCLUSIVE
+    return out
 
 
 def run_reasons(confidence: pd.DataFrame, case_ids=None) -> list[str]:

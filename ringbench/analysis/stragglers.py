@@ -384,3 +384,33 @@ def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.Dat
             }
         rows.append(row)
     return pd.DataFrame(rows, columns=CULPRIT_COLUMNS)
+
+
+def censored_suspects(xfers: pd.DataFrame, events: pd.DataFrame) -> dict[str, str]:
+    """Cases with a hop the trace cannot judge (case id -> the figures): most of its transfers censored (their
+    end only a bound: nobody waited when they completed, confidence.py "censored"), and those bounds longer than a
+    step's own work by the link alarm's margins: the ranks at both ends came to the block later than a step's
+    work explains, yet no rank stood out. A bound of about a step is a transfer hidden behind the step (the
+    usual case) and says nothing against the link. Whether the link was slow or its ranks took their blocks
+    late, the trace does not say."""
+    if xfers.empty or "censored" not in xfers or not xfers["censored"].any():
+        return {}
+    steps = rank_steps(events)
+    step_ms = steps[steps["computes"] > 0].groupby("case_id", observed=True)["ms"].median()
+    out = {}
+    for case_id, case in xfers.groupby("case_id", observed=True, sort=False):
+        measured_ms = case.loc[~case["censored"], "transfer_ms"]
+        baseline = float(measured_ms.median()) if len(measured_ms) else 0.0
+        hops = case.groupby(["src", "dst"], observed=True).agg(
+            share=("censored", "mean"), bound=("transfer_ms", "median")
+        )
+        step = float(step_ms.get(case_id, 0.0))
+        floor = (1.0 + LINK_MARGIN) * max(baseline, step) + LINK_MIN_EXCESS * step
+        doubtful = hops[(hops["share"] > 0.5) & (hops["bound"] > floor)].sort_values("bound", ascending=False)
+        if len(doubtful):
+            (src, dst), top = next(iter(doubtful.iterrows()))
+            out[str(case_id)] = (
+                f"hop {src} -> {dst}: {top['share']:.0%} of its transfers censored, bounded by {top['bound']:.3g} ms "
+                f"against {baseline:.3g} ms measured on the others"
+            )
+    return out

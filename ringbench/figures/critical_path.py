@@ -47,7 +47,9 @@ that posted it last (its time before that is ``other``); a collective is not a h
 ``sync`` span (a barrier, or another collective that is no rotation: imported traces) is walked the same way, so
 the others' wait there is charged along the last joiner's own path; it moves no ring data, so none of it is
 exposed communication. ``own`` spans (a rank busy with work that is no compute span: imported traces) are the
-rank's, like compute.
+rank's, like compute. A ``post`` span (imported traces: an exchange's post held back on one hop, time in no op
+between its first op and the late one) is that hop's: the walk charges its link for it, all of it exposed (the
+ring is held on that hop), and continues at its start on the same rank.
 
 Censored transfers (imported host-side traces: nobody waited when the block completed, so its end is a bound)
 keep their rows and their ``censored`` flag; the walk never binds a wait on one (no rank waited for it), and the
@@ -231,6 +233,26 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
                 "exposed_ms": np.where(binding, exposed, 0.0),
             }
         )
+    held = events.loc[events["kind"] == "post", [*GROUP_KEYS, "rank", "src", "dst", "start_ns", "end_ns"]]
+    if len(held):
+        own = held["rank"].to_numpy(np.int64)
+        ms = (held["end_ns"] - held["start_ns"]).to_numpy(float) / 1e6
+        parts.append(
+            {
+                "g": group_of(held),
+                "rank": own,
+                "start": held["start_ns"].to_numpy(np.int64),
+                "end": held["end_ns"].to_numpy(np.int64),
+                "kind": np.full(len(held), 3, np.int8),
+                "link_src": held["src"].to_numpy(np.int64),
+                "link_dst": held["dst"].to_numpy(np.int64),
+                "link_ms": ms,
+                "link_end": held["end_ns"].to_numpy(np.int64),
+                "next_rank": own,
+                "next_t": held["start_ns"].to_numpy(np.int64),
+                "exposed_ms": ms,
+            }
+        )
     coll = events.loc[events["kind"].isin(["collective", "sync"]), [*STEP_KEYS, "rank", "kind", "start_ns", "end_ns"]]
     if len(coll):
         # A collective ends when the last rank joined: continue on that rank at its post (upstream) if it is not us.
@@ -293,7 +315,7 @@ def critical_path_segments(
     its ms on the path and its exposed ms (SEGMENT_COLUMNS)."""
     if xfers is None:
         xfers = transfers(events)
-    steps = events[events["kind"].isin(["compute", "wait", "collective", "own", "sync"])]
+    steps = events[events["kind"].isin(["compute", "wait", "collective", "own", "sync", "post"])]
     if steps.empty:
         return pd.DataFrame(columns=CRITICAL_PATH_COLUMNS), pd.DataFrame(columns=SEGMENT_COLUMNS)
     origin = events.groupby(GROUP_KEYS, observed=True, sort=True)["start_ns"].min()

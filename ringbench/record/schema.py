@@ -4,8 +4,9 @@ Every producer (real runs, the simulator, imported traces) writes these tables a
 reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
 
 Schema versions (readers accept every one of them; missing columns read as null, ``censored`` as false):
-  3 -- events gain the kinds ``own`` (a rank busy outside its compute: other ops and unprofiled time) and ``sync``
-       (a barrier or another collective that is no rotation of the ring), and the column ``censored`` (send / recv
+  3 -- events gain the kinds ``own`` (a rank busy outside its compute: other ops and unprofiled time), ``sync``
+       (a barrier or another collective that is no rotation of the ring) and ``post`` (an exchange's post held back
+       on one hop), and the column ``censored`` (send / recv
        rows whose end is an upper bound: nobody was waiting when the block completed). Imported traces write them.
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
@@ -24,6 +25,8 @@ Events: one row per span on one rank.
              and time in no op that was not spent waiting (imported traces)
   sync       a barrier or another collective that is no rotation of the ring:      -1 / rank
              from this rank's join to its release (imported traces)
+  post       an exchange's post held back on one hop: from the exchange's first op  the hop held back
+             to the late op's post, time in no op (imported traces)
 
 Exchanges: with ``sync`` the exchange of step s (s >= 1) is posted at the start of step s and waited for before
 its compute; with ``double`` the exchange posted in step s (s <= N-2) brings the block of step s+1 and is waited
@@ -43,7 +46,7 @@ import pyarrow as pa
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
-EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective", "own", "sync")
+EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective", "own", "sync", "post")
 PHASES = ("fwd", "bwd")
 PAIR_KINDS = ("full", "causal", "partial", "skip", "")
 

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ringbench.traces.evidence import classify_gaps, late_tolerance, match_messages, measured, subtract, union
+from ringbench.traces.evidence import (
+    WAIT_TOL_NS,
+    classify_gaps,
+    late_tolerance,
+    match_messages,
+    measured,
+    subtract,
+    union,
+)
 from ringbench.traces.reconstruct import _row, compute_rows, iteration_rows, number_steps, step_of
 
 _SEEN_FROM_PEER = "seen from its peer only"
@@ -155,10 +163,9 @@ def _classify(view: _Rank, matched: pd.DataFrame, ids: pd.Series, residual_ns: i
     windows = _windows(view)
     # Held: in a sync point; or posting one exchange, from its first op to its last (a delayed post on one hop:
     # the time belongs to that hop's transfer, which it delays, not to the rank's own work).
-    posted = view.messages[(view.messages["tid"] == view.ring_tid) & (view.messages["via"] != _SEEN_FROM_PEER)]
-    spread = posted.groupby("group")["post_ns"].agg(["min", "max"])
-    held = union(np.r_[view.syncs["join_ns"].to_numpy(np.int64), spread["min"].to_numpy(np.int64)],
-                 np.r_[view.syncs["done_ns"].to_numpy(np.int64), spread["max"].to_numpy(np.int64)])  # fmt: skip
+    spread = _post_spread(view)
+    held = union(np.r_[view.syncs["join_ns"].to_numpy(np.int64), spread["start_ns"].to_numpy(np.int64)],
+                 np.r_[view.syncs["done_ns"].to_numpy(np.int64), spread["end_ns"].to_numpy(np.int64)])  # fmt: skip
     gaps = subtract(subtract(windows, view.busy), held)
     msgs = view.messages[(ids >= 0).to_numpy()]
     mids = ids[msgs.index].to_numpy()
@@ -175,6 +182,39 @@ def _classify(view: _Rank, matched: pd.DataFrame, ids: pd.Series, residual_ns: i
     ok = np.isfinite(times) & np.isfinite(done)
     waits, own = classify_gaps(gaps, times[ok].astype(np.int64), done[ok].astype(np.int64), all_ids[ok], late[ok])
     return waits, own, set(mids[other].tolist())
+
+
+def _post_spread(view: _Rank) -> pd.DataFrame:
+    """Per exchange posted on the ring thread: from its first op to its last (start_ns, end_ns), and the hop of
+    the last op (src, dst): who held the exchange back."""
+    posted = view.messages[(view.messages["tid"] == view.ring_tid) & (view.messages["via"] != _SEEN_FROM_PEER)]
+    if posted.empty:
+        return pd.DataFrame(columns=["start_ns", "end_ns", "src", "dst"])
+    posted = posted.sort_values("post_ns", kind="stable")
+    first = posted.groupby("group")["post_ns"].min()
+    last = posted.groupby("group").tail(1).set_index("group")
+    send = last["direction"] == "send"
+    return pd.DataFrame({"start_ns": first, "end_ns": last["post_ns"],
+                         "src": np.where(send, view.rank, last["peer"]),
+                         "dst": np.where(send, last["peer"], view.rank)})  # fmt: skip
+
+
+def _post_rows(view: _Rank, ring: list[int]) -> list[dict]:
+    """An exchange's post held back on one hop (time in no op between its first op and its last, over
+    WAIT_TOL_NS): that hop's time."""
+    spread = _post_spread(view)
+    spread = spread[(spread["end_ns"] - spread["start_ns"]) > WAIT_TOL_NS]
+    rows = []
+    for group, held in spread.iterrows():
+        if group not in view.exchanges.index or view.exchanges.at[group, "iteration"] < 0:
+            continue
+        ex = view.exchanges.loc[group]
+        pieces = subtract(np.array([[held["start_ns"], held["end_ns"]]], np.int64), view.busy)
+        for start, end in pieces:
+            rows.append(_row(kind="post", iteration=int(ex["iteration"]), phase=ex["phase"], step=int(ex["step"]),
+                             rank=view.rank, ring_position=ring.index(view.rank), start_ns=int(start),
+                             end_ns=int(end), src=int(held["src"]), dst=int(held["dst"])))  # fmt: skip
+    return rows
 
 
 def _exchange_rows(view: _Rank, ring: list[int], matched: pd.DataFrame, ids: pd.Series, waits: np.ndarray,
@@ -361,6 +401,7 @@ def assemble(ranks, ring: list[int], clock, labels: list[str], numbers: list[int
         rows += _exchange_rows(view, ring, matched, ids[r], waits[r], censored)
         rows += _sync_rows(view, ring, world)
         if not view.gpu:
+            rows += _post_rows(view, ring)
             mine = _own_rows(view, ring, owns[r])
             rows += mine
             gaps_own = _clip(owns[r], _windows(view))
