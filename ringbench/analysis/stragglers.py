@@ -99,6 +99,7 @@ CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at le
 MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
 LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
 LINK_MIN_PEERS = 2  # a hop is judged against the median of at least two other hops (rings of >= 3 ranks)
+MIN_MEASURED_ITERATIONS = 3  # a hop is judged when measured (uncensored) in this many iterations and half of them
 TIE_SHARE = 0.05  # flagged resources this close (relative unit time) to the culprit are equally to blame
 WORK_KINDS = ("compute", "own")  # a rank's own time: its compute and its other work
 
@@ -180,11 +181,11 @@ def rank_steps(events: pd.DataFrame) -> pd.DataFrame:
     return work.groupby(keys, observed=True)[["ms", "compute_ms", "flops", "computes"]].sum().reset_index()
 
 
-def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame) -> pd.DataFrame:
+def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per case, phase (and exchange) and resource: unit time (own ms/GFLOP per step, transfer ms/MB), the peers'
     median, ratio, consistency; ranks also carry ``cost_ratio`` (whole iterations), links their median MB and
-    transfers per iteration."""
-    steps = rank_steps(events)
+    transfers per iteration. ``steps``: rank_steps(events) when already computed."""
+    steps = rank_steps(events) if steps is None else steps
     has_work = steps.groupby("case_id", observed=True)["flops"].transform("max") > 0
     work = steps["flops"].where(steps["flops"] > 0) / 1e9
     judged = steps[(steps["computes"] > 0) & (~has_work | work.notna())]
@@ -196,6 +197,7 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame) -> pd.DataFrame:
     ranks["per_iteration"] = np.nan
     ranks = ranks.merge(_iteration_ratio(steps), on=["case_id", "phase", "rank"], how="left")
     moved = xfers[~xfers["censored"].astype(bool)] if "censored" in xfers else xfers
+    iters = xfers.groupby(["case_id"], observed=True)[["repeat", "iteration"]].apply(lambda f: len(f.drop_duplicates()))
     size = moved["bytes"].where(moved["bytes"] > 0) / 1e6
     moved = moved.assign(unit_time=moved["transfer_ms"] / size.fillna(1.0), mb=size)
     # Two ranks have two hops, both directions between the same pair: one other hop is no baseline.
@@ -203,14 +205,16 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame) -> pd.DataFrame:
     hop_keys = ["case_id", "phase", "exchange", "src", "dst"]
     if len(links):
         stats = moved.groupby(hop_keys, observed=True).agg(mb=("mb", "median"), n=("mb", "size"))
-        iters = xfers.groupby(["case_id"], observed=True)[["repeat", "iteration"]].apply(
-            lambda f: len(f.drop_duplicates())
-        )
         stats["per_iteration"] = stats["n"] / iters.reindex(stats.index.get_level_values("case_id")).to_numpy()
         links = links.merge(stats.drop(columns="n").reset_index(), on=hop_keys, how="left")
         links["unit"] = np.where(links["mb"].notna(), "ms/MB", "ms")
     else:
         links = links.assign(unit="ms/MB", mb=np.nan, per_iteration=np.nan)
+    if len(links):  # judged on measured transfers in enough iterations (censored ones left out), else not at all
+        seen = moved.groupby(hop_keys, observed=True)[["repeat", "iteration"]].apply(lambda f: len(f.drop_duplicates()))
+        needed = np.maximum(MIN_MEASURED_ITERATIONS, np.ceil(0.5 * iters.reindex(links["case_id"]).to_numpy(float)))
+        enough = seen.reindex(pd.MultiIndex.from_frame(links[hop_keys])).to_numpy(float) >= needed
+        links.loc[~enough, ["ratio", "consistency"]] = np.nan
     links["cost_ratio"] = links["ratio"]
     return pd.concat([ranks.assign(resource="rank"), links.assign(resource="link")], ignore_index=True)
 
@@ -218,21 +222,23 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame) -> pd.DataFrame:
 def _iteration_ratio(steps: pd.DataFrame) -> pd.DataFrame:
     """Per (case, phase, rank): the median over iterations of its own time per iteration per unit of work against
     the other ranks' median (``cost_ratio``): the whole of a delay, whichever steps it lands on."""
-    keys = ["case_id", "phase", "repeat", "iteration"]
-    per = steps.groupby([*keys, "rank"], observed=True)[["ms", "flops"]].sum()
+    columns = ["case_id", "phase", "rank", "cost_ratio"]
+    if steps.empty:
+        return pd.DataFrame(columns=columns)
+    per = steps.groupby(["case_id", "phase", "repeat", "iteration", "rank"], observed=True)[["ms", "flops"]].sum()
     has_work = per["flops"].groupby(level="case_id", observed=True).transform("max") > 0
-    per["unit"] = per["ms"] / np.where(has_work, (per["flops"] / 1e9).where(per["flops"] > 0), 1.0)
-    rows = []
-    for key, block in per["unit"].groupby(level=keys, observed=True):
-        values = block.to_numpy(float)[None, :]
-        peers = _leave_one_out_median(values)[0]
-        ratio = _ratio(values[0], peers)
-        rows.append(pd.DataFrame({"case_id": key[0], "phase": key[1], "rank": block.index.get_level_values("rank"),
-                                  "cost_ratio": ratio}))  # fmt: skip
-    if not rows:
-        return pd.DataFrame(columns=["case_id", "phase", "rank", "cost_ratio"])
-    out = pd.concat(rows, ignore_index=True)
-    return out.groupby(["case_id", "phase", "rank"], observed=True)["cost_ratio"].median().reset_index()
+    unit = per["ms"] / np.where(has_work, (per["flops"] / 1e9).where(per["flops"] > 0), 1.0)
+    wide = unit.unstack("rank")  # rows (case, phase, repeat, iteration), columns ranks
+    frames = []
+    for (case_id, phase), block in wide.groupby(level=["case_id", "phase"], observed=True, sort=False):
+        values = block.to_numpy(float)
+        ratio = _ratio(values, _leave_one_out_median(values))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a rank absent from every iteration: NaN
+            median = np.nanmedian(ratio, axis=0)
+        frames.append(pd.DataFrame({"case_id": case_id, "phase": phase, "rank": block.columns.to_numpy(),
+                                    "cost_ratio": median}))  # fmt: skip
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def clock_violations(xfers: pd.DataFrame, tol_ns: int = DEFAULT_TOL_NS) -> pd.Series:
@@ -266,12 +272,12 @@ def straggler_table(
         xfers = transfers(events)
     if path is None or segments is None:
         path, segments = critical_path_segments(events, xfers, tol_ns)
-    units = _unit_times(events, xfers)
+    steps = rank_steps(events)
+    units = _unit_times(events, xfers, steps)
     if path.empty or units.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
     units[["rank", "src", "dst"]] = units[["rank", "src", "dst"]].fillna(-1).astype("int64")
     keys = ["case_id", "resource", "rank", "src", "dst"]
-    steps = rank_steps(events)
     computed = steps[steps["computes"] > 0]
     step_ms = computed.groupby(["case_id", "phase"], observed=True)["ms"].median()  # a step's own time
     iter_ms = step_times(events).groupby("case_id", observed=True)["step_ms"].median()

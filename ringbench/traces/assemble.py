@@ -219,57 +219,70 @@ def _post_rows(view: _Rank, ring: list[int]) -> list[dict]:
 
 def _exchange_rows(view: _Rank, ring: list[int], matched: pd.DataFrame, ids: pd.Series, waits: np.ndarray,
                    censored: np.ndarray) -> list[dict]:  # fmt: skip
-    """send / recv / wait rows per exchange, and collective rows, of one rank."""
+    """send / recv / wait rows per exchange, and collective rows, of one rank (vectorised over exchanges)."""
     position = ring.index(view.rank)
-    rows = []
+    exchanges = view.exchanges[view.exchanges["iteration"] >= 0]
+    if exchanges.empty:
+        return []
     done = matched["done_ns"].to_numpy(float)
-    msgs = view.messages.assign(mid=ids)
-    by_group = {g: frame for g, frame in msgs[msgs["iteration"] >= 0].groupby("group")}
-    wait_ids = pd.Series(waits[:, 2]) if len(waits) else pd.Series(dtype="int64")
-    for g, ex in view.exchanges[view.exchanges["iteration"] >= 0].iterrows():
-        at = dict(iteration=int(ex["iteration"]), phase=ex["phase"], step=int(ex["step"]), rank=view.rank,
+    flags = censored if not view.gpu else np.zeros(len(censored), bool)
+    # The blocked time of each exchange: its last run of waits (MERGE_NS apart joined), by the exchange of the
+    # message (or the collective) each wait was for.
+    group_of = pd.Series(view.messages["group"].to_numpy(), index=ids.to_numpy())
+    group_of = group_of[group_of.index >= 0]
+    blocked = pd.DataFrame(waits, columns=["start", "end", "id"])
+    collective = blocked["id"] >= len(matched)
+    blocked["group"] = np.where(collective, blocked["id"] - len(matched),
+                                group_of.reindex(blocked["id"].where(~collective, -1)).to_numpy())  # fmt: skip
+    last = _last_runs(blocked.dropna(subset=["group"]).astype({"group": "int64"}))
+    msgs = view.messages.assign(mid=ids.to_numpy())
+    msgs = msgs[(msgs["mid"] >= 0) & msgs["group"].isin(exchanges.index)]
+    msgs = msgs.assign(done=done[msgs["mid"].to_numpy()], flag=flags[msgs["mid"].to_numpy()],
+                       bytes=msgs["bytes"].clip(lower=0))  # fmt: skip
+    msgs = msgs[np.isfinite(msgs["done"])].sort_values("done", kind="stable")
+    sides = msgs.groupby(["group", "direction", "peer"], sort=False).agg(
+        end=("done", "last"), censored=("flag", "last"), bytes=("bytes", "sum"),
+        seen=("obs_ns", "max"),
+    ).reset_index()  # fmt: skip
+    sides["seen"] = sides["seen"].fillna(sides["end"])
+    ex = exchanges.reindex(sides["group"])
+    rows = []
+    for side, e in zip(sides.itertuples(index=False), ex.itertuples(index=False), strict=True):
+        at = dict(iteration=int(e.iteration), phase=e.phase, step=int(e.step), rank=view.rank, ring_position=position)
+        post = int(e.post_ns)
+        src, dst = (view.rank, int(side.peer)) if side.direction == "send" else (int(side.peer), view.rank)
+        rows.append(_row(kind=side.direction, start_ns=post, end_ns=max(int(side.end), post), src=src, dst=dst,
+                         bytes=int(side.bytes), censored=bool(side.censored), **at))  # fmt: skip
+        if side.direction != "recv":
+            continue
+        if view.gpu and np.isfinite(getattr(e, "wait_start_ns", np.nan)):
+            start, stop = int(e.wait_start_ns), int(e.wait_end_ns)
+        elif side.group in last.index:
+            start, stop = int(last.at[side.group, "start"]), int(last.at[side.group, "end"])
+        else:  # where the rank came to take it: zero-length
+            start = stop = int(_came_to(view.busy, float(side.seen)))
+        rows.append(_row(kind="wait", start_ns=start, end_ns=stop, src=src, dst=view.rank, **at))
+    for group, e in exchanges[exchanges["kind"] == "collective"].iterrows():
+        at = dict(iteration=int(e["iteration"]), phase=e["phase"], step=int(e["step"]), rank=view.rank,
                   ring_position=position)  # fmt: skip
-        if ex["kind"] == "collective":
-            mine = waits[(wait_ids == len(matched) + g).to_numpy()] if len(waits) else waits
-            start, end = _last_wait(mine, float(ex["done_ns"]), view.gpu, ex)
-            rows.append(_row(kind="collective", start_ns=start, end_ns=end, dst=view.rank, bytes=int(ex["bytes"]),
-                             **at))  # fmt: skip
-            continue
-        group = by_group.get(g)
-        if group is None:
-            continue
-        mids = group["mid"].to_numpy()
-        blocked = waits[np.isin(waits[:, 2], mids[mids >= 0])] if len(waits) else waits
-        recv_seen = []
-        for (direction, peer), part in group.groupby(["direction", "peer"], sort=False):
-            known = part[part["mid"] >= 0]
-            ends = done[known["mid"].to_numpy()] if len(known) else np.array([])
-            if not len(ends) or not np.isfinite(ends).any():
-                continue
-            last = int(np.nanargmax(ends))
-            end = int(ends[last])
-            flag = bool(censored[known["mid"].iloc[last]]) if not view.gpu else False
-            src, dst = (view.rank, int(peer)) if direction == "send" else (int(peer), view.rank)
-            rows.append(
-                _row(
-                    kind=direction,
-                    start_ns=int(ex["post_ns"]),
-                    end_ns=max(end, int(ex["post_ns"])),
-                    src=src,
-                    dst=dst,
-                    bytes=int(part["bytes"].clip(lower=0).sum()),
-                    censored=flag,
-                    **at,
-                )
-            )
-            if direction == "recv":
-                obs = known["obs_ns"].to_numpy(float)
-                seen = float(np.nanmax(np.where(np.isfinite(obs), obs, ends)))
-                recv_seen.append((src, _came_to(view.busy, seen), end))
-        for src, seen, _ in recv_seen:
-            start, stop = _last_wait(blocked, seen, view.gpu, ex)
-            rows.append(_row(kind="wait", start_ns=start, end_ns=stop, src=src, dst=view.rank, **at))
+        if group in last.index:
+            start, stop = int(last.at[group, "start"]), int(last.at[group, "end"])
+        else:
+            start = stop = int(e["done_ns"])
+        rows.append(_row(kind="collective", start_ns=start, end_ns=stop, dst=view.rank, bytes=int(e["bytes"]), **at))
     return rows
+
+
+def _last_runs(blocked: pd.DataFrame) -> pd.DataFrame:
+    """Per exchange (``group``), the last run of its waits: consecutive waits less than MERGE_NS apart are one."""
+    if blocked.empty:
+        return pd.DataFrame(columns=["start", "end"])
+    blocked = blocked.sort_values(["group", "start"], kind="stable")
+    previous_end = blocked.groupby("group")["end"].shift()
+    new_run = previous_end.isna() | (blocked["start"] - previous_end > MERGE_NS)
+    blocked = blocked.assign(run=new_run.astype(int).groupby(blocked["group"]).cumsum())
+    final = blocked[blocked["run"] == blocked.groupby("group")["run"].transform("max")]
+    return final.groupby("group").agg(start=("start", "min"), end=("end", "max"))
 
 
 def _came_to(busy: np.ndarray, seen: float) -> float:
@@ -279,24 +292,6 @@ def _came_to(busy: np.ndarray, seen: float) -> float:
         return seen
     slot = np.searchsorted(busy[:, 0], seen, side="right") - 1
     return float(busy[slot, 1]) if slot >= 0 and busy[slot, 1] > seen else seen
-
-
-def _last_wait(blocked: np.ndarray, seen: float, gpu: bool, ex) -> tuple[int, int]:
-    """The exchange's wait: the last run of its blocked time (waits MERGE_NS apart joined), else zero-length where
-    the rank came to take it (``seen``). On a GPU the wait found from the compute stream."""
-    if gpu:
-        if np.isfinite(ex.get("wait_start_ns", np.nan)):
-            return int(ex["wait_start_ns"]), int(ex["wait_end_ns"])
-        return int(seen), int(seen)
-    if not len(blocked):
-        return int(seen), int(seen)  # where the rank came to take it (_came_to)
-    spans = blocked[np.argsort(blocked[:, 0], kind="stable")]
-    start, end = int(spans[-1, 0]), int(spans[-1, 1])
-    for s, e in spans[-2::-1, :2]:
-        if start - e > MERGE_NS:
-            break
-        start = int(s)
-    return start, end
 
 
 def _own_rows(view: _Rank, ring: list[int], own: np.ndarray) -> list[dict]:
@@ -397,7 +392,7 @@ def assemble(ranks, ring: list[int], clock, labels: list[str], numbers: list[int
     out = Assembled(rows=rows, origin_ns=int(origin), synthesized=synthesized)
     for r, view in views.items():
         rows += iteration_rows(r, ring.index(r), view.windows)
-        rows += compute_rows(r, ring, view.compute)
+        rows.append(compute_rows(r, ring, view.compute))
         rows += _exchange_rows(view, ring, matched, ids[r], waits[r], censored)
         rows += _sync_rows(view, ring, world)
         if not view.gpu:

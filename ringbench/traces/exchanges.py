@@ -128,34 +128,47 @@ def rotations(host: pd.DataFrame, kernels: pd.DataFrame, kv_numels: set[int], ra
     from ringbench.traces.rank_view import outermost
 
     calls = outermost(host[host["name"].str.match(COLLECTIVE_OPS.pattern)])
-    comm_ops = host[host["comm_args"] != ""]
     messages, collectives, claimed = [], [], set()
-    spans = {
-        kind: host[host["name"] == f"gloo:{kind}"].sort_values("start_ns") for kind in ("all_to_all", "all_gather")
-    }
+    if calls.empty:
+        return messages, collectives, claimed
+    comm_ops = host[host["comm_args"] != ""]
+    comm_tid = comm_ops["tid"].to_numpy()
+    comm_start = comm_ops["start_ns"].to_numpy(np.int64)
+    spans = {}
+    for kind in ("all_to_all", "all_gather"):
+        found_spans = host[host["name"] == f"gloo:{kind}"].sort_values("start_ns", kind="stable")
+        spans[kind] = (found_spans["end_ns"].to_numpy(np.int64), found_spans["tid"].to_numpy(np.int64))
+    has_kernels = len(kernels) > 0
+    parsed: dict[str, dict] = {}
     used = Counter()
     for call in calls.sort_values("start_ns").itertuples(index=False):
-        args = _args(call.comm_args)
+        args = parsed.get(call.comm_args)
+        if args is None:
+            args = parsed.setdefault(call.comm_args, _args(call.comm_args))
         kind = _collective_kind(call.name, args)
         if kind not in ("all_to_all", "all_gather"):
             found["other collectives" if kind == "record_param_comms" else kind] += 1
             continue
         sends, receives = _splits(call.name, args)
         if sends is None and kind == "all_to_all":  # the split sizes may sit on a nested op of the call
-            inner = comm_ops[(comm_ops["tid"] == call.tid) & comm_ops["start_ns"].between(call.start_ns, call.end_ns)]
-            for nested in inner.itertuples(index=False):
+            inside = np.nonzero((comm_tid == call.tid) & (comm_start >= call.start_ns) & (comm_start <= call.end_ns))[0]
+            for nested in comm_ops.iloc[inside].itertuples(index=False):
                 sends, receives = _splits(nested.name, _args(nested.comm_args))
                 if sends is not None:
                     break
         # The transfer: gloo's span of the same kind (in call order), or the NCCL kernels the call launched.
-        mine = kernels[(kernels["launch_tid"] == call.tid) & kernels["launch_ns"].between(call.start_ns, call.end_ns)]
         obs_tid = int(call.tid)
+        mine = (
+            kernels[(kernels["launch_tid"] == call.tid) & kernels["launch_ns"].between(call.start_ns, call.end_ns)]
+            if has_kernels
+            else kernels
+        )
+        ends, tids = spans[kind]
         if len(mine):
             end = int(mine["end_ns"].max())
             claimed.update(mine.index)
-        elif used[kind] < len(spans[kind]):
-            span = spans[kind].iloc[used[kind]]
-            end, obs_tid = int(span["end_ns"]), int(span["tid"])
+        elif used[kind] < len(ends):
+            end, obs_tid = int(ends[used[kind]]), int(tids[used[kind]])
         else:
             end = int(call.end_ns)
         used[kind] += 1
@@ -247,17 +260,22 @@ def sync_points(host: pd.DataFrame, kernels: pd.DataFrame, found: Counter) -> pd
     ops = outermost(host[host["name"].str.match(SYNC_OPS.pattern)]).sort_values("start_ns", kind="stable")
     rows = []
     used = Counter()
+    gloo_spans = host[host["name"].str.startswith("gloo:")].sort_values("start_ns", kind="stable")
+    ends_of = {name: group["end_ns"].to_numpy(np.int64) for name, group in gloo_spans.groupby("name", sort=False)}
     for op in ops.itertuples(index=False):
         short = op.name.split("::", 1)[-1].rstrip("_")
         gloo = _GLOO_SPAN.get(short.split("_into")[0], f"gloo:{short}")
-        spans = host[host["name"] == gloo]
+        ends = ends_of.get(gloo, np.empty(0, np.int64))
         done = int(op.end_ns)
-        launched = kernels[(kernels["launch_tid"] == op.tid) & kernels["launch_ns"].between(op.start_ns, op.end_ns)]
+        launched = (
+            kernels[(kernels["launch_tid"] == op.tid) & kernels["launch_ns"].between(op.start_ns, op.end_ns)]
+            if len(kernels)
+            else kernels
+        )
         if len(launched):
             done = max(done, int(launched["end_ns"].max()))
-        elif used[gloo] < len(spans):
-            span = spans.sort_values("start_ns", kind="stable").iloc[used[gloo]]
-            done = max(done, int(span["end_ns"]))
+        elif used[gloo] < len(ends):
+            done = max(done, int(ends[used[gloo]]))
         used[gloo] += 1
         rows.append(dict(name=short, join_ns=int(op.start_ns), done_ns=done, tid=int(op.tid)))
     return pd.DataFrame(rows, columns=SYNC_COLUMNS)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -133,13 +135,26 @@ def _numbers(labels: list[str]) -> list[int]:
     return list(range(len(labels)))
 
 
+ProgressFn = Callable[[str, int, int], None]  # (trace file name, bytes of JSON read since the last call, its total)
+PARALLEL_MIN_MB = 96  # read the ranks in parallel processes from this much JSON on (below, starting them costs more)
+
+
 def reconstruct(
-    paths, *, iteration_marker: str | None = None, compute_patterns: tuple[str, ...] = (), command: str = ""
+    paths,
+    *,
+    iteration_marker: str | None = None,
+    compute_patterns: tuple[str, ...] = (),
+    command: str = "",
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
 ) -> Reconstruction:
-    """Rebuild the ring of one job's profiler traces (files or folders, one trace per rank), in memory."""
+    """Rebuild the ring of one job's profiler traces (files or folders, one trace per rank), in memory.
+
+    ``progress(name, bytes, total)`` is called as each trace is read; ``workers``: processes that read the traces
+    (default: one per core, up to one per trace, when the traces hold PARALLEL_MIN_MB of JSON or more; else 1)."""
     pattern = compile_patterns(compute_patterns)
     files = find_trace_files(paths)
-    ranks = [reduce_rank(path, pattern, iteration_marker) for path in files]
+    ranks = read_ranks(files, pattern, iteration_marker, progress, workers)
     check_ranks([r.file for r in ranks], complete=False)  # one job, no rank twice
     ranks.sort(key=lambda r: r.file.rank)
     if not any(len(r.messages) or len(r.exchanges) for r in ranks):
@@ -175,6 +190,63 @@ def reconstruct(
     return Reconstruction(events=events, cases=cases, meta=meta, ring=ring, trace_bytes=total, notes=tuple(notes))
 
 
+def read_ranks(files: list[Path], pattern, marker, progress: ProgressFn | None, workers: int | None):
+    """Every trace reduced (rank_import.reduce_rank), in parallel processes where that pays (reconstruct)."""
+    from ringbench.traces.kineto import json_size
+
+    sizes = {path: json_size(path) for path in files}
+    if workers is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = min(cores, len(files)) if sum(sizes.values()) >= PARALLEL_MIN_MB * 1e6 else 1
+    if workers <= 1 or len(files) < 2:
+        out = []
+        for path in files:
+            report = None if progress is None else (lambda n, name=path.name, total=sizes[path]: progress(name, n,
+                                                                                                         total))  # fmt: skip
+            out.append(reduce_rank(path, pattern, marker, progress=report))
+        return out
+    return _read_parallel(files, sizes, pattern, marker, progress, workers)
+
+
+def _read_parallel(files, sizes, pattern, marker, progress, workers):
+    """reduce_rank over ``workers`` forked processes, their progress relayed through a queue."""
+    import multiprocessing as mp
+    import queue as queues
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = mp.get_context("fork")
+    relay = context.Queue() if progress is not None else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
+                             initargs=(relay,)) as pool:  # fmt: skip
+        futures = [pool.submit(_reduce_in_worker, str(path), pattern.pattern, marker, sizes[path]) for path in files]
+        while relay is not None and not all(f.done() for f in futures):
+            try:
+                name, n, total = relay.get(timeout=0.1)
+            except queues.Empty:
+                continue
+            progress(name, n, total)
+        results = [f.result() for f in futures]
+    while relay is not None and not relay.empty():
+        progress(*relay.get_nowait())
+    return results
+
+
+_RELAY = None
+
+
+def _worker_init(relay) -> None:
+    global _RELAY
+    _RELAY = relay
+
+
+def _reduce_in_worker(path: str, pattern: str, marker, total: int):
+    import re
+
+    name = Path(path).name
+    report = None if _RELAY is None else (lambda n: _RELAY.put((name, n, total)))
+    return reduce_rank(Path(path), re.compile(pattern), marker, progress=report)
+
+
 def _evidence_notes(built, ranks: list[RankImport]) -> list[str]:
     """What the import inferred that a reader should know: bounds instead of measurements, sides not traced."""
     notes = []
@@ -194,15 +266,12 @@ def _evidence_notes(built, ranks: list[RankImport]) -> list[str]:
 
 
 def _few_iterations(count: int, run_meta: dict) -> str:
-    fix = (
-        "analyze the run's own record instead (it holds every timed iteration), or"
-        if run_meta.get("kind") == "run"
-        else "capture"
-    )
+    fix = "analyze the run's own record instead (it holds every timed iteration), or " if run_meta.get(
+        "kind") == "run" else ""  # fmt: skip
     return (
-        f"{count} iteration(s) captured: too few to judge a straggler (its analysis is inconclusive; at least "
-        f"{MIN_ITERATIONS} are needed); {fix} profile {MIN_ITERATIONS} or more iterations (torch.profiler's "
-        f"schedule with active={MIN_ITERATIONS} or more, one ProfilerStep per iteration)"
+        f"{count} iteration(s) captured: too few to judge a straggler (its analysis will be inconclusive: at "
+        f"least {MIN_ITERATIONS} are needed); {fix}profile {MIN_ITERATIONS} or more iterations (torch.profiler's "
+        f"schedule with active={MIN_ITERATIONS} or more, one ProfilerStep per iteration) and import again"
     )
 
 
@@ -227,11 +296,14 @@ def import_traces(
     compute_patterns: tuple[str, ...] = (),
     command: str = "",
     run_name: str = "import",
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
 ) -> ImportResult:
-    """Import one job's profiler traces (files or folders, one trace per rank) into results/<run-id>/."""
+    """Import one job's profiler traces (files or folders, one trace per rank) into results/<run-id>/
+    (``progress``, ``workers``: reconstruct)."""
     started = time.monotonic()
     rebuilt = reconstruct(paths, iteration_marker=iteration_marker, compute_patterns=compute_patterns,
-                          command=command)  # fmt: skip
+                          command=command, progress=progress, workers=workers)  # fmt: skip
     run_dir = _new_run_dir(out, run_name)
     meta = rebuilt.meta | {"run_id": run_dir.name}
     store.write_events(run_dir, rebuilt.events)
@@ -306,6 +378,7 @@ def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patte
             "notes": list(notes),
             # per host, the ranks' summed share of their iterations spent in CPU ops: how many cores they kept busy
             "busy_ranks": {host: round(value, 3) for host, value in busy.items()},
+            "readers": [r.reader for r in ranks],
             "transfers": built.transfers,
             "censored": built.censored,
             "from_run": run_meta.get("run_id"),

@@ -70,6 +70,7 @@ class RankImport:
     kernels: int = 0
     emulated: bool = False  # ringbench's emulated kernel ran here (its modelled time is in the trace)
     annotations: tuple[str, ...] = field(default=())  # the most frequent record_function names
+    reader: str = ""  # how the trace was read (kineto.KinetoTrace.reader)
 
 
 def _attention_shape(compute_host: pd.DataFrame) -> tuple[dict, set[int]]:
@@ -136,11 +137,12 @@ def _gpu_waits(exchanges: pd.DataFrame, messages: pd.DataFrame, compute: pd.Data
     return out
 
 
-def reduce_rank(path: Path, pattern, marker: str | None, trace=None) -> RankImport:
-    """Read one trace (or take the read ``trace``) and keep only what the ring is made of."""
+def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=None) -> RankImport:
+    """Read one trace (or take the read ``trace``) and keep only what the ring is made of (``progress(bytes)``:
+    kineto.read_kineto_trace)."""
     from ringbench.traces.kineto import read_kineto_trace
 
-    trace = trace if trace is not None else read_kineto_trace(path)
+    trace = trace if trace is not None else read_kineto_trace(path, progress=progress)
     events = trace.events
     if events.empty:
         raise UsageError(f"{path}: the trace holds no complete events; pass a trace of a profiled program")
@@ -204,36 +206,33 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None) -> RankImpo
     return RankImport(file=file, iterations=iterations, messages=messages, exchanges=exchanges, compute=compute,
                       syncs=syncs, busy=busy, cpu_busy=cpu_busy, ring_tid=ring_tid, backward_starts=starts,
                       found=found, shape=shape, devices=trace.device_properties, top_ops=top, kernels=len(kernels),
-                      emulated=emulated, annotations=named)  # fmt: skip
+                      emulated=emulated, annotations=named, reader=trace.reader)  # fmt: skip
 
 
 def _exchanges(plain: pd.DataFrame, turned: list[dict], collectives: list[dict], place):
     """(messages with their exchange's index, exchanges): P2P groups, then rotations, then all-gathers."""
-    groups = []
-    for group, part in plain.groupby("group", sort=True):
-        groups.append(dict(kind="p2p", post_ns=int(part["post_ns"].min()), done_ns=float(part["obs_ns"].max()),
-                           tid=int(part["tid"].iloc[0]), bytes=int(part["bytes"].clip(lower=0).sum()),
-                           via=str(part["via"].iloc[0]), group=int(group)))  # fmt: skip
-    base = len(groups)
     turned_frame = pd.DataFrame(turned, columns=[*MESSAGE_COLUMNS, "rotation"])
     if len(turned_frame):
         turned_frame = place(turned_frame, "post_ns")
-        turned_frame["group"] = base + turned_frame.pop("rotation").astype(int)
-        for group, part in turned_frame.groupby("group", sort=True):
-            groups.append(dict(kind="p2p", post_ns=int(part["post_ns"].min()), done_ns=float(part["obs_ns"].max()),
-                               tid=int(part["tid"].iloc[0]), bytes=int(part["bytes"].iloc[0]),
-                               via=str(part["via"].iloc[0]), group=int(group)))  # fmt: skip
-    base = len(groups)
-    for i, row in enumerate(collectives):
-        groups.append(row | {"group": base + i})
-    exchanges = pd.DataFrame(groups, columns=[*EXCHANGE_COLUMNS, "group"]).set_index("group")
+        turned_frame["group"] = (plain["group"].max() + 1 if len(plain) else 0) + turned_frame.pop("rotation")
+    messages = pd.concat([plain, turned_frame], ignore_index=True) if len(turned_frame) else plain
+    messages = messages.astype({"group": "int64"})
+    clipped = messages.assign(bytes=messages["bytes"].clip(lower=0))
+    grouped = clipped.groupby("group", sort=True)
+    p2p = grouped.agg(post_ns=("post_ns", "min"), done_ns=("obs_ns", "max"), tid=("tid", "first"),
+                      bytes=("bytes", "sum"), via=("via", "first"), rotation=("via", "last"))  # fmt: skip
+    rotation = p2p.pop("rotation").str.endswith("(rotation)")
+    p2p.loc[rotation, "bytes"] = grouped["bytes"].first()[rotation]  # a rotation's send and receive: one buffer
+    p2p.insert(0, "kind", "p2p")
+    base = int(p2p.index.max()) + 1 if len(p2p) else 0
+    extra = pd.DataFrame(collectives, columns=EXCHANGE_COLUMNS, index=range(base, base + len(collectives)))
+    exchanges = pd.concat([p2p[EXCHANGE_COLUMNS], extra]) if len(extra) else p2p[EXCHANGE_COLUMNS]
     exchanges.index.name = None
     if len(exchanges):
-        exchanges = place(exchanges, "post_ns")
+        exchanges = place(exchanges.astype({"post_ns": "int64", "tid": "int64"}), "post_ns")
     else:
         exchanges = exchanges.assign(iteration=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
-    messages = pd.concat([plain, turned_frame], ignore_index=True) if len(turned_frame) else plain
-    return messages.astype({"group": "int64"}), exchanges
+    return messages, exchanges
 
 
 def _compute_breaks(messages: pd.DataFrame, host: pd.DataFrame) -> np.ndarray:

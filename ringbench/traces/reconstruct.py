@@ -91,13 +91,23 @@ def exchange_steps(posts: np.ndarray, first_compute: float, world: int, phase: s
 
 
 def number_steps(exchanges: pd.DataFrame, compute: pd.DataFrame, world: int) -> pd.Series:
-    """Ring step of every exchange of one rank (``exchanges`` with iteration, phase, post_ns), by its index."""
+    """Ring step of every exchange of one rank (``exchanges`` with iteration, phase, post_ns), by its index
+    (exchange_steps, vectorised over (iteration, phase))."""
     steps = pd.Series(-1, index=exchanges.index, dtype="int64")
-    for (iteration, phase), group in exchanges[exchanges["iteration"] >= 0].groupby(["iteration", "phase"]):
-        group = group.sort_values("post_ns", kind="stable")
-        mine = compute[(compute["iteration"] == iteration) & (compute["phase"] == phase)]
-        first = float(mine["order_ns"].min()) if len(mine) else np.nan
-        steps[group.index] = exchange_steps(group["post_ns"].to_numpy(float), first, world, phase)
+    mine = exchanges[exchanges["iteration"] >= 0]
+    if mine.empty:
+        return steps
+    mine = mine.sort_values(["iteration", "phase", "post_ns"], kind="stable")
+    keys = [mine["iteration"], mine["phase"]]
+    index = mine.groupby(keys, sort=False).cumcount().to_numpy()
+    count = mine.groupby(keys, sort=False)["post_ns"].transform("size").to_numpy()
+    first_post = mine.groupby(keys, sort=False)["post_ns"].transform("min").to_numpy(float)
+    first = compute.groupby(["iteration", "phase"])["order_ns"].min() if len(compute) else pd.Series(dtype=float)
+    first_compute = first.reindex(pd.MultiIndex.from_arrays(keys)).to_numpy(float)
+    blocking = np.isfinite(first_compute) & (first_post > first_compute)
+    paired = (mine["phase"].to_numpy() == "bwd") & (world > 1) & (count == 2 * world - 1)
+    out = np.where(paired, np.where(blocking, (index + 1) // 2, index // 2), index + blocking.astype(np.int64))
+    steps[mine.index] = out
     return steps
 
 
@@ -118,16 +128,27 @@ def iteration_rows(rank: int, position: int, windows: dict) -> list[dict]:
     return rows
 
 
-def compute_rows(rank: int, ring: list[int], compute: pd.DataFrame) -> list[dict]:
+def compute_rows(rank: int, ring: list[int], compute: pd.DataFrame) -> pd.DataFrame:
+    """Compute rows of one rank: span i of a phase is step i; its block's owner is i ring positions back."""
     position, world = ring.index(rank), len(ring)
-    rows = []
-    for (iteration, phase), spans in compute[compute["iteration"] >= 0].groupby(["iteration", "phase"]):
-        for step, span in enumerate(spans.sort_values("order_ns").itertuples(index=False)):
-            owner = ring[(position - step) % world]
-            rows.append(_row(iteration=int(iteration), phase=phase, step=step, kind="compute", rank=rank,
-                             ring_position=position, start_ns=int(span.start_ns), end_ns=int(span.end_ns), src=owner,
-                             dst=rank, block=owner, flops=float(span.flops)))  # fmt: skip
-    return rows
+    spans = compute[compute["iteration"] >= 0].sort_values(["iteration", "phase", "order_ns"], kind="stable")
+    step = spans.groupby(["iteration", "phase"], sort=False).cumcount().to_numpy()
+    owner = np.asarray(ring)[(position - step) % world] if len(spans) else np.empty(0, np.int64)
+    return frame_rows(kind="compute", iteration=spans["iteration"].to_numpy(), phase=spans["phase"].to_numpy(),
+                      step=step, rank=rank, ring_position=position, start_ns=spans["start_ns"].to_numpy(),
+                      end_ns=spans["end_ns"].to_numpy(), src=owner, dst=rank, block=owner,
+                      flops=spans["flops"].to_numpy(float))  # fmt: skip
+
+
+def frame_rows(**columns) -> pd.DataFrame:
+    """Events rows as a DataFrame: the given columns (arrays or scalars), the rest at their defaults."""
+    lengths = [len(v) for v in columns.values() if isinstance(v, (np.ndarray, list, pd.Series))]
+    n = lengths[0] if lengths else 1
+    base = _row()
+    out = {key: (np.asarray(value) if not np.isscalar(value) else np.full(n, value)) for key, value in columns.items()}
+    for key, value in base.items():
+        out.setdefault(key, np.full(n, value, dtype=object if isinstance(value, str) else None))
+    return pd.DataFrame(out)
 
 
 def step_of(anchors: pd.DataFrame, iteration: np.ndarray, phase: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -137,21 +158,34 @@ def step_of(anchors: pd.DataFrame, iteration: np.ndarray, phase: np.ndarray, tim
     out = np.zeros(len(times), np.int64)
     if anchors.empty or not len(times):
         return out
-    keys = pd.Series(list(zip(iteration, phase, strict=True)))
-    for key, index in keys.groupby(keys, sort=False).groups.items():
-        mine = anchors[(anchors["iteration"] == key[0]) & (anchors["phase"] == key[1])].sort_values("time_ns")
-        if mine.empty:
-            continue
-        at = np.asarray(times)[np.asarray(index)]
-        slot = np.searchsorted(mine["time_ns"].to_numpy(np.int64), at, side="left")
-        steps = mine["step"].to_numpy(np.int64)
-        out[np.asarray(index)] = steps[np.clip(slot, 0, len(steps) - 1)]
+    key = pd.Series(np.asarray(iteration)).astype(str).to_numpy() + np.asarray(phase, dtype=str)
+    anchor_key = anchors["iteration"].astype(str).to_numpy() + anchors["phase"].astype(str).to_numpy()
+    codes, _ = pd.factorize(np.r_[anchor_key, key])
+    a_code, t_code = codes[: len(anchors)].astype(np.int64), codes[len(anchors) :].astype(np.int64)
+    a_time, times = anchors["time_ns"].to_numpy(np.int64), np.asarray(times, np.int64)
+    base = min(int(a_time.min()), int(times.min()))
+    # One sortable key per (iteration, phase) and time: the code in the high bits, the time (ns since the first
+    # event, < 2**41: 36 minutes) below.
+    a_key = (a_code << 41) | np.clip(a_time - base, 0, (1 << 41) - 1)
+    t_key = (t_code << 41) | np.clip(times - base, 0, (1 << 41) - 1)
+    order = np.argsort(a_key, kind="stable")
+    a_key, a_code, a_step = a_key[order], a_code[order], anchors["step"].to_numpy(np.int64)[order]
+    pos = np.searchsorted(a_key, t_key, side="left")  # the first anchor at or after the span's start ...
+    last = np.searchsorted(a_code, t_code, side="right") - 1  # ... else the key's last one
+    found = last >= 0
+    found &= a_code[np.clip(last, 0, None)] == t_code
+    same = (pos < len(a_key)) & (a_code[np.clip(pos, 0, len(a_key) - 1)] == t_code)
+    pick = np.where(same, pos, last)
+    out[found] = a_step[pick[found]]
     return out
 
 
-def events_frame(rows: list[dict], case_id: str, origin_ns: int) -> pd.DataFrame:
-    """Rows -> the events table: the case id, repeat 0, times relative to ``origin_ns``, schema column order."""
-    events = pd.DataFrame(rows)
+def events_frame(rows: list, case_id: str, origin_ns: int) -> pd.DataFrame:
+    """Rows (dicts, or DataFrames of rows) -> the events table: the case id, repeat 0, times relative to
+    ``origin_ns``, schema column order."""
+    dicts = [row for row in rows if isinstance(row, dict)]
+    frames = [row for row in rows if isinstance(row, pd.DataFrame) and len(row)]
+    events = pd.concat([pd.DataFrame(dicts), *frames], ignore_index=True) if frames else pd.DataFrame(dicts)
     events["case_id"] = case_id
     events["repeat"] = 0
     events["start_ns"] = events["start_ns"].astype("int64") - origin_ns
@@ -163,6 +197,7 @@ def events_frame(rows: list[dict], case_id: str, origin_ns: int) -> pd.DataFrame
 
 __all__ = [
     "compute_rows",
+    "frame_rows",
     "events_frame",
     "exchange_steps",
     "iteration_rows",
