@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.traces.evidence import (
+    LATE_NS,
     WAIT_TOL_NS,
     classify_gaps,
     late_tolerance,
@@ -240,10 +241,13 @@ def _exchange_rows(view: _Rank, ring: list[int], matched: pd.DataFrame, ids: pd.
     msgs = msgs.assign(done=done[msgs["mid"].to_numpy()], flag=flags[msgs["mid"].to_numpy()],
                        bytes=msgs["bytes"].clip(lower=0))  # fmt: skip
     msgs = msgs[np.isfinite(msgs["done"])].sort_values("done", kind="stable")
+    msgs = msgs.assign(measured_done=msgs["done"].where(~msgs["flag"]))
     sides = msgs.groupby(["group", "direction", "peer"], sort=False).agg(
-        end=("done", "last"), censored=("flag", "last"), bytes=("bytes", "sum"),
-        seen=("obs_ns", "max"),
+        end=("done", "last"), bytes=("bytes", "sum"), seen=("obs_ns", "max"), measured=("measured_done", "max"),
     ).reset_index()  # fmt: skip
+    # A side's completion is measured when a message measured completed with its last one (within a late take's
+    # tolerance: K waited for, V in hand the moment after), else it is a bound.
+    sides["censored"] = ~(sides["end"] - sides["measured"] <= LATE_NS).to_numpy() if not view.gpu else False
     sides["seen"] = sides["seen"].fillna(sides["end"])
     ex = exchanges.reindex(sides["group"])
     rows = []
