@@ -158,15 +158,15 @@ def case_confidence(
     ``reason_codes`` (keys of REASONS) with ``reason_details`` (the case's figures)."""
     meta = RunMeta(meta or {})
     cases = cases if cases is not None else pd.DataFrame(columns=["case_id"])
-    ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
+    ids = list(dict.fromkeys([*map(str, events["case_id"].unique()), *cases.get("case_id", pd.Series()).astype(str)]))
     if not ids:
         return pd.DataFrame(columns=CONFIDENCE_COLUMNS)
-    case_of = events["case_id"].astype(str)
+    case_of = _text(events["case_id"])
     comp = events[events["kind"] == "compute"]
     spans = comp.groupby(case_of[comp.index]).size().reindex(ids).fillna(0).astype(int)
     compute_ms = ((comp["end_ns"] - comp["start_ns"]) / 1e6).groupby(case_of[comp.index]).median().reindex(ids)
     traced = events[events["kind"].isin(["compute", "wait", "collective"])]
-    traced_ids = set(case_of[traced.index])
+    traced_ids = set(case_of[traced.index].unique())
     timed = events[["repeat", "iteration"]].assign(case_id=case_of).drop_duplicates()
     iterations = timed.groupby("case_id").size().reindex(ids).fillna(0).astype(int)
     world = events.groupby(case_of)["rank"].nunique().reindex(ids)
@@ -227,12 +227,19 @@ def case_confidence(
     return pd.DataFrame(rows, columns=CONFIDENCE_COLUMNS)
 
 
+def _text(column: pd.Series) -> pd.Series:
+    """A column as text; a categorical one by its categories (not row by row: a million rows)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.rename_categories([str(c) for c in column.cat.categories])
+    return column.astype(str)
+
+
 def _compute_missing(events: pd.DataFrame, ids: list[str]) -> dict[str, str]:
     """Imported cases whose compute the trace does not show (case id -> the figures): a rank without compute
     spans, or compute spans covering less than COMPUTE_MIN_SHARE of the median rank's iterations."""
     out = {}
     for case_id in ids:
-        mine = events[events["case_id"].astype(str) == case_id]
+        mine = events[_text(events["case_id"]) == case_id]
         ranks = sorted(mine["rank"].unique())
         iteration = mine[mine["kind"] == "iteration"]
         comp = mine[mine["kind"] == "compute"]

@@ -188,7 +188,7 @@ def _unattributed(path: pd.DataFrame) -> dict[str, float]:
 
 
 def _summary(events, cases, figures, confidence, blame, per_case, balance, bounded=frozenset()) -> pd.DataFrame:
-    ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
+    ids = list(dict.fromkeys([*map(str, events["case_id"].unique()), *cases.get("case_id", pd.Series()).astype(str)]))
     out = pd.DataFrame({"case_id": pd.Series(ids, dtype=object)})
     if not cases.empty:
         first = cases.drop_duplicates("case_id").copy()
@@ -211,7 +211,7 @@ def _summary(events, cases, figures, confidence, blame, per_case, balance, bound
     per_case = per_case.drop(columns=[c for c in per_case.columns if c.startswith("exposed_comm_frac")])
     for table in (confidence, blame, per_case, balance.drop(columns="world")):
         out = out.merge(table.astype({"case_id": object}), on="case_id", how="left")
-    spans = events.loc[events["kind"] != "iteration", "case_id"].astype(str).unique()
+    spans = [str(c) for c in events.loc[events["kind"] != "iteration", "case_id"].unique()]
     out["traced"] = out["case_id"].isin(spans)
     return out.reindex(columns=SUMMARY_COLUMNS)
 

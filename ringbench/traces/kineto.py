@@ -208,7 +208,9 @@ def read_kineto_trace(
         size = json_size(path)
         whole = size <= budget
         try:
-            metadata, chunks = kineto_fast.read(path, whole=whole, chunk_bytes=max(1, int(CHUNK_MB * (1 << 20))), progress=progress)
+            metadata, chunks = kineto_fast.read(
+                path, whole=whole, chunk_bytes=max(1, int(CHUNK_MB * (1 << 20))), progress=progress
+            )
             reader = "whole file (msgspec)" if whole else f"streamed (msgspec, {CHUNK_MB:g} MB chunks)"
         except kineto_fast.Unusual:
             metadata, chunks = kineto_scan.read(path)

@@ -78,12 +78,12 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _Whole(msgspec.Struct):
-    traceEvents: list[_Event] | msgspec.UnsetType = msgspec.UNSET  # noqa: N815 - the file's own key
-    schemaVersion: object = msgspec.UNSET  # noqa: N815
-    baseTimeNanoseconds: object = msgspec.UNSET  # noqa: N815
-    distributedInfo: object = msgspec.UNSET  # noqa: N815
+    traceEvents: list[_Event] | msgspec.UnsetType = msgspec.UNSET
+    schemaVersion: object = msgspec.UNSET
+    baseTimeNanoseconds: object = msgspec.UNSET
+    distributedInfo: object = msgspec.UNSET
     host_name: object = msgspec.UNSET
-    deviceProperties: object = msgspec.UNSET  # noqa: N815
+    deviceProperties: object = msgspec.UNSET
 
 
 _WHOLE = msgspec.json.Decoder(_Whole)
@@ -197,7 +197,9 @@ def read(path: Path, *, whole: bool, chunk_bytes: int, progress: Callable[[int],
             if document.traceEvents is msgspec.UNSET or document.schemaVersion is msgspec.UNSET:
                 raise Unusual("not a profiler trace")  # the careful reader names the keys it has
             reducer.add(document.traceEvents)
-            metadata = {key: getattr(document, key) for key in _META_KEYS if getattr(document, key) is not msgspec.UNSET}
+            metadata = {
+                key: getattr(document, key) for key in _META_KEYS if getattr(document, key) is not msgspec.UNSET
+            }
             metadata["traceEvents"] = len(document.traceEvents)
         else:
             metadata = _stream(path, reducer, chunk_bytes, progress)

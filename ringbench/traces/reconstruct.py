@@ -197,9 +197,9 @@ def events_frame(rows: list, case_id: str, origin_ns: int) -> pd.DataFrame:
 
 __all__ = [
     "compute_rows",
-    "frame_rows",
     "events_frame",
     "exchange_steps",
+    "frame_rows",
     "iteration_rows",
     "number_steps",
     "ring_order",
