@@ -25,9 +25,10 @@ Faults (``fault_rank`` F, ``delay_ms`` d, every ring step):
   thread posts its receives, computes, waits, and joins the helper).
 * ``link_post``: hop F -> F+1 is slow: F posts its receives, then its sends d later (a delayed post on one hop).
 
-Every program measures itself: ``step_ms`` is its own wall time per timed iteration (the slowest rank's mean,
-host clock, the profiler's export excluded), so a verdict's cost can be checked against what the fault really
-added (the same program without the fault). ``run_programs`` runs many programs in one launch of the ranks (the
+Every program measures itself: ``step_ms`` is its own wall time per timed iteration (on each rank the median of
+its iterations' durations, robust to the odd iteration a busy machine stretches; the slowest rank's; host clock,
+the profiler's export excluded), so a verdict's cost can be checked against what the fault really added (the same
+program without the fault). ``run_programs`` runs many programs in one launch of the ranks (the
 spawn costs seconds; each program costs a few tenths).
 """
 
@@ -168,7 +169,9 @@ def _run_one(program: UserRing, rank: int, world: int, folder: Path) -> float:
                 stop = time.perf_counter()  # before the last step(): it exports the trace
             prof.step()
     dist.barrier()
-    return (stop - starts[1]) / program.iters * 1e3
+    ends = [*starts[2:], stop]  # iteration i runs from its start to the next one's (the last: to ``stop``)
+    durations = sorted(end - start for start, end in zip(starts[1:], ends, strict=True))
+    return durations[len(durations) // 2] * 1e3
 
 
 def _worker(worker_ctx, programs: list[dict], root: str) -> dict[str, float]:
