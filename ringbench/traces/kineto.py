@@ -77,10 +77,10 @@ COMM_ARG_KEYS = (
     "Src Rank", "Dst Rank", "Seq",
 )  # fmt: skip
 # A trace's JSON up to this size is decoded whole (the text and its events in memory at once: about twice the
-# file); a larger one is streamed in CHUNK_MB chunks (about twice a chunk), so the reader's memory stays within
+# file); a larger one is streamed in CHUNK_MB chunks (a few chunks' worth), so the reader's memory stays within
 # about twice the largest trace file either way.
 MEMORY_BUDGET_MB = float(os.environ.get("RINGBENCH_IMPORT_MEMORY_MB", "32"))
-CHUNK_MB = 16  # the streamed path's read size
+CHUNK_MB = 8  # the streamed path's read size
 INT_COLUMNS = ("pid", "tid", "stream", "correlation", "external_id", "peer", "tag", "bytes")
 OBJECT_COLUMNS = ("name", "cat", "input_dims", "input_types", "comm_args")
 
@@ -157,8 +157,8 @@ def int_column(values) -> np.ndarray:
 def events_frame(chunks: list[dict[str, np.ndarray]], base_time_ns: int) -> pd.DataFrame:
     """Column chunks (ts, dur in float microseconds, INT_COLUMNS, OBJECT_COLUMNS) -> the events DataFrame."""
 
-    def joined(name, dtype):
-        parts = [chunk[name] for chunk in chunks]
+    def joined(name, dtype):  # each chunk's column is dropped once joined: the columns are never held twice
+        parts = [chunk.pop(name) for chunk in chunks]
         return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
     ts, dur = joined("ts", np.float64), joined("dur", np.float64)

@@ -213,9 +213,11 @@ _CLOSE = re.compile(rb"\}\s*\]")
 
 
 def _stream(path: Path, reducer: _Reducer, chunk_bytes: int, progress) -> dict:
-    """The streamed path (module doc)."""
+    """The streamed path (module doc). The buffer always opens with the events array's ``[``: a cut turns the
+    comma after the last whole event into ``]`` to decode the events in place (no copy), and the rest (opened
+    with ``[`` again) becomes the next buffer."""
     with open_trace(path) as handle:
-        buffer = b""
+        buffer = bytearray()
         while True:  # the head: everything up to the events array
             found = _KEY.search(buffer)
             if found:
@@ -226,8 +228,8 @@ def _stream(path: Path, reducer: _Reducer, chunk_bytes: int, progress) -> dict:
             buffer += data
             if progress is not None:
                 progress(len(data))
-        head = buffer[: found.start()].rstrip()
-        buffer = buffer[found.end() :]
+        head = bytes(buffer[: found.start()]).rstrip()
+        buffer = bytearray(buffer[found.end() - 1 :])  # from the "["
         count, eof = 0, False
         while True:
             if not eof:
@@ -236,19 +238,21 @@ def _stream(path: Path, reducer: _Reducer, chunk_bytes: int, progress) -> dict:
                 buffer += data
                 if progress is not None and data:
                     progress(len(data))
+                del data
             if eof:
                 break
             cut = _last_cut(buffer)
             if cut is None:
                 continue
-            events, rest = cut
+            events, buffer = cut
+            del cut
             count += len(events)
             reducer.add(events)
-            buffer = rest
+            del events  # the chunk's events (and the text they point into) go before the next chunk is read
         events, tail = _final(buffer)
         count += len(events)
         reducer.add(events)
-    text = head + (b"," if not head.endswith((b"{", b",")) else b"") + tail.lstrip().lstrip(b",")
+    text = head + (b"," if not head.endswith((b"{", b",")) else b"") + bytes(tail).lstrip().lstrip(b",")
     metadata = _ANY.decode(text if text.rstrip().endswith(b"}") else text + b"}")
     if not isinstance(metadata, dict) or "schemaVersion" not in metadata:
         raise Unusual("not a profiler trace")
@@ -256,8 +260,9 @@ def _stream(path: Path, reducer: _Reducer, chunk_bytes: int, progress) -> dict:
     return metadata
 
 
-def _last_cut(buffer: bytes):
-    """(events, the rest) cut after the last complete event of ``buffer`` (a few candidates tried), or None."""
+def _last_cut(buffer: bytearray):
+    """(events, the rest opened with ``[``) cut after the last complete event of ``buffer`` (a few candidates
+    tried), or None."""
     end = len(buffer)
     for _ in range(8):
         brace = buffer.rfind(b"}", 0, end)
@@ -266,25 +271,30 @@ def _last_cut(buffer: bytes):
         comma = brace + 1
         while comma < len(buffer) and buffer[comma] in b" \t\r\n":
             comma += 1
-        if comma < len(buffer) and buffer[comma : comma + 1] == b",":
+        if comma < len(buffer) and buffer[comma] == ord(","):
+            buffer[comma] = ord("]")
             try:
-                return _EVENTS.decode(b"[" + buffer[: brace + 1] + b"]"), buffer[comma + 1 :]
+                events = _EVENTS.decode(memoryview(buffer)[: comma + 1])
             except (msgspec.DecodeError, msgspec.ValidationError):
-                pass
+                events = None
+            buffer[comma] = ord("[")
+            if events is not None:
+                return events, bytearray(memoryview(buffer)[comma:])
         end = brace
     return None
 
 
-def _final(buffer: bytes):
+def _final(buffer: bytearray):
     """(the last events, the text after the array) at the end of the file."""
     for close in _CLOSE.finditer(buffer):
         try:
-            events = _EVENTS.decode(b"[" + buffer[: close.start() + 1] + b"]")
+            events = _EVENTS.decode(memoryview(buffer)[: close.end()])
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-        return events, buffer[close.end() :]
-    if buffer.strip().startswith(b"]"):  # an empty array, or one that ended exactly at a cut
-        return [], buffer.strip()[1:]
+        return events, bytes(buffer[close.end() :])
+    rest = bytes(buffer).strip()
+    if rest.startswith(b"[") and rest[1:].strip().startswith(b"]"):  # an empty array, or one that ended at a cut
+        return [], rest[1:].strip()[1:]
     raise Unusual("the events array does not close")
 
 
