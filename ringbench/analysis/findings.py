@@ -13,6 +13,7 @@ otherwise it is inconclusive, names nobody, and says why and how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ from ringbench.analysis.stragglers import censored_suspects, clock_violations, c
 from ringbench.figures.critical_path import clock_tolerance_ns, critical_path_segments, transfers
 from ringbench.figures.metrics import case_figures
 from ringbench.fmt import number
-from ringbench.record.store import RunData
+from ringbench.record.store import RunData, as_categories
 
 SUMMARY_COLUMNS = [
     "case_id",
@@ -135,7 +136,10 @@ class RunAnalysis:
 
 
 def analyze(run: RunData) -> RunAnalysis:
-    """Run every analysis on a loaded run (pure: reads run.events / run.cases, writes nothing)."""
+    """Run every analysis on a loaded run (pure: reads run.events / run.cases, writes nothing). The analyses, and
+    the report from the analysis's ``run``, work on the events with their few-valued text columns as categoricals
+    (record.store.as_categories: the same values, integer grouping); the ``run`` passed in is left as loaded."""
+    run = dataclasses.replace(run, events=as_categories(run.events))
     events, cases = run.events, run.cases
     xfers = transfers(events)
     tol_ns = clock_tolerance_ns(run.meta.clock_residual_ns())
