@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from ringbench.errors import UsageError
-from ringbench.traces import kineto
+from ringbench.traces import kineto, kineto_fast, kineto_scan
 from ringbench.traces.kineto import TRACE_EVENT_COLUMNS, read_kineto_trace
 
 DATA = Path(__file__).parent / "data" / "kineto"
@@ -77,14 +77,46 @@ def test_cpu_gloo_trace_peers_tags_and_transfer_bytes():
     assert "ringbench:iteration 1" in set(markers) and "ringbench:bwd step 3" in set(markers)
 
 
-def test_plain_json_and_gzip_and_tiny_chunks_give_the_same_table(tmp_path, monkeypatch):
+def test_plain_json_and_gzip_and_every_reader_give_the_same_table(tmp_path, monkeypatch):
     plain = tmp_path / "rank0.json"
     plain.write_bytes(gzip.decompress(GLOO_RANK0.read_bytes()))
-    reference = read_kineto_trace(GLOO_RANK0).events
+    whole = read_kineto_trace(GLOO_RANK0)
+    assert whole.reader == "whole file (msgspec)"
+    reference = whole.events
     pd.testing.assert_frame_equal(read_kineto_trace(plain).events, reference)
-    monkeypatch.setattr(kineto, "_CHUNK", 7)  # every value and multi-byte character straddles refills
-    monkeypatch.setattr(kineto, "_PACK", 10)
+    seen = []
+    streamed = read_kineto_trace(plain, memory_mb=0, progress=seen.append)  # over the budget: streamed
+    assert streamed.reader.startswith("streamed") and sum(seen) == plain.stat().st_size
+    pd.testing.assert_frame_equal(streamed.events, reference)
+    monkeypatch.setattr(kineto, "CHUNK_MB", 1 / (1 << 20) * 997)  # cuts land everywhere, inside values too
+    pd.testing.assert_frame_equal(read_kineto_trace(GLOO_RANK0, memory_mb=0).events, reference)
+    careful = _careful(plain, monkeypatch)
+    assert careful.reader == "careful (stdlib)"
+    pd.testing.assert_frame_equal(careful.events, reference)
+    monkeypatch.setattr(kineto_scan, "_CHUNK", 7)  # every value and multi-byte character straddles refills
+    monkeypatch.setattr(kineto_scan, "_PACK", 10)
     pd.testing.assert_frame_equal(read_kineto_trace(plain).events, reference)
+
+
+def _careful(path, monkeypatch):
+    """Read with the careful reader (as for a file the fast decoder rejects)."""
+
+    def reject(*args, **kwargs):
+        raise kineto_fast.Unusual("test")
+
+    monkeypatch.setattr(kineto_fast, "read", reject)
+    return read_kineto_trace(path)
+
+
+def test_an_unusual_field_type_falls_back_to_the_careful_reader(tmp_path):
+    path = tmp_path / "odd.json"
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.5, "dur": 2, "pid": "host", "tid": 7,
+               "args": {"External id": "x12"}}]  # fmt: skip
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    trace = read_kineto_trace(path)
+    assert trace.reader == "careful (stdlib)"
+    row = trace.events.iloc[0]
+    assert (row["pid"], row["tid"], row["external_id"], row["dur_ns"]) == (-1, 7, -1, 2000)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="shared fixtures absent")

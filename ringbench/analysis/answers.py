@@ -248,7 +248,7 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
 
     if material:
         headline = (
-            f"{_culprit(top)} holds the ring back: costs {number(top['cost_ms'], '.1f')} ms per iteration "
+            f"{_culprit(top)} {_holds(top)} the ring back: costs {number(top['cost_ms'], '.1f')} ms per iteration "
             f"({number(100 * _cost_share(top), '.0f')}% of the step)"
         )
     elif len(winners):
@@ -320,15 +320,19 @@ def _cost_share(row) -> float:
 
 
 def _straggler_line(row, label: str, several: bool) -> str:
+    from ringbench.analysis.findings import tied_names
+
     where = f" in {label}" if several else ""
     ratio = number(row["ratio"], ".2f")
     if row["straggler_kind"] == "compute":
-        what = f"{ratio}× the other ranks' compute per unit of work"
+        what = f"{ratio}× the other ranks' own time per unit of work"
     else:
         what = f"transfer {ratio}× the other hops' per byte (upstream waits excluded; no rank blamed)"
     cost = number(row["cost_ms"], ".1f")
     hidden = " (hidden behind compute)" if _cost_share(row) < MATERIAL_SHARE else ""
-    return f"{_culprit(row)}{where}: {what}; costs the ring {cost} ms per iteration{hidden}"
+    alone = "; equally to blame: fixing one alone does not help" if tied_names(row) else ""
+    together = " together" if tied_names(row) else ""
+    return f"{_culprit(row)}{where}: {what}{alone}; costs the ring {cost} ms per iteration{together}{hidden}"
 
 
 # Reasons that spoil the step times themselves (not only the attribution of a straggler): such cases are not compared.
@@ -344,9 +348,20 @@ def _comparable(confidence: pd.DataFrame) -> set[str]:
     return set(confidence.loc[keep, "case_id"].astype(str))
 
 
+def _holds(row) -> str:
+    from ringbench.analysis.findings import tied_names
+
+    return "hold" if tied_names(row) else "holds"
+
+
 def _culprit(row) -> str:
+    from ringbench.analysis.findings import tied_names
+
+    tied = tied_names(row).replace("->", "→")
     if row["straggler_kind"] == "compute":
-        return f"rank {int(row['straggler_rank'])} (compute)"
+        return f"ranks {tied} (compute)" if tied else f"rank {int(row['straggler_rank'])} (compute)"
+    if tied:
+        return f"hops {tied} (links)"
     return f"hop {int(row['slow_hop_src'])} → {int(row['slow_hop_dst'])} (link)"
 
 

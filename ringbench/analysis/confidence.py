@@ -14,6 +14,11 @@ A verdict names a rank or a link only when the measurement could have seen one. 
   iterations      fewer than MIN_ITERATIONS timed iterations: a straggler must stand out in most of them
   untraced        no spans were recorded (``run --no-trace``)
   one rank        a ring of one rank has no peers to compare with
+  compute         (imported traces) the compute cannot be found: a rank has no compute span, or the median rank's
+                  compute spans cover less than COMPUTE_MIN_SHARE of its time, so a wait cannot be told from work
+  censored        (imported traces, set by findings.analyze when nothing else is named) a hop's transfers are
+                  censored -- nobody waited when its blocks completed -- and their bounds would make it slow: a
+                  slow link cannot be told from ranks that took their blocks late
 
 Each reason is one sentence: why, then how to fix it. ``case_confidence`` is a pure function of the events,
 cases and metadata (and the clock check's shares, from stragglers.clock_violations).
@@ -32,22 +37,38 @@ SATURATION_SHARE = 0.05  # more saturated kernel calls than this share of comput
 MIN_ITERATIONS = 3  # consistency across iterations needs at least this many
 CLOCK_BOUND_SHARE = 0.10  # the clock alignment bound must be under this share of a median compute span
 CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they were sent: clocks disagree
+COMPUTE_MIN_SHARE = 0.05  # imported: compute spans must cover at least this share of the median rank's time
 
 
 def oversubscribed_cases(cases: pd.DataFrame, meta: RunMeta) -> frozenset[str]:
-    """Cases with real (not emulated) compute and more local ranks than CPU cores, on CPU.
+    """Cases with real (not emulated) compute on more ranks per host than CPU cores, on CPU.
 
     There the ranks take turns on the cores: a transfer waits until both of its ranks are scheduled and a
     compute span stretches while its rank is descheduled, so the timings measure the scheduler as much as the
-    ranks and links, and neither can be blamed honestly.
+    ranks and links, and neither can be blamed honestly. A run counts its ranks with real compute; an imported
+    trace cannot say which ranks compute for real, so it counts the cores its ranks kept busy (their summed share
+    of time in CPU ops, per host: meta ``imported.busy_ranks``), the same rule measured.
     """
-    meta = RunMeta(meta)
+    return frozenset(_crowding(cases, RunMeta(meta)))
+
+
+def _crowding(cases: pd.DataFrame, meta: RunMeta) -> dict[str, str]:
+    """case id -> the figures that make it oversubscribed (oversubscribed_cases)."""
     cores = meta.cpu_count
-    if not cores or meta.device_kind != "cpu" or cases.empty:
-        return frozenset()
+    if not cores or meta.device_kind != "cpu" or cases.empty or "world" not in cases:
+        return {}
+    busy = meta.busy_ranks
+    if busy is not None:
+        host, demand = max(busy.items(), key=lambda item: item[1])
+        if demand <= cores:
+            return {}
+        where = f" on host {host}" if len(busy) > 1 else ""
+        detail = f"{demand:.1f} ranks' worth of CPU work{where} (their time in CPU ops) on {cores} CPU cores"
+        return {str(case_id): detail for case_id in cases["case_id"].astype(str).unique()}
     hosts = max(1, len(meta.ranks(int(cases["world"].max())).get("hosts", [1])))
     crowded = (~cases["emulated"].astype(bool)) & (cases["world"] / hosts > cores)
-    return frozenset(cases.loc[crowded, "case_id"].astype(str))
+    rows = cases.loc[crowded].drop_duplicates("case_id")
+    return {str(r.case_id): f"{int(r.world)} ranks with real compute on {cores} CPU cores" for r in rows.itertuples()}
 
 
 def _saturated(cases: pd.DataFrame, meta: RunMeta, ids: list[str], world: pd.Series) -> pd.Series:
@@ -103,6 +124,18 @@ REASONS = {
         f"run at least {MIN_ITERATIONS} (--iters)",
     ),
     "one_rank": ("one rank", "a ring of one has no peers to compare with", "run 2 or more ranks"),
+    "compute": (
+        "compute not found",
+        "the ranks' time is mostly in no op the trace names, so a wait cannot be told from work",
+        "pass --compute-pattern REGEX naming the attention ops or kernels (or the record_function range around them)",
+    ),
+    "censored": (
+        "transfers censored",
+        "no rank was waiting when a hop's blocks completed, so a slow link cannot be told from ranks that took "
+        "their blocks late",
+        "to tell them apart, wait on the exchange before other work, or put that work in a record_function range, "
+        "so the trace shows who waited",
+    ),
 }
 
 
@@ -125,15 +158,15 @@ def case_confidence(
     ``reason_codes`` (keys of REASONS) with ``reason_details`` (the case's figures)."""
     meta = RunMeta(meta or {})
     cases = cases if cases is not None else pd.DataFrame(columns=["case_id"])
-    ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
+    ids = list(dict.fromkeys([*map(str, events["case_id"].unique()), *cases.get("case_id", pd.Series()).astype(str)]))
     if not ids:
         return pd.DataFrame(columns=CONFIDENCE_COLUMNS)
-    case_of = events["case_id"].astype(str)
+    case_of = _text(events["case_id"])
     comp = events[events["kind"] == "compute"]
     spans = comp.groupby(case_of[comp.index]).size().reindex(ids).fillna(0).astype(int)
     compute_ms = ((comp["end_ns"] - comp["start_ns"]) / 1e6).groupby(case_of[comp.index]).median().reindex(ids)
     traced = events[events["kind"].isin(["compute", "wait", "collective"])]
-    traced_ids = set(case_of[traced.index])
+    traced_ids = set(case_of[traced.index].unique())
     timed = events[["repeat", "iteration"]].assign(case_id=case_of).drop_duplicates()
     iterations = timed.groupby("case_id").size().reindex(ids).fillna(0).astype(int)
     world = events.groupby(case_of)["rank"].nunique().reindex(ids)
@@ -144,10 +177,10 @@ def case_confidence(
     world = world.fillna(0).astype(int)
     saturated = _saturated(cases, meta, ids, world)
     calls = _case_column(cases, "emulated_blocks", ids)
-    crowded = oversubscribed_cases(cases, meta) if not cases.empty and "world" in cases else frozenset()
+    crowded = _crowding(cases, meta)
     bound_ms = 2 * meta.clock_residual_ns() / 1e6
+    missing_compute = _compute_missing(events, ids) if meta.get("source") == "profiler" else {}
     violations = violations if violations is not None else pd.Series(dtype=float)
-    cores = meta.cpu_count
 
     rows = []
     for case_id in ids:
@@ -167,7 +200,7 @@ def case_confidence(
                     )
                 )
             if case_id in crowded:
-                found.append(("oversubscribed", f"{world[case_id]} ranks with real compute on {cores} CPU cores"))
+                found.append(("oversubscribed", crowded[case_id]))
             early = float(violations.get(case_id, 0.0) or 0.0)
             if early > CLOCK_VIOLATION_SHARE:
                 found.append(("clocks", f"{early:.0%} of blocks, more than {CLOCK_VIOLATION_SHARE:.0%}"))
@@ -180,6 +213,8 @@ def case_confidence(
                 found.append(("iterations", f"{iterations[case_id]} timed iteration(s)"))
             if world[case_id] < 2:
                 found.append(("one_rank", ""))
+            if case_id in missing_compute:
+                found.append(("compute", missing_compute[case_id]))
         rows.append(
             {
                 "case_id": case_id,
@@ -190,6 +225,52 @@ def case_confidence(
             }
         )
     return pd.DataFrame(rows, columns=CONFIDENCE_COLUMNS)
+
+
+def _text(column: pd.Series) -> pd.Series:
+    """A column as text; a categorical one by its categories (not row by row: a million rows)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.rename_categories([str(c) for c in column.cat.categories])
+    return column.astype(str)
+
+
+def _compute_missing(events: pd.DataFrame, ids: list[str]) -> dict[str, str]:
+    """Imported cases whose compute the trace does not show (case id -> the figures): a rank without compute
+    spans, or compute spans covering less than COMPUTE_MIN_SHARE of the median rank's iterations."""
+    out = {}
+    for case_id in ids:
+        mine = events[_text(events["case_id"]) == case_id]
+        ranks = sorted(mine["rank"].unique())
+        iteration = mine[mine["kind"] == "iteration"]
+        comp = mine[mine["kind"] == "compute"]
+        if comp.empty or iteration.empty:
+            continue
+        lacking = [int(r) for r in ranks if r not in set(comp["rank"])]
+        if lacking:
+            out[case_id] = f"rank(s) {', '.join(map(str, lacking[:8]))} with no compute span"
+            continue
+        total = (iteration["end_ns"] - iteration["start_ns"]).groupby(iteration["rank"]).sum()
+        busy = (comp["end_ns"] - comp["start_ns"]).groupby(comp["rank"]).sum()
+        share = float((busy / total.where(total > 0)).median())
+        if share < COMPUTE_MIN_SHARE:
+            out[case_id] = f"compute spans cover {share:.1%} of the median rank's time"
+    return out
+
+
+def with_reason(confidence: pd.DataFrame, reasons: dict[str, str], code: str) -> pd.DataFrame:
+    """``confidence`` with ``code`` (details per case id in ``reasons``) added to those cases: inconclusive."""
+    if not reasons:
+        return confidence
+    out = confidence.copy()
+    for index, row in out.iterrows():
+        detail = reasons.get(str(row["case_id"]))
+        if detail is None or code in row["reason_codes"]:
+            continue
+        out.at[index, "reason_codes"] = [*row["reason_codes"], code]
+        out.at[index, "reason_details"] = [*row["reason_details"], detail]
+        out.at[index, "inconclusive_reasons"] = [*row["inconclusive_reasons"], reason_sentence(code, detail)]
+        out.at[index, "confidence"] = INCONCLUSIVE
+    return out
 
 
 def run_reasons(confidence: pd.DataFrame, case_ids=None) -> list[str]:

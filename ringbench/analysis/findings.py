@@ -13,6 +13,7 @@ otherwise it is inconclusive, names nobody, and says why and how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -27,15 +28,16 @@ from ringbench.analysis.confidence import (
     case_confidence,
     inconclusive_cases,
     run_reasons,
+    with_reason,
 )
 from ringbench.analysis.hops import hop_table
 from ringbench.analysis.numerics import numerics_table, worst_error
 from ringbench.analysis.overlap import overlap_by_buffer, overlap_cases, overlap_steps
-from ringbench.analysis.stragglers import clock_violations, culprits, straggler_table
+from ringbench.analysis.stragglers import censored_suspects, clock_violations, culprits, straggler_table
 from ringbench.figures.critical_path import clock_tolerance_ns, critical_path_segments, transfers
 from ringbench.figures.metrics import case_figures
 from ringbench.fmt import number
-from ringbench.record.store import RunData
+from ringbench.record.store import RunData, as_categories
 
 SUMMARY_COLUMNS = [
     "case_id",
@@ -71,6 +73,9 @@ SUMMARY_COLUMNS = [
     "faults",
     "traced",
     "clock_violations",
+    "straggler_ranks",
+    "slow_hops",
+    "unattributed_frac",
 ]
 
 
@@ -131,7 +136,10 @@ class RunAnalysis:
 
 
 def analyze(run: RunData) -> RunAnalysis:
-    """Run every analysis on a loaded run (pure: reads run.events / run.cases, writes nothing)."""
+    """Run every analysis on a loaded run (pure: reads run.events / run.cases, writes nothing). The analyses, and
+    the report from the analysis's ``run``, work on the events with their few-valued text columns as categoricals
+    (record.store.as_categories: the same values, integer grouping); the ``run`` passed in is left as loaded."""
+    run = dataclasses.replace(run, events=as_categories(run.events))
     events, cases = run.events, run.cases
     xfers = transfers(events)
     tol_ns = clock_tolerance_ns(run.meta.clock_residual_ns())
@@ -141,6 +149,9 @@ def analyze(run: RunData) -> RunAnalysis:
     blind = inconclusive_cases(confidence)
     table = straggler_table(events, xfers, path, tol_ns=tol_ns, no_blame=blind, segments=segments)
     blame = culprits(table, violations)
+    named = set(table.loc[table["flagged"], "case_id"].astype(str))
+    doubtful = {case: why for case, why in censored_suspects(xfers, events).items() if case not in named}
+    confidence = with_reason(confidence, doubtful, "censored")
     figures = case_figures(events, cases, path=path, tol_ns=tol_ns)
     steps = overlap_steps(events, xfers)
     per_case = overlap_cases(events, steps, cases, figures=figures)
@@ -151,6 +162,7 @@ def analyze(run: RunData) -> RunAnalysis:
     if bounded and len(balance) and "case_id" in balance:
         balance = balance[~balance["case_id"].astype(str).isin(bounded)]
     summary = _summary(events, cases, figures, confidence, blame, per_case, balance, bounded)
+    summary["unattributed_frac"] = summary["case_id"].map(_unattributed(path)).astype(float)
     return RunAnalysis(
         run=run,
         transfers=xfers,
@@ -170,8 +182,17 @@ def analyze(run: RunData) -> RunAnalysis:
     )
 
 
+def _unattributed(path: pd.DataFrame) -> dict[str, float]:
+    """Per case: the median over iterations of the critical path's share that is nobody's (``other``)."""
+    if path.empty:
+        return {}
+    other = path[path["resource"] == "other"]
+    share = other["ms"] / other["path_ms"].where(other["path_ms"] > 0)
+    return share.groupby(other["case_id"].astype(str)).median().to_dict()
+
+
 def _summary(events, cases, figures, confidence, blame, per_case, balance, bounded=frozenset()) -> pd.DataFrame:
-    ids = list(dict.fromkeys([*events["case_id"].astype(str).unique(), *cases.get("case_id", pd.Series()).astype(str)]))
+    ids = list(dict.fromkeys([*map(str, events["case_id"].unique()), *cases.get("case_id", pd.Series()).astype(str)]))
     out = pd.DataFrame({"case_id": pd.Series(ids, dtype=object)})
     if not cases.empty:
         first = cases.drop_duplicates("case_id").copy()
@@ -194,7 +215,7 @@ def _summary(events, cases, figures, confidence, blame, per_case, balance, bound
     per_case = per_case.drop(columns=[c for c in per_case.columns if c.startswith("exposed_comm_frac")])
     for table in (confidence, blame, per_case, balance.drop(columns="world")):
         out = out.merge(table.astype({"case_id": object}), on="case_id", how="left")
-    spans = events.loc[events["kind"] != "iteration", "case_id"].astype(str).unique()
+    spans = [str(c) for c in events.loc[events["kind"] != "iteration", "case_id"].unique()]
     out["traced"] = out["case_id"].isin(spans)
     return out.reindex(columns=SUMMARY_COLUMNS)
 
@@ -303,21 +324,70 @@ def straggler_sentence(row: pd.Series | None, analysis: RunAnalysis) -> str | No
         where = f" in the {len(judged)} case(s) that could be judged" if len(unjudged) else ""
         return f"No straggler: no rank or hop crosses the alarm thresholds against its peers{where}" + closest
     where = f" in case {row['case_id']}" if multi else ""
+    tied = tied_names(row)
+    together = " together" if tied else ""
     cost = (
-        f"costs the ring {_num(row['cost_ms'])} ms per iteration "
+        f"costs the ring {_num(row['cost_ms'])} ms per iteration{together} "
         f"(p10 {_num(row['cost_ms_p10'])}, p90 {_num(row['cost_ms_p90'])})"
     )
     if _num(row["cost_ms"], ".3f") == "0.000":
         cost = "costs the ring ~0 ms per iteration (hidden behind compute)"
+    alone = "; equally to blame: fixing one alone does not help" if tied else ""
     if row["straggler_kind"] == "compute":
+        who = f"ranks {tied} (compute)" if tied else f"rank {int(row['straggler_rank'])} (compute)"
+        own = " (its compute and its work outside any op)" if _has_own(analysis) else ""
         return (
-            f"Straggler: rank {int(row['straggler_rank'])} (compute){where}: {_num(row['ratio'])}x the other ranks' "
-            f"median compute time per unit of work; {cost}"
+            f"Straggler{'s' if tied else ''}: {who}{where}: {_num(row['ratio'])}x the other ranks' median own time "
+            f"per unit of work{own}{alone}; {cost}"
         )
     hop = f"{int(row['slow_hop_src'])} -> {int(row['slow_hop_dst'])}"
+    who = f"{tied} (links)" if tied else f"{hop} (link)"
     return (
-        f"Slow hop: {hop} (link){where}: transfer {_num(row['ratio'])}x the other hops' median per byte, "
-        f"upstream waits excluded; no rank blamed; {cost}"
+        f"Slow hop{'s' if tied else ''}: {who}{where}: transfer {_num(row['ratio'])}x the other hops' median per "
+        f"byte, upstream waits excluded; no rank blamed{alone}; {cost}"
+    )
+
+
+def tied_names(row) -> str:
+    """ "1 and 3" / "3 -> 4 and 7 -> 0" when the culprit shares the blame equally with others, else ""."""
+    ranks, hops = row.get("straggler_ranks"), row.get("slow_hops")
+    if row.get("straggler_kind") == "compute" and isinstance(ranks, (list, tuple, np.ndarray)) and len(ranks) > 1:
+        names = [str(int(r)) for r in ranks]
+    elif row.get("straggler_kind") == "link" and isinstance(hops, (list, tuple, np.ndarray)) and len(hops) > 1:
+        names = [f"{int(a)} -> {int(b)}" for a, b in hops]
+    else:
+        return ""
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _has_own(analysis: RunAnalysis) -> bool:
+    return bool((analysis.run.events["kind"] == "own").any())
+
+
+def overlap_words(analysis: RunAnalysis) -> str:
+    """What is known of the communication hidden by overlap: per buffer strategy where the record knows it; an
+    imported ring's figure alone (its strategy is not in a trace), as a range when some transfers are censored
+    (they never blocked a rank, but their length is only bounded)."""
+    buffers = analysis.overlap_buffers
+    known = buffers[~buffers["buffer"].isin(["unknown", "?"])]
+    if len(known):
+        return ", ".join(
+            f"{b} {_num(100 * e, '.0f')}%" for b, e in zip(known["buffer"], known["overlap_efficiency"], strict=True)
+        )
+    xfers = analysis.transfers
+    if xfers.empty:
+        return "n/a"
+    comm = xfers["recv_ms"].clip(lower=0.0)
+    hidden = (comm - xfers["wait_ms"]).clip(lower=0.0)
+    cut = xfers["censored"].astype(bool) if "censored" in xfers else pd.Series(False, index=xfers.index)
+    measured_comm, measured_hidden = comm[~cut].sum(), hidden[~cut].sum()
+    if not cut.any():
+        return f"{_num(100 * measured_hidden / measured_comm, '.0f')}%" if measured_comm > 0 else "n/a"
+    high = (measured_hidden + comm[cut].sum()) / (measured_comm + comm[cut].sum())
+    low = measured_hidden / measured_comm if measured_comm > 0 else 0.0
+    return (
+        f"{_num(100 * low, '.0f')}-{_num(100 * high, '.0f')}% ({int(cut.sum())} of {len(xfers)} transfers never "
+        "blocked a rank but their length is only bounded)"
     )
 
 
@@ -346,16 +416,18 @@ def verdict_lines(analysis: RunAnalysis) -> list[str]:
         spread = (
             f"; range {_num(100 * fracs.min(), '.1f')}..{_num(100 * fracs.max(), '.1f')}%" if len(fracs) > 1 else ""
         )
-        buffers = analysis.overlap_buffers
-        hidden = ", ".join(
-            f"{b} {_num(100 * e, '.0f')}%"
-            for b, e in zip(buffers["buffer"], buffers["overlap_efficiency"], strict=True)
-        )
         lines.append(
             f"Exposed communication (on the critical path): {_num(100 * _nan(doc['exposed_comm_frac']), '.1f')}% "
             f"of iteration time (median over {len(fracs)} case(s){spread}); communication hidden by overlap: "
-            f"{hidden or 'n/a'}"
+            f"{overlap_words(analysis) or 'n/a'}"
         )
+        unattributed = analysis.summary["unattributed_frac"].dropna()
+        if analysis.run.meta.get("source") == "profiler" and len(unattributed):
+            lines.append(
+                f"Unattributed: {_num(100 * unattributed.max(), '.1f')}% of the critical path is time the trace "
+                "gives to no rank and no link (a delayed post inside an exchange, a barrier's release, the start "
+                "of an iteration)"
+            )
         imb = analysis.summary["predicted_imbalance"]
         lines.append(
             f"Imbalance: {_num(doc['imbalance'])} (max/mean compute per rank, worst case; the mask plan predicts "
@@ -401,6 +473,15 @@ def _hop(row) -> list[int] | None:
     return [int(row["slow_hop_src"]), int(row["slow_hop_dst"])]
 
 
+def _int_lists(value):
+    """A list of ints / of [src, dst] pairs from a summary cell (None when the cell holds none)."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        return None
+    return [_int_lists(v) if isinstance(v, (list, tuple, np.ndarray)) else int(v) for v in value]
+
+
 def verdict_document(analysis: RunAnalysis) -> dict:
     """The `ringbench analyze --json` document (NaN -> null)."""
     top = analysis.headline()
@@ -410,6 +491,8 @@ def verdict_document(analysis: RunAnalysis) -> dict:
         item = {c: row[c] for c in SUMMARY_COLUMNS if c not in ("slow_hop_src", "slow_hop_dst")}
         item["straggler_rank"] = None if pd.isna(row["straggler_rank"]) else int(row["straggler_rank"])
         item["slow_hop"] = _hop(row) if pd.notna(row["straggler_kind"]) else None
+        item["straggler_ranks"] = _int_lists(row["straggler_ranks"])
+        item["slow_hops"] = _int_lists(row["slow_hops"])
         item["straggler_kind"] = row["straggler_kind"] if pd.notna(row["straggler_kind"]) else None
         item["inconclusive_reasons"] = (
             list(row["inconclusive_reasons"]) if isinstance(row["inconclusive_reasons"], list) else []
@@ -428,6 +511,8 @@ def verdict_document(analysis: RunAnalysis) -> dict:
         "straggler_kind": None if top is None else top["straggler_kind"],
         "slow_hop": _hop(top),
         "straggler_case": None if top is None else top["case_id"],
+        "straggler_ranks": None if top is None else _int_lists(top["straggler_ranks"]),
+        "slow_hops": None if top is None else _int_lists(top["slow_hops"]),
         "straggler_cost_ms": None if top is None else top["cost_ms"],
         "exposed_comm_frac": summary["exposed_comm_frac"].median() if len(summary) else None,
         "overlap_efficiency": summary["overlap_efficiency"].median() if len(summary) else None,

@@ -2,9 +2,11 @@
 
 Critical path: ringbench/figures/critical_path.py (the walk is part of the figures' definitions).
 
-Verdict. Per rank, compute time per unit of work (ms per GFLOP from the ``flops`` column, so that the mask plan's
-uneven work is not mistaken for slowness); per link, transfer time per MB, kept apart per phase and exchange (the
-backward's K/V and dK/dV, see hops.py). Measured spans only ever get longer than the work needs (a descheduled
+Verdict. Per rank, its own time per ring step per unit of work: compute spans plus ``own`` spans (work that is no
+compute span: other ops and unprofiled time, found in imported traces), per GFLOP from the ``flops`` column, so
+that the mask plan's uneven work is not mistaken for slowness; per link, transfer time per MB, kept apart per
+phase and exchange (the backward's K/V and dK/dV, see hops.py), over measured transfers only (a censored one,
+whose end is a bound, is left out). Measured spans only ever get longer than the work needs (a descheduled
 thread, a late wake-up), so each resource's figure per iteration is a low quantile (``UNIT_QUANTILE``) of its
 spans, and its unit time the median of that over iterations. Each is compared with the median of its peers (the
 other ranks, the other links of the same phase and exchange): ``ratio = own / peers``. An alarm needs all of
@@ -23,8 +25,15 @@ The thresholds were tuned on real 8-rank gloo runs on 2 CPU cores, where a healt
 time varies by up to ~12% of a step's compute from hop to hop (benchmarks/detection_real.py). The cost of a flagged resource to the ring,
 per iteration, is the time it spends on the critical path times (1 - 1/ratio): what the path would shrink by at
 its peers' speed; for a link at most the time its rank sat blocked on it, since past that point the compute beside
-the exchange is critical again. The culprit of a case is the flagged resource with the largest cost (a slow link
-hidden behind compute costs ~0 but is still named: its excess is real, only hidden).
+the exchange is critical again. The ratio of a rank's cost is that of its whole iterations (own time
+per iteration per unit of work against its peers'), so a delay that lands on some of its steps only is counted in
+full. The culprit of a case is the flagged resource with the largest cost (a slow link hidden behind compute costs
+~0 but is still named: its excess is real, only hidden).
+
+Ties. Resources of one kind flagged in a case whose unit times lie within the measurement's resolution of the
+culprit's (TIE_SHARE of it, or the spread of the unflagged peers' unit times, whichever is more) are equally to
+blame: every one of them is named (``tied``), and their costs add up, since fixing one alone leaves the others on
+the path.
 
 Clock check. A block cannot be in hand before its sender posted it; when more than ``CLOCK_VIOLATION_SHARE`` of
 a case's transfers complete earlier than that (by more than the clock tolerance), the ranks' clocks disagree and
@@ -61,6 +70,7 @@ STRAGGLER_COLUMNS = [
     "consistency",
     "extra_ms",
     "flagged",
+    "tied",
 ]
 CULPRIT_COLUMNS = [
     "case_id",
@@ -79,6 +89,8 @@ CULPRIT_COLUMNS = [
     "worst_hop_dst",
     "worst_hop_ratio",
     "clock_violations",
+    "straggler_ranks",
+    "slow_hops",
 ]
 RANK_MARGIN = 0.25  # a compute straggler is >= 25% slower per FLOP than the median of the other ranks
 LINK_MARGIN = 0.20  # a slow link is >= 20% slower per byte than the median of the other links
@@ -87,6 +99,9 @@ CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at le
 MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
 LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
 LINK_MIN_PEERS = 2  # a hop is judged against the median of at least two other hops (rings of >= 3 ranks)
+MIN_MEASURED_ITERATIONS = 3  # a hop is judged when measured (uncensored) in this many iterations and half of them
+TIE_SHARE = 0.05  # flagged resources this close (relative unit time) to the culprit are equally to blame
+WORK_KINDS = ("compute", "own")  # a rank's own time: its compute and its other work
 
 
 def _leave_one_out_median(values: np.ndarray) -> np.ndarray:
@@ -155,34 +170,75 @@ def _compare(
     return out.merge(share.reset_index(), on=[*group, *members], how="left")
 
 
-def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame) -> pd.DataFrame:
-    """Per case, phase (and exchange) and resource: unit time (compute ms/GFLOP, transfer ms/MB), the peers'
-    median, ratio, consistency; links also carry their median MB and transfers per iteration."""
-    comp = events.loc[events["kind"] == "compute", ["case_id", "repeat", "iteration", "phase", "rank", "start_ns",
-                                                    "end_ns", "flops"]]  # fmt: skip
-    work = comp["flops"].where(comp["flops"] > 0) / 1e9
-    comp = comp.assign(unit_time=((comp["end_ns"] - comp["start_ns"]) / 1e6 / work.fillna(1.0)), exchange="")
-    ranks = _compare(comp, ["case_id", "phase", "exchange"], ["rank"], RANK_MARGIN)
-    unit = comp.assign(unit=np.where(work.notna(), "ms/GFLOP", "ms")).groupby("case_id")["unit"].first()
-    ranks["unit"] = unit.reindex(ranks["case_id"]).to_numpy()
+def rank_steps(events: pd.DataFrame) -> pd.DataFrame:
+    """Per (case, repeat, iteration, phase, step, rank): the rank's own ms (compute + own spans), its compute ms
+    and its FLOPs. Steps without a compute span are kept (their own time counts per iteration)."""
+    keys = ["case_id", "repeat", "iteration", "phase", "step", "rank"]
+    work = events.loc[events["kind"].isin(WORK_KINDS), [*keys, "kind", "start_ns", "end_ns", "flops"]]
+    ms = (work["end_ns"] - work["start_ns"]) / 1e6
+    work = work.assign(ms=ms, compute_ms=ms.where(work["kind"] == "compute", 0.0),
+                       computes=(work["kind"] == "compute").astype(int), flops=work["flops"].fillna(0.0))  # fmt: skip
+    return work.groupby(keys, observed=True)[["ms", "compute_ms", "flops", "computes"]].sum().reset_index()
+
+
+def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per case, phase (and exchange) and resource: unit time (own ms/GFLOP per step, transfer ms/MB), the peers'
+    median, ratio, consistency; ranks also carry ``cost_ratio`` (whole iterations), links their median MB and
+    transfers per iteration. ``steps``: rank_steps(events) when already computed."""
+    steps = rank_steps(events) if steps is None else steps
+    has_work = steps.groupby("case_id", observed=True)["flops"].transform("max") > 0
+    work = steps["flops"].where(steps["flops"] > 0) / 1e9
+    judged = steps[(steps["computes"] > 0) & (~has_work | work.notna())]
+    judged = judged.assign(unit_time=judged["ms"] / work.reindex(judged.index).fillna(1.0), exchange="")
+    ranks = _compare(judged, ["case_id", "phase", "exchange"], ["rank"], RANK_MARGIN)
+    unit = judged.assign(unit=np.where(has_work.reindex(judged.index), "ms/GFLOP", "ms")).groupby("case_id")["unit"]
+    ranks["unit"] = unit.first().reindex(ranks["case_id"]).to_numpy()
     ranks["mb"] = np.nan
     ranks["per_iteration"] = np.nan
-    size = xfers["bytes"].where(xfers["bytes"] > 0) / 1e6
-    moved = xfers.assign(unit_time=xfers["transfer_ms"] / size.fillna(1.0), mb=size)
+    ranks = ranks.merge(_iteration_ratio(steps), on=["case_id", "phase", "rank"], how="left")
+    moved = xfers[~xfers["censored"].astype(bool)] if "censored" in xfers else xfers
+    iters = xfers.groupby(["case_id"], observed=True)[["repeat", "iteration"]].apply(lambda f: len(f.drop_duplicates()))
+    size = moved["bytes"].where(moved["bytes"] > 0) / 1e6
+    moved = moved.assign(unit_time=moved["transfer_ms"] / size.fillna(1.0), mb=size)
     # Two ranks have two hops, both directions between the same pair: one other hop is no baseline.
     links = _compare(moved, ["case_id", "phase", "exchange"], ["src", "dst"], LINK_MARGIN, min_peers=LINK_MIN_PEERS)
     hop_keys = ["case_id", "phase", "exchange", "src", "dst"]
     if len(links):
         stats = moved.groupby(hop_keys, observed=True).agg(mb=("mb", "median"), n=("mb", "size"))
-        iters = moved.groupby(["case_id"], observed=True)[["repeat", "iteration"]].apply(
-            lambda f: len(f.drop_duplicates())
-        )
         stats["per_iteration"] = stats["n"] / iters.reindex(stats.index.get_level_values("case_id")).to_numpy()
         links = links.merge(stats.drop(columns="n").reset_index(), on=hop_keys, how="left")
         links["unit"] = np.where(links["mb"].notna(), "ms/MB", "ms")
     else:
         links = links.assign(unit="ms/MB", mb=np.nan, per_iteration=np.nan)
+    if len(links):  # judged on measured transfers in enough iterations (censored ones left out), else not at all
+        seen = moved.groupby(hop_keys, observed=True)[["repeat", "iteration"]].apply(lambda f: len(f.drop_duplicates()))
+        needed = np.maximum(MIN_MEASURED_ITERATIONS, np.ceil(0.5 * iters.reindex(links["case_id"]).to_numpy(float)))
+        enough = seen.reindex(pd.MultiIndex.from_frame(links[hop_keys])).to_numpy(float) >= needed
+        links.loc[~enough, ["ratio", "consistency"]] = np.nan
+    links["cost_ratio"] = links["ratio"]
     return pd.concat([ranks.assign(resource="rank"), links.assign(resource="link")], ignore_index=True)
+
+
+def _iteration_ratio(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per (case, phase, rank): the median over iterations of its own time per iteration per unit of work against
+    the other ranks' median (``cost_ratio``): the whole of a delay, whichever steps it lands on."""
+    columns = ["case_id", "phase", "rank", "cost_ratio"]
+    if steps.empty:
+        return pd.DataFrame(columns=columns)
+    per = steps.groupby(["case_id", "phase", "repeat", "iteration", "rank"], observed=True)[["ms", "flops"]].sum()
+    has_work = per["flops"].groupby(level="case_id", observed=True).transform("max") > 0
+    unit = per["ms"] / np.where(has_work, (per["flops"] / 1e9).where(per["flops"] > 0), 1.0)
+    wide = unit.unstack("rank")  # rows (case, phase, repeat, iteration), columns ranks
+    frames = []
+    for (case_id, phase), block in wide.groupby(level=["case_id", "phase"], observed=True, sort=False):
+        values = block.to_numpy(float)
+        ratio = _ratio(values, _leave_one_out_median(values))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a rank absent from every iteration: NaN
+            median = np.nanmedian(ratio, axis=0)
+        frames.append(pd.DataFrame({"case_id": case_id, "phase": phase, "rank": block.columns.to_numpy(),
+                                    "cost_ratio": median}))  # fmt: skip
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def clock_violations(xfers: pd.DataFrame, tol_ns: int = DEFAULT_TOL_NS) -> pd.Series:
@@ -216,22 +272,22 @@ def straggler_table(
         xfers = transfers(events)
     if path is None or segments is None:
         path, segments = critical_path_segments(events, xfers, tol_ns)
-    units = _unit_times(events, xfers)
+    steps = rank_steps(events)
+    units = _unit_times(events, xfers, steps)
     if path.empty or units.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
     units[["rank", "src", "dst"]] = units[["rank", "src", "dst"]].fillna(-1).astype("int64")
     keys = ["case_id", "resource", "rank", "src", "dst"]
-    comp = events[events["kind"] == "compute"]
-    step_ms = ((comp["end_ns"] - comp["start_ns"]) / 1e6).groupby([comp["case_id"], comp["phase"]]).median()
+    computed = steps[steps["computes"] > 0]
+    step_ms = computed.groupby(["case_id", "phase"], observed=True)["ms"].median()  # a step's own time
     iter_ms = step_times(events).groupby("case_id", observed=True)["step_ms"].median()
     # Per group (phase / exchange): a link's excess per transfer, and what each resource adds per iteration.
     is_link = units["resource"] == "link"
     excess = (units["unit_time"] - units["peer_unit_time"]) * units["mb"].fillna(1.0)
-    busy = comp.assign(ms=(comp["end_ns"] - comp["start_ns"]) / 1e6)
-    busy = busy.groupby(["case_id", "phase", "rank", "repeat", "iteration"], observed=True)["ms"].sum()
+    busy = steps.groupby(["case_id", "phase", "rank", "repeat", "iteration"], observed=True)["ms"].sum()
     busy = busy.groupby(level=["case_id", "phase", "rank"], observed=True).median()
     rank_ms = busy.reindex(pd.MultiIndex.from_frame(units[["case_id", "phase", "rank"]])).to_numpy()
-    slowdown = (1.0 - 1.0 / units["ratio"]).clip(lower=0.0)
+    slowdown = (1.0 - 1.0 / units["cost_ratio"].fillna(units["ratio"])).clip(lower=0.0)
     units["extra_ms"] = np.where(is_link, excess * units["per_iteration"], rank_ms * slowdown)
     step = step_ms.reindex(pd.MultiIndex.from_frame(units[["case_id", "phase"]])).to_numpy()
     iteration = iter_ms.reindex(units["case_id"]).to_numpy()
@@ -242,17 +298,18 @@ def straggler_table(
     units["candidate"] = (strong & (~is_link | link_ok)).fillna(False).astype(bool)
     shown = units.sort_values(["candidate", "ratio"], ascending=False, na_position="last")
     shown = shown.drop_duplicates(keys).drop(columns=["phase", "exchange"])
-    # Cost per iteration: critical-path time of the resource x (1 - 1/ratio), with the ratio of the row shown.
-    per_iter = path[path["resource"] != "other"].merge(shown[[*keys, "ratio"]], on=keys, how="left")
-    excess = (1.0 - 1.0 / pd.to_numeric(per_iter["ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
+    # Cost per iteration: critical-path time of the resource x (1 - 1/ratio), with the (whole-iteration) ratio of
+    # the row shown.
+    per_iter = path[path["resource"] != "other"].merge(shown[[*keys, "cost_ratio"]], on=keys, how="left")
+    excess = (1.0 - 1.0 / pd.to_numeric(per_iter["cost_ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
     cost = per_iter["ms"] * excess
     # A link at its peers' speed shrinks each of its spans on the path only until the compute beside that exchange
     # is critical again: by at most the time its rank sat blocked on it (all of it with ``sync``, the wait's tail
     # with ``double``). So a link's cost is summed span by span.
     is_link_row = (per_iter["resource"] == "link").to_numpy()
     if is_link_row.any():
-        hops = segments[segments["resource"] == "link"].merge(shown[[*keys, "ratio"]], on=keys, how="left")
-        hop_excess = (1.0 - 1.0 / pd.to_numeric(hops["ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
+        hops = segments[segments["resource"] == "link"].merge(shown[[*keys, "cost_ratio"]], on=keys, how="left")
+        hop_excess = (1.0 - 1.0 / pd.to_numeric(hops["cost_ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
         hops = hops.assign(cost=np.fmin(hops["ms"] * hop_excess, hops["exposed_ms"]))
         link_cost = hops.groupby([*GROUP_KEYS, "src", "dst"], observed=True)["cost"].sum()
         index = pd.MultiIndex.from_frame(per_iter[[*GROUP_KEYS, "src", "dst"]])
@@ -273,7 +330,27 @@ def straggler_table(
     touches = np.array([(c, a) in slow or (c, b) in slow for c, a, b in zip(cases, srcs, dsts, strict=True)], bool)
     blamable = ~out["case_id"].isin(no_blame).to_numpy()
     out["flagged"] = (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
+    out["tied"] = _ties(out)
     return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
+
+
+def _ties(table: pd.DataFrame) -> np.ndarray:
+    """Per row: flagged and equally to blame with its case's culprit (module doc, "Ties"), the culprit included
+    when it has company."""
+    tied = np.zeros(len(table), bool)
+    for _, group in table.groupby("case_id", sort=False):
+        flagged = group[group["flagged"]]
+        if len(flagged) < 2:
+            continue
+        top = flagged.sort_values(["cost_ms", "ratio"], ascending=False).iloc[0]
+        same = group[group["resource"] == top["resource"]]
+        peers = same.loc[~same["flagged"], "unit_time"].dropna()
+        spread = float(peers.max() - peers.min()) if len(peers) > 1 else 0.0
+        resolution = max(TIE_SHARE * float(top["unit_time"]), spread)
+        close = same["flagged"] & ((same["unit_time"] - float(top["unit_time"])).abs() <= resolution)
+        if close.sum() >= 2:
+            tied[table.index.get_indexer(same.index[close.to_numpy()])] = True
+    return tied
 
 
 def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.DataFrame:
@@ -291,10 +368,18 @@ def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.Dat
         if len(flagged):
             top = flagged.iloc[0]
             row |= {key: top[key] for key in ("ratio", "cost_ms", "cost_ms_p10", "cost_ms_p90", "cp_share")}
+            company = (
+                flagged[flagged["tied"] & (flagged["resource"] == top["resource"])] if top["tied"] else top.to_frame().T
+            )
+            if len(company) > 1:  # equally to blame: every one is named, and fixing one alone does not help
+                row |= {key: float(company[key].sum()) for key in ("cost_ms", "cost_ms_p10", "cost_ms_p90")}
+                row["cp_share"] = float(company["cp_share"].sum())
             if top["resource"] == "rank":
                 row |= {"straggler_kind": "compute", "straggler_rank": int(top["rank"])}
+                row["straggler_ranks"] = sorted(int(r) for r in company["rank"])
             else:
                 row |= {"straggler_kind": "link", "slow_hop_src": int(top["src"]), "slow_hop_dst": int(top["dst"])}
+                row["slow_hops"] = sorted([int(a), int(b)] for a, b in zip(company["src"], company["dst"], strict=True))
         if worst_rank is not None:
             row |= {"worst_rank": int(worst_rank["rank"]), "worst_rank_ratio": float(worst_rank["ratio"])}
         if worst_link is not None:
@@ -305,3 +390,33 @@ def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.Dat
             }
         rows.append(row)
     return pd.DataFrame(rows, columns=CULPRIT_COLUMNS)
+
+
+def censored_suspects(xfers: pd.DataFrame, events: pd.DataFrame) -> dict[str, str]:
+    """Cases with a hop the trace cannot judge (case id -> the figures): most of its transfers censored (their
+    end only a bound: nobody waited when they completed, confidence.py "censored"), and those bounds longer than a
+    step's own work by the link alarm's margins: the ranks at both ends came to the block later than a step's
+    work explains, yet no rank stood out. A bound of about a step is a transfer hidden behind the step (the
+    usual case) and says nothing against the link. Whether the link was slow or its ranks took their blocks
+    late, the trace does not say."""
+    if xfers.empty or "censored" not in xfers or not xfers["censored"].any():
+        return {}
+    steps = rank_steps(events)
+    step_ms = steps[steps["computes"] > 0].groupby("case_id", observed=True)["ms"].median()
+    out = {}
+    for case_id, case in xfers.groupby("case_id", observed=True, sort=False):
+        measured_ms = case.loc[~case["censored"], "transfer_ms"]
+        baseline = float(measured_ms.median()) if len(measured_ms) else 0.0
+        hops = case.groupby(["src", "dst"], observed=True).agg(
+            share=("censored", "mean"), bound=("transfer_ms", "median")
+        )
+        step = float(step_ms.get(case_id, 0.0))
+        floor = (1.0 + LINK_MARGIN) * max(baseline, step) + LINK_MIN_EXCESS * step
+        doubtful = hops[(hops["share"] > 0.5) & (hops["bound"] > floor)].sort_values("bound", ascending=False)
+        if len(doubtful):
+            (src, dst), top = next(iter(doubtful.iterrows()))
+            out[str(case_id)] = (
+                f"hop {src} -> {dst}: {top['share']:.0%} of its transfers censored, bounded by {top['bound']:.3g} ms "
+                f"against {baseline:.3g} ms measured on the others"
+            )
+    return out

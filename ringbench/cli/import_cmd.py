@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, cli_errors
-from ringbench.fmt import ring_text
+from ringbench.fmt import exposed_text, ring_text
 
 
 def register(app: typer.Typer) -> None:
@@ -56,20 +56,55 @@ def register(app: typer.Typer) -> None:
         from ringbench.traces.importer import import_traces
 
         out = Output(json=json_out, quiet=quiet, document="import")
-        with cli_errors():
+        with cli_errors(), _progress(disable=quiet or json_out) as progress:
             result = import_traces(traces, out=out_dir, iteration_marker=iteration_marker,
                                    compute_patterns=tuple(compute_pattern or ()),
-                                   command=" ".join(["ringbench", *sys.argv[1:]]))  # fmt: skip
+                                   command=" ".join(["ringbench", *sys.argv[1:]]), progress=progress)  # fmt: skip
         case = result.cases.iloc[0]
         rate = result.trace_bytes / 1e6 / result.seconds if result.seconds > 0 else float("nan")
-        out.print(f"imported {len(result.meta['imported']['traces'])} traces ({result.trace_bytes / 1e6:.1f} MB "
-                  f"in {result.seconds:.1f} s, {rate:.1f} MB/s) -> {result.run_dir}")  # fmt: skip
+        imported = result.meta["imported"]
+        readers = ", ".join(sorted(set(imported.get("readers", [])))) or "n/a"
+        out.print(f"imported {len(imported['traces'])} traces ({result.trace_bytes / 1e6:.1f} MB in "
+                  f"{result.seconds:.1f} s, {rate:.1f} MB/s; read {readers}) -> {result.run_dir}")  # fmt: skip
+        exposed = exposed_text(case["exposed_comm_frac"], case["world"])
         out.print(f"ring {ring_text(result.ring)}; {int(case['iters'])} iteration(s); step "
-                  f"{case['step_ms']:.2f} ms (median); exposed communication {100 * case['exposed_comm_frac']:.1f}%")  # fmt: skip
+                  f"{case['step_ms']:.2f} ms (median); exposed communication {exposed}"
+                  + (" — EMULATED compute (modelled kernel times)" if bool(case["emulated"]) else ""))  # fmt: skip
         out.print(f"next: ringbench analyze {result.run_dir}")
         for note in result.notes:
             out.note(note)
         out.emit({"run_dir": str(result.run_dir), "ring": result.ring, "world": int(case["world"]),
                   "iterations": int(case["iters"]), "step_ms": float(case["step_ms"]),
                   "exposed_comm_frac": float(case["exposed_comm_frac"]), "seconds": result.seconds,
-                  "trace_mb": result.trace_bytes / 1e6, "notes": list(result.notes)})  # fmt: skip
+                  "trace_mb": result.trace_bytes / 1e6, "emulated": bool(case["emulated"]),
+                  "readers": imported.get("readers", []), "notes": list(result.notes)})  # fmt: skip
+
+
+class _progress:
+    """A rich progress bar per trace on stderr (MB read, MB/s); nothing when disabled (-q, --json)."""
+
+    def __init__(self, disable: bool) -> None:
+        self.disable = disable
+        self.bar = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        if self.disable:
+            return None
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+        from ringbench.cli.common import diag
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                            console=diag, transient=True)  # fmt: skip
+        self.bar.__enter__()
+        return self.update
+
+    def update(self, name: str, nbytes: int, total: int) -> None:
+        if name not in self.tasks:
+            self.tasks[name] = self.bar.add_task(name, total=total)
+        self.bar.advance(self.tasks[name], nbytes)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)

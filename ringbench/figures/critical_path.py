@@ -43,7 +43,17 @@ Gaps between spans and wait tails after the completion stamp are ``other``. Each
 so the walk loops over ring steps (vectorised over iterations), never over events.
 
 A ``collective`` span (the all-gather baseline) ends when the last rank joined it: the walk continues on the rank
-that posted it last (its time before that is ``other``); a collective is not a hop, so no link is named there.
+that posted it last (its time before that is ``other``); a collective is not a hop, so no link is named there. A
+``sync`` span (a barrier, or another collective that is no rotation: imported traces) is walked the same way, so
+the others' wait there is charged along the last joiner's own path; it moves no ring data, so none of it is
+exposed communication. ``own`` spans (a rank busy with work that is no compute span: imported traces) are the
+rank's, like compute. A ``post`` span (imported traces: an exchange's post held back on one hop, time in no op
+between its first op and the late one) is that hop's: the walk charges its link for it, all of it exposed (the
+ring is held on that hop), and continues at its start on the same rank.
+
+Censored transfers (imported host-side traces: nobody waited when the block completed, so its end is a bound)
+keep their rows and their ``censored`` flag; the walk never binds a wait on one (no rank waited for it), and the
+hop statistics leave them out (analysis/stragglers.py).
 
 Exposed communication (ringbench/figures/metrics.py) is the wait / collective time on the path: of a wait that the walk
 follows to its exchange, the part while the transfer was in flight; of a collective, the part after its last rank
@@ -74,6 +84,7 @@ TRANSFER_COLUMNS = [
     "transfer_ms",
     "upstream_wait_ms",
     "wait_ms",
+    "censored",
 ]
 GROUP_KEYS = ["case_id", "repeat", "iteration"]
 CRITICAL_PATH_COLUMNS = [*GROUP_KEYS, "resource", "rank", "src", "dst", "ms", "path_ms", "exposed_ms"]
@@ -100,6 +111,9 @@ def _spans(events: pd.DataFrame, kind: str, prefix: str) -> pd.DataFrame:
     """Rows of one kind with an ordinal in posting order within (step keys, src, dst)."""
     labelled = ["exchange"] if "exchange" in events else []  # what moved, where the producer says (schema v3)
     rows = events.loc[events["kind"] == kind, [*STEP_KEYS, "src", "dst", "start_ns", "end_ns", "bytes", *labelled]]
+    if kind == "recv":
+        flag = events.loc[rows.index, "censored"] if "censored" in events else pd.Series(False, index=rows.index)
+        rows = rows.assign(censored=flag.to_numpy(dtype=object) == True)  # noqa: E712 - NaN (older producers): False
     rows = rows.sort_values("start_ns", kind="stable")
     rows["ordinal"] = rows.groupby([*STEP_KEYS, "src", "dst"], sort=False, observed=True).cumcount()
     names = {"start_ns": f"{prefix}_start_ns", "end_ns": f"{prefix}_end_ns", "bytes": f"{prefix}_bytes"}
@@ -127,6 +141,7 @@ def transfers(events: pd.DataFrame) -> pd.DataFrame:
         recorded = out["recv_exchange"]
         named = recorded.notna() & (recorded.astype(str) != "")
         out.loc[named, "exchange"] = recorded[named].astype(str)
+    out["censored"] = out["censored"].astype(bool)
     return out[TRANSFER_COLUMNS].reset_index(drop=True)
 
 
@@ -152,7 +167,7 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
     def group_of(frame: pd.DataFrame) -> np.ndarray:
         return index.get_indexer(pd.MultiIndex.from_frame(frame[GROUP_KEYS]))
 
-    comp = events.loc[events["kind"] == "compute", [*GROUP_KEYS, "rank", "start_ns", "end_ns"]]
+    comp = events.loc[events["kind"].isin(["compute", "own"]), [*GROUP_KEYS, "rank", "start_ns", "end_ns"]]
     g = group_of(comp)
     rank = comp["rank"].to_numpy(np.int64)
     parts = [
@@ -227,7 +242,27 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
                 "exposed_ms": np.where(binding, exposed, 0.0),
             }
         )
-    coll = events.loc[events["kind"] == "collective", [*STEP_KEYS, "rank", "start_ns", "end_ns"]]
+    held = events.loc[events["kind"] == "post", [*GROUP_KEYS, "rank", "src", "dst", "start_ns", "end_ns"]]
+    if len(held):
+        own = held["rank"].to_numpy(np.int64)
+        ms = (held["end_ns"] - held["start_ns"]).to_numpy(float) / 1e6
+        parts.append(
+            {
+                "g": group_of(held),
+                "rank": own,
+                "start": held["start_ns"].to_numpy(np.int64),
+                "end": held["end_ns"].to_numpy(np.int64),
+                "kind": np.full(len(held), 3, np.int8),
+                "link_src": held["src"].to_numpy(np.int64),
+                "link_dst": held["dst"].to_numpy(np.int64),
+                "link_ms": ms,
+                "link_end": held["end_ns"].to_numpy(np.int64),
+                "next_rank": own,
+                "next_t": held["start_ns"].to_numpy(np.int64),
+                "exposed_ms": ms,
+            }
+        )
+    coll = events.loc[events["kind"].isin(["collective", "sync"]), [*STEP_KEYS, "rank", "kind", "start_ns", "end_ns"]]
     if len(coll):
         # A collective ends when the last rank joined: continue on that rank at its post (upstream) if it is not us.
         last = coll.groupby(STEP_KEYS, observed=True)["start_ns"].transform("max").to_numpy(np.int64)
@@ -248,7 +283,11 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
                 "link_end": coll["end_ns"].to_numpy(np.int64),
                 "next_rank": np.where(late, joiner.reindex(coll.index).to_numpy(np.int64), own),
                 "next_t": np.where(late, last, cs),
-                "exposed_ms": (coll["end_ns"].to_numpy(np.int64) - np.where(late, last, cs)).clip(min=0) / 1e6,
+                "exposed_ms": np.where(
+                    coll["kind"].to_numpy() == "sync",
+                    0.0,  # a barrier moves no ring data: its time after the last join is no exposed communication
+                    (coll["end_ns"].to_numpy(np.int64) - np.where(late, last, cs)).clip(min=0) / 1e6,
+                ),
             }
         )
     el = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
@@ -285,7 +324,7 @@ def critical_path_segments(
     its ms on the path and its exposed ms (SEGMENT_COLUMNS)."""
     if xfers is None:
         xfers = transfers(events)
-    steps = events[events["kind"].isin(["compute", "wait", "collective"])]
+    steps = events[events["kind"].isin(["compute", "wait", "collective", "own", "sync", "post"])]
     if steps.empty:
         return pd.DataFrame(columns=CRITICAL_PATH_COLUMNS), pd.DataFrame(columns=SEGMENT_COLUMNS)
     origin = events.groupby(GROUP_KEYS, observed=True, sort=True)["start_ns"].min()

@@ -172,10 +172,11 @@ def comm_by_step(events: pd.DataFrame) -> pd.DataFrame:
     """Per (case, repeat, iteration, phase, step, rank): compute ms, comm ms (recv spans: post .. block in hand,
     plus collectives), waited ms (wait spans plus collectives: blocked) and hidden ms = max(comm - waited, 0)."""
     kinds = ["compute", "recv", "wait", "collective"]
-    spans = events.loc[events["kind"].isin(kinds), [*COMM_STEP_KEYS, "kind"]]
+    mask = events["kind"].isin(kinds).to_numpy()
+    spans = events.loc[mask, [*COMM_STEP_KEYS, "kind"]]
     if spans.empty:
         return pd.DataFrame(columns=COMM_STEP_COLUMNS)
-    spans = spans.assign(ms=_ms(events.loc[spans.index]))
+    spans = spans.assign(ms=(events["end_ns"].to_numpy()[mask] - events["start_ns"].to_numpy()[mask]) / 1e6)
     table = spans.groupby([*COMM_STEP_KEYS, "kind"], observed=True, sort=False)["ms"].sum().unstack("kind")
     table = table.reindex(columns=kinds).fillna(0.0).sort_index()
     out = pd.DataFrame(index=table.index)
@@ -197,10 +198,10 @@ def overlap_efficiency(steps: pd.DataFrame, by: Sequence[str] = ("case_id",)) ->
 # -- balance -------------------------------------------------------------------------------------------------------
 def rank_work(events: pd.DataFrame) -> pd.DataFrame:
     """Per (case, rank): GFLOP and compute ms per iteration (sums over the iteration, median over iterations)."""
-    comp = events.loc[events["kind"] == "compute", [*ITER_KEYS, "rank", "flops"]]
+    comp = events.loc[events["kind"] == "compute", [*ITER_KEYS, "rank", "flops", "start_ns", "end_ns"]]
     if comp.empty:
         return pd.DataFrame(columns=RANK_WORK_COLUMNS)
-    comp = comp.assign(gflop=comp["flops"] / 1e9, compute_ms=_ms(events.loc[comp.index]))
+    comp = comp.assign(gflop=comp["flops"] / 1e9, compute_ms=_ms(comp))
     per_iter = comp.groupby([*ITER_KEYS, "rank"], observed=True)[["gflop", "compute_ms"]].sum()
     work = per_iter.groupby(level=["case_id", "rank"], observed=True).median()
     return work.reset_index()[RANK_WORK_COLUMNS]

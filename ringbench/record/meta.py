@@ -138,6 +138,13 @@ class RunMeta(dict):
         return int(value) if value else None
 
     @property
+    def busy_ranks(self) -> dict[str, float] | None:
+        """An imported record's CPU demand per host: its ranks' summed share of their iterations in CPU ops (how
+        many cores they kept busy); None for other records (a run knows which of its ranks compute for real)."""
+        value = (self.get("imported") or {}).get("busy_ranks")
+        return {str(k): float(v) for k, v in value.items()} if isinstance(value, dict) and value else None
+
+    @property
     def topology_document(self) -> dict | None:
         return self.get("topology") or None
 

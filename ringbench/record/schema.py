@@ -3,12 +3,16 @@
 Every producer (real runs, the simulator, imported traces) writes these tables and every consumer (analyses,
 reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
 
-Schema versions (readers accept every one of them; missing columns read as null):
+Schema versions (readers accept every one of them; missing columns read as null, ``censored`` as false):
   3 -- strategies beyond one ring: cases gain the ``strategy`` and ``placement`` axes and ``attn_mem_mb`` (the
        peak of the attention's own tensors per rank); events gain ``exchange`` (what a send / recv / wait moved:
        ``qkv``, ``out``, ``dout``, ``dqkv`` for the all-to-alls, ``kv`` / ``dkv`` where a strategy labels its ring
        exchanges; null where the record infers it, as for the ring's own). Older records: strategy null reads as
-       the ring (``allgather`` for buffer allgather), placement null as none.
+       the ring (``allgather`` for buffer allgather), placement null as none. Attribution on evidence: events gain
+       the kinds ``own`` (a rank busy outside its compute: other ops and unprofiled time), ``sync`` (a barrier or
+       another collective that is no rotation of the ring) and ``post`` (an exchange's post held back on one hop),
+       and the column ``censored`` (send / recv rows whose end is an upper bound: nobody was waiting when the block
+       completed). Imported traces write them.
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -22,6 +26,12 @@ Events: one row per span on one rank.
   recv       exchange posted .. the block from the predecessor is in hand     ring predecessor / rank
   wait       time this rank sat blocked waiting for the exchange (exposed)    ring predecessor / rank
   collective an all-gather / all-reduce (buffer strategy `allgather`)          -1 / rank
+  own        the rank busy with its own work that is no compute span: other ops,   rank / rank
+             and time in no op that was not spent waiting (imported traces)
+  sync       a barrier or another collective that is no rotation of the ring:      -1 / rank
+             from this rank's join to its release (imported traces)
+  post       an exchange's post held back on one hop: from the exchange's first op  the hop held back
+             to the late op's post, time in no op (imported traces)
 
 An all-to-all (Ulysses, the hybrid) is a send and a recv per peer (src / dst the two ranks, its bytes) and one
 wait, charged to the peer whose chunk came last; its rows carry ``exchange``.
@@ -44,7 +54,7 @@ import pyarrow as pa
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
-EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective")
+EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective", "own", "sync", "post")
 PHASES = ("fwd", "bwd")
 PAIR_KINDS = ("full", "causal", "partial", "skip", "")
 
@@ -71,9 +81,14 @@ EVENTS_SCHEMA = pa.schema(
         pa.field("nccl_ms", pa.float64()),
         # send / recv / wait rows: what moved, when the producer says so (version 3); null: inferred (kv / dkv)
         pa.field("exchange", pa.string()),
+        # send / recv rows: the end is an upper bound, not a measurement (a host-side trace saw the completion only
+        # when its ranks came to take it, and neither was waiting). False elsewhere. Added in version 3.
+        pa.field("censored", pa.bool_()),
     ]
 )
 EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)
+# What a column an older file (or a producer) lacks reads as: null, except these.
+EVENT_DEFAULTS = {"censored": False}
 
 # Columns of the per-case summary table (cases.parquet / cases.csv / the `--json` cases list).
 CASE_AXES = (

@@ -68,6 +68,8 @@ def timeline(iteration: pd.DataFrame, xfers: pd.DataFrame, ring: list[int], culp
     if not phases or not ring:
         return None
     origin = int(iteration["start_ns"].min())
+    if len(xfers):  # this iteration's transfers (filtered first: the table holds every iteration's)
+        xfers = xfers[xfers["iteration"].isin(iteration["iteration"].unique())]
     moved = xfers.merge(iteration[KEYS].drop_duplicates(), on=KEYS) if len(xfers) else xfers
     extent = {p: (spans.loc[spans["phase"] == p, "start_ns"].min(), spans.loc[spans["phase"] == p, "end_ns"].max())
               for p in phases}  # fmt: skip

@@ -99,7 +99,9 @@ def rendered(draw):
 
 def png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)  # every figure has a layout engine: no second, "tight" draw
+    # Every figure has a layout engine: no second, "tight" draw. zlib level 1: the same pixels, encoded several
+    # times faster than the default level 6 for a file some 20% larger.
+    fig.savefig(buffer, format="png", dpi=DPI, pil_kwargs={"compress_level": 1})
     return buffer.getvalue()
 
 

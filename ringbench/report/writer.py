@@ -39,7 +39,7 @@ def write_report(
     content = build_content(analysis)
     label = {"source": str(run.meta.get("source") or "ringbench"), "simulated": bool(run.meta.get("simulated")),
              "emulated": bool(run.emulated)}  # fmt: skip
-    trace = build_trace(run.events, analysis.transfers, run.run_id, max_events=trace_max_events, label=label)
+    trace = build_trace(analysis.run.events, analysis.transfers, run.run_id, max_events=trace_max_events, label=label)
     if '"capped": true' in trace[:400]:
         content.notes.append(f"trace.json holds the first whole iterations up to {trace_max_events:,} spans.")
     for figure in content.figures:

@@ -27,30 +27,27 @@ class ClockFit:
     notes: tuple[str, ...] = field(default=())
 
 
-def transfer_pairs(exchanges: dict[int, pd.DataFrame]) -> pd.DataFrame:
+def transfer_pairs(messages: dict[int, pd.DataFrame]) -> pd.DataFrame:
     """The k-th send of rank a to b paired with the k-th receive of b from a: src, dst, send_post_ns, recv_end_ns
-    (times as in the traces, before any offset)."""
-    sends, recvs = [], []
-    for rank, table in exchanges.items():
-        p2p = table[table["kind"] == "p2p"]
-        out = p2p[p2p["dst"] >= 0].assign(src_rank=rank)[["src_rank", "dst", "start_ns"]]
-        sends.append(out.rename(columns={"src_rank": "src", "start_ns": "send_post_ns"}))
-        into = p2p[p2p["src"] >= 0].assign(dst_rank=rank)[["src", "dst_rank", "recv_end_ns"]]
-        recvs.append(into.rename(columns={"dst_rank": "dst"}))
+    (the send's post and the receiver's observation of the block, times as in the traces, before any offset)."""
+    from ringbench.traces.evidence import match_messages
+
     columns = ["src", "dst", "send_post_ns", "recv_end_ns"]
-    if not sends or not recvs:
+    matched = match_messages(messages)
+    both = matched[(matched["send_row"] >= 0) & (matched["recv_row"] >= 0)]
+    if both.empty:
         return pd.DataFrame(columns=columns)
-    send, recv = pd.concat(sends, ignore_index=True), pd.concat(recvs, ignore_index=True)
-    send["k"] = send.groupby(["src", "dst"]).cumcount()
-    recv["k"] = recv.groupby(["src", "dst"]).cumcount()
-    return send.merge(recv, on=["src", "dst", "k"])[columns]
+    post = [float(messages[int(r)].at[int(i), "post_ns"]) for r, i in zip(both["src"], both["send_row"], strict=True)]
+    return pd.DataFrame({"src": both["src"].to_numpy(), "dst": both["dst"].to_numpy(), "send_post_ns": post,
+                         "recv_end_ns": both["recv_obs_ns"].to_numpy(float)})[columns]  # fmt: skip
 
 
-def align_clocks(hosts: dict[int, str], exchanges: dict[int, pd.DataFrame]) -> ClockFit:
-    """Offsets per rank (0 for every rank on rank 0's host) and the residual bound, from the transfers."""
+def align_clocks(hosts: dict[int, str], messages: dict[int, pd.DataFrame]) -> ClockFit:
+    """Offsets per rank (0 for every rank on rank 0's host) and the residual bound, from the transfers
+    (``messages``: per rank, exchanges.MESSAGE_COLUMNS)."""
     if len(set(hosts.values())) <= 1:
         return ClockFit(offsets_ns=dict.fromkeys(hosts, 0), residual_ns=0, method="one host: shared clock")
-    pairs = transfer_pairs(exchanges)
+    pairs = transfer_pairs(messages)
     pairs = pairs.assign(src_host=pairs["src"].map(hosts), dst_host=pairs["dst"].map(hosts))
     known = {hosts[min(hosts)]: 0.0}
     residual, notes = 0.0, []

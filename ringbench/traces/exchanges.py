@@ -1,26 +1,27 @@
-"""One rank's exchanges: the ring's communication found in a profiler trace, one row per exchange.
+"""One rank's communication found in a profiler trace: its P2P messages grouped into exchanges, the rotations run as
+collectives, and the other collectives (barriers, all-reduces) as sync points.
 
-An *exchange* is what a ring step moves: a send to the successor and a receive from the predecessor, posted
-together, or a rotation run as a collective. Found from
-
-* P2P ops: ``c10d::send`` / ``c10d::recv_`` (peer and tag in their concrete inputs when shapes are recorded), or
-  ``record_param_comms`` of a send / recv (its "Dst Rank" / "Src Rank"); bytes from the recorded shapes and dtypes.
-  The i-th send and the i-th receive of a rank, in posting order, are one exchange (a batched P2P group posts
-  both at once). Completion: on CPU the ``gloo:send`` / ``gloo:recv`` spans (gloo ends them when the wait
-  returns); on a GPU the ``nccl(Dev)Kernel_SendRecv`` kernel launched (same correlation id) by the ops of the
-  batch, which carries both directions, so both share its [start, end] on the device.
-* Collectives: an all-to-all whose split sizes send everything to one rank and receive everything from one rank
-  is a rotation (torch's ring, ``_RotateMethod.ALL_TO_ALL``): a P2P exchange with those peers. An all-gather (or
-  an all-to-all without split sizes) of the attention's K/V (its input holds numel(K) or 2 x numel(K) elements)
-  is a ``collective`` exchange (``_RotateMethod.ALL_GATHER``): it has no hop. Completion: ``gloo:all_to_all`` /
-  ``gloo:all_gather`` (on gloo's threads, the i-th with the i-th call) or the kernels the call launched.
-* Waits: ``_c10d_functional::wait_tensor`` when the program waits through one (functional collectives); else
-  derived: the rank was blocked from the end of its last host op (the post, or its last compute) until the
-  exchange completed; when an op begun after the post was still running at completion, the wait is zero-length
-  at that op's end (where the rank came to the wait). On a GPU: the compute stream idle from its last attention
-  kernel until the SendRecv kernel ended.
-
-Every other collective (all-reduce, barriers, gradient all-gathers) is counted, not imported (``found``).
+* Messages, one row per P2P op (MESSAGE_COLUMNS): ``c10d::send`` / ``c10d::recv_`` (peer and tag in their concrete
+  inputs when shapes are recorded), or ``record_param_comms`` of a send / recv (its "Dst Rank" / "Src Rank"); bytes
+  from the recorded shapes and dtypes. ``obs_ns`` is when *this rank* saw it complete: on CPU the end of the
+  ``gloo:send`` / ``gloo:recv`` span of the op (gloo ends it when the op's ``wait()`` returns, so it is the later
+  of the true completion and the moment the rank came to take it); on a GPU the end of the
+  ``nccl(Dev)Kernel_SendRecv`` kernel launched by the batch (same correlation id), which carries both directions.
+* Exchanges: what one ring step moves, all the P2P ops posted together (K and V as several messages, a tensor list,
+  a batch). Posts are cut into runs wherever a compute op, a completion the rank observed, a wait op or a sync
+  point lies between two of them; a run's count of sends and of receives (the most common one) is the exchange's
+  size, and the i-th exchange of an (iteration, phase) holds the i-th size-many sends and receives in posting
+  order, so sends posted apart from their receives (by a helper thread, or a moment later on one hop) still join
+  their exchange. An exchange's post is its first op's start: the rank was ready then.
+* Rotations as collectives: an all-to-all whose split sizes send everything to one rank and receive everything
+  from one rank is a rotation (torch's ring, ``_RotateMethod.ALL_TO_ALL``): an exchange of one send and one receive
+  with those peers. An all-gather (or an all-to-all without split sizes) of the attention's K/V (its input holds
+  numel(K) or 2 x numel(K) elements) is a ``collective`` exchange (``_RotateMethod.ALL_GATHER``): it has no hop.
+  Completion: ``gloo:all_to_all`` / ``gloo:all_gather`` (run by gloo's threads, the i-th with the i-th call; they
+  end when the collective does) or the kernels the call launched.
+* Sync points (SYNC_COLUMNS): every other collective (barriers, all-reduces, broadcasts, gradient all-gathers):
+  joined at the op's start, released when gloo's span of it ends (else the op's end). They end when the last rank
+  joins, so the time the others wait there is that rank's.
 """
 
 from __future__ import annotations
@@ -33,14 +34,20 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-EXCHANGE_COLUMNS = ["kind", "post_ns", "start_ns", "send_end_ns", "recv_end_ns", "dst", "src", "send_bytes",
-                    "recv_bytes", "wait_start_ns", "wait_end_ns", "tid", "via"]  # fmt: skip
+MESSAGE_COLUMNS = ["direction", "peer", "post_ns", "obs_ns", "obs_tid", "bytes", "tid", "via"]
+EXCHANGE_COLUMNS = ["kind", "post_ns", "done_ns", "tid", "bytes", "via"]
+SYNC_COLUMNS = ["name", "join_ns", "done_ns", "tid"]
 SEND_OPS = ("c10d::send",)
 RECV_OPS = ("c10d::recv_", "c10d::recv_any_source_")
 WAIT_OPS = ("_c10d_functional::wait_tensor",)
 COLLECTIVE_OPS = re.compile(
     r"^(?:_c10d_functional::(?:all_to_all_single|all_gather_into_tensor\w*)|c10d::(?:alltoall\w*|_allgather_base_|"
     r"allgather\w*|all_gather\w*)|record_param_comms)$"
+)
+# Collectives that are sync points (not rotations): c10d ops and functional collectives.
+SYNC_OPS = re.compile(
+    r"^(?:c10d::(?:barrier|allreduce\w*|broadcast\w*|reduce_scatter\w*|_reduce_scatter_base\w*|reduce_|gather_|"
+    r"scatter_|monitored_barrier\w*)|_c10d_functional::(?:all_reduce\w*|broadcast\w*|reduce_scatter\w*))$"
 )
 COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "_c10d_functional::", "record_param_comms", "ProfilerStep#")
 SENDRECV_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_SendRecv")
@@ -98,7 +105,7 @@ def _collective_kind(name: str, args: dict) -> str:
     return label
 
 
-def _kernels_by_launch(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+def kernels_by_launch(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
     """NCCL kernels with their launch's host thread and time (launch_tid, launch_ns)."""
     nccl = kernels[kernels["name"].str.contains(NCCL_KERNEL)]
     if nccl.empty or launches.empty:
@@ -110,40 +117,60 @@ def _kernels_by_launch(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.Data
     ).dropna(subset=["launch_ns"])
 
 
-def _collectives(host: pd.DataFrame, kernels: pd.DataFrame, kv_numels: set[int], rank: int, found: Counter):
-    """Rotations run as collectives: P2P-like rows (all-to-all permutations) and collective rows."""
+def _message(direction, peer, post, obs, obs_tid, nbytes, tid, via) -> dict:
+    return dict(direction=direction, peer=int(peer), post_ns=int(post), obs_ns=obs, obs_tid=int(obs_tid),
+                bytes=int(nbytes), tid=int(tid), via=via)  # fmt: skip
+
+
+def rotations(host: pd.DataFrame, kernels: pd.DataFrame, kv_numels: set[int], rank: int, found: Counter):
+    """Rotations run as collectives: (messages of all-to-all permutations, one exchange each; ``collective``
+    exchanges (all-gathers of K/V); the kernel rows they claimed)."""
     from ringbench.traces.rank_view import outermost
 
     calls = outermost(host[host["name"].str.match(COLLECTIVE_OPS.pattern)])
+    messages, collectives, claimed = [], [], set()
+    if calls.empty:
+        return messages, collectives, claimed
     comm_ops = host[host["comm_args"] != ""]
-    rows, claimed = [], set()
-    spans = {
-        kind: host[host["name"] == f"gloo:{kind}"].sort_values("start_ns") for kind in ("all_to_all", "all_gather")
-    }
+    comm_tid = comm_ops["tid"].to_numpy()
+    comm_start = comm_ops["start_ns"].to_numpy(np.int64)
+    spans = {}
+    for kind in ("all_to_all", "all_gather"):
+        found_spans = host[host["name"] == f"gloo:{kind}"].sort_values("start_ns", kind="stable")
+        spans[kind] = (found_spans["end_ns"].to_numpy(np.int64), found_spans["tid"].to_numpy(np.int64))
+    has_kernels = len(kernels) > 0
+    parsed: dict[str, dict] = {}
     used = Counter()
     for call in calls.sort_values("start_ns").itertuples(index=False):
-        args = _args(call.comm_args)
+        args = parsed.get(call.comm_args)
+        if args is None:
+            args = parsed.setdefault(call.comm_args, _args(call.comm_args))
         kind = _collective_kind(call.name, args)
         if kind not in ("all_to_all", "all_gather"):
             found["other collectives" if kind == "record_param_comms" else kind] += 1
             continue
         sends, receives = _splits(call.name, args)
         if sends is None and kind == "all_to_all":  # the split sizes may sit on a nested op of the call
-            inner = comm_ops[(comm_ops["tid"] == call.tid) & comm_ops["start_ns"].between(call.start_ns, call.end_ns)]
-            for nested in inner.itertuples(index=False):
+            inside = np.nonzero((comm_tid == call.tid) & (comm_start >= call.start_ns) & (comm_start <= call.end_ns))[0]
+            for nested in comm_ops.iloc[inside].itertuples(index=False):
                 sends, receives = _splits(nested.name, _args(nested.comm_args))
                 if sends is not None:
                     break
         # The transfer: gloo's span of the same kind (in call order), or the NCCL kernels the call launched.
-        mine = kernels[(kernels["launch_tid"] == call.tid) & kernels["launch_ns"].between(call.start_ns, call.end_ns)]
+        obs_tid = int(call.tid)
+        mine = (
+            kernels[(kernels["launch_tid"] == call.tid) & kernels["launch_ns"].between(call.start_ns, call.end_ns)]
+            if has_kernels
+            else kernels
+        )
+        ends, tids = spans[kind]
         if len(mine):
-            start, end = int(mine["start_ns"].min()), int(mine["end_ns"].max())
+            end = int(mine["end_ns"].max())
             claimed.update(mine.index)
-        elif used[kind] < len(spans[kind]):
-            span = spans[kind].iloc[used[kind]]
-            start, end = int(min(span["start_ns"], call.start_ns)), int(span["end_ns"])
+        elif used[kind] < len(ends):
+            end, obs_tid = int(ends[used[kind]]), int(tids[used[kind]])
         else:
-            start, end = int(call.start_ns), int(call.end_ns)
+            end = int(call.end_ns)
         used[kind] += 1
         numel = _numel(call.input_dims)
         permutation = (
@@ -153,22 +180,23 @@ def _collectives(host: pd.DataFrame, kernels: pd.DataFrame, kv_numels: set[int],
             and sum(1 for s in sends if s) == 1
             and sum(1 for s in receives if s) == 1
         )
+        via = f"{call.name} (rotation)"
         if permutation:
             dst = next(i for i, s in enumerate(sends) if s)
             src = next(i for i, s in enumerate(receives) if s)
             if dst == rank and src == rank:
                 found[f"{kind} (to itself)"] += 1
                 continue
-            rows.append(dict(kind="p2p", post_ns=int(call.start_ns), start_ns=int(call.start_ns), send_end_ns=end,
-                             recv_end_ns=end, dst=dst, src=src, send_bytes=int(call.bytes), recv_bytes=int(call.bytes),
-                             tid=int(call.tid), via=f"{call.name} (rotation)"))  # fmt: skip
+            group = len(messages) // 2
+            for direction, peer in (("send", dst), ("recv", src)):
+                row = _message(direction, peer, call.start_ns, end, obs_tid, call.bytes, call.tid, via)
+                messages.append(row | {"rotation": group})
         elif numel > 0 and numel in kv_numels:
-            rows.append(dict(kind="collective", post_ns=int(call.start_ns), start_ns=start, send_end_ns=end,
-                             recv_end_ns=end, dst=-1, src=-1, send_bytes=int(call.bytes), recv_bytes=int(call.bytes),
-                             tid=int(call.tid), via=f"{call.name} (rotation)"))  # fmt: skip
+            collectives.append(dict(kind="collective", post_ns=int(call.start_ns), done_ns=end, tid=int(call.tid),
+                                    bytes=int(call.bytes), via=via))  # fmt: skip
         else:
             found[f"{kind} (not a rotation of attention K/V)"] += 1
-    return rows, claimed
+    return messages, collectives, claimed
 
 
 def _nested_bytes(comm_ops: pd.DataFrame, op) -> int:
@@ -178,11 +206,11 @@ def _nested_bytes(comm_ops: pd.DataFrame, op) -> int:
     return int(sizes.iloc[0]) if len(sizes) else 0
 
 
-def _p2p(host: pd.DataFrame, kernels: pd.DataFrame, claimed: set, found: Counter) -> list[dict]:
-    """Sends and receives paired into exchanges (i-th with i-th), with their completion."""
+def p2p_messages(host: pd.DataFrame, kernels: pd.DataFrame, claimed: set) -> list[dict]:
+    """Every send and receive op with its peer, post, bytes and this rank's completion observation."""
     comm_ops = host[host["name"] == "record_param_comms"]
-    sends = host[host["name"].isin(SEND_OPS)].sort_values("start_ns")
-    recvs = host[host["name"].isin(RECV_OPS)].sort_values("start_ns")
+    sends = host[host["name"].isin(SEND_OPS)].sort_values("start_ns", kind="stable")
+    recvs = host[host["name"].isin(RECV_OPS)].sort_values("start_ns", kind="stable")
     via = "c10d::send/recv_"
     if sends.empty and recvs.empty:  # NCCL without shapes: the ops' record_param_comms carry the peer
         params = host[(host["name"] == "record_param_comms") & (host["peer"] >= 0)]
@@ -191,116 +219,112 @@ def _p2p(host: pd.DataFrame, kernels: pd.DataFrame, claimed: set, found: Counter
         via = "record_param_comms send/recv"
     if sends.empty and recvs.empty:
         return []
-    ends, sizes = {}, {}
+    spans = {}
     for kind, ops in (("send", sends), ("recv", recvs)):
-        spans = host[host["name"] == f"gloo:{kind}"].sort_values("start_ns")
-        if len(spans) == len(ops) and len(ops):
-            ends[kind] = spans["end_ns"].to_numpy(np.int64)
-            sizes[kind] = spans["bytes"].to_numpy(np.int64)
+        found = host[host["name"] == f"gloo:{kind}"].sort_values("start_ns", kind="stable")
+        if len(found) == len(ops) and len(ops):
+            spans[kind] = found
     sendrecv = kernels[kernels["name"].str.contains(SENDRECV_KERNEL) & ~kernels.index.isin(claimed)]
-    posts = pd.concat([sends.assign(direction="send"), recvs.assign(direction="recv")]).sort_values("start_ns")
     kernel_of = {}
-    if len(sendrecv) and len(ends) < 2:
+    if len(sendrecv) and len(spans) < 2:
         # A batch of P2P ops launches one SendRecv kernel: every op posted on that thread before the launch (and
         # not yet linked) belongs to it.
+        posts = pd.concat([sends, recvs]).sort_values("start_ns", kind="stable")
         for kernel in sendrecv.sort_values("launch_ns").itertuples():
             waiting = posts[(posts["tid"] == kernel.launch_tid) & (posts["start_ns"] <= kernel.launch_ns)]
             for index in waiting.index.difference(list(kernel_of)):
-                kernel_of[index] = (int(kernel.start_ns), int(kernel.end_ns))
+                kernel_of[index] = int(kernel.end_ns)
     rows = []
-    count = max(len(sends), len(recvs))
-    for i in range(count):
-        send = sends.iloc[i] if i < len(sends) else None
-        recv = recvs.iloc[i] if i < len(recvs) else None
-        post = min(int(op["start_ns"]) for op in (send, recv) if op is not None)
-        row = dict(kind="p2p", post_ns=post, start_ns=post, send_end_ns=np.nan, recv_end_ns=np.nan, dst=-1, src=-1,
-                   send_bytes=0, recv_bytes=0, tid=int((send if send is not None else recv)["tid"]), via=via)  # fmt: skip
-        for direction, op in (("send", send), ("recv", recv)):
-            if op is None:
-                continue
-            if direction in ends:
-                end = int(ends[direction][i])
-            elif op.name in kernel_of:  # op.name: the op's row label in ``posts``
-                row["start_ns"], end = kernel_of[op.name]
+    for direction, ops in (("send", sends), ("recv", recvs)):
+        span = spans.get(direction)
+        for i, (index, op) in enumerate(ops.iterrows()):
+            obs, obs_tid, nbytes = math.nan, int(op["tid"]), int(op["bytes"])
+            if span is not None:
+                obs, obs_tid = float(span["end_ns"].iloc[i]), int(span["tid"].iloc[i])
+                nbytes = int(span["bytes"].iloc[i])
+            elif index in kernel_of:
+                obs = float(kernel_of[index])
             else:
-                end = int(op["end_ns"])  # blocking op without a transfer span: the op itself
-            row[f"{direction}_end_ns"] = end
-            row["dst" if direction == "send" else "src"] = int(op["peer"])
-            nbytes = int(sizes[direction][i]) if direction in sizes else int(op["bytes"])
-            row[f"{direction}_bytes"] = nbytes if nbytes >= 0 else _nested_bytes(comm_ops, op)
-        rows.append(row)
+                obs = float(op["end_ns"])  # a blocking op without a transfer span: the op itself
+            if nbytes < 0:
+                nbytes = _nested_bytes(comm_ops, op)
+            rows.append(_message(direction, op["peer"], op["start_ns"], obs, obs_tid, nbytes, op["tid"], via))
     return rows
 
 
-def rank_exchanges(host, kernels, launches, kv_numels: set[int], rank: int) -> tuple[pd.DataFrame, Counter]:
-    """The exchanges of one rank (EXCHANGE_COLUMNS, by post time) and a count of the communication not imported.
+def sync_points(host: pd.DataFrame, kernels: pd.DataFrame, found: Counter) -> pd.DataFrame:
+    """Barriers and the other collectives that are no rotation: join (the op's start) and release (gloo's span
+    of it, the i-th with the i-th op of that name, else the NCCL kernels it launched, else the op's end)."""
+    from ringbench.traces.rank_view import outermost
 
-    ``host``: the rank's cpu_op and user_annotation events; ``kernels`` / ``launches``: its GPU kernels and their
-    cuda_runtime / cuda_driver launches (empty on CPU); ``kv_numels``: element counts that identify an attention
-    K/V buffer (numel(K) and 2 x numel(K) of its attention ops).
-    """
-    found: Counter = Counter()
-    nccl = _kernels_by_launch(kernels, launches)
-    collective_rows, claimed = _collectives(host, nccl, kv_numels, rank, found)
-    sendrecv = int(nccl["name"].str.contains(SENDRECV_KERNEL).sum()) if len(nccl) else 0
-    if sendrecv:
-        found["NCCL SendRecv kernels"] += sendrecv
-    rows = _p2p(host, nccl, claimed, found) + collective_rows
-    frame = pd.DataFrame(rows, columns=[c for c in EXCHANGE_COLUMNS if c not in ("wait_start_ns", "wait_end_ns")])
-    frame = frame.assign(wait_start_ns=np.nan, wait_end_ns=np.nan).sort_values("post_ns", kind="stable")
-    return frame.reset_index(drop=True)[EXCHANGE_COLUMNS], found
+    ops = outermost(host[host["name"].str.match(SYNC_OPS.pattern)]).sort_values("start_ns", kind="stable")
+    rows = []
+    used = Counter()
+    gloo_spans = host[host["name"].str.startswith("gloo:")].sort_values("start_ns", kind="stable")
+    ends_of = {name: group["end_ns"].to_numpy(np.int64) for name, group in gloo_spans.groupby("name", sort=False)}
+    for op in ops.itertuples(index=False):
+        short = op.name.split("::", 1)[-1].rstrip("_")
+        gloo = _GLOO_SPAN.get(short.split("_into")[0], f"gloo:{short}")
+        ends = ends_of.get(gloo, np.empty(0, np.int64))
+        done = int(op.end_ns)
+        launched = (
+            kernels[(kernels["launch_tid"] == op.tid) & kernels["launch_ns"].between(op.start_ns, op.end_ns)]
+            if len(kernels)
+            else kernels
+        )
+        if len(launched):
+            done = max(done, int(launched["end_ns"].max()))
+        elif used[gloo] < len(ends):
+            done = max(done, int(ends[used[gloo]]))
+        used[gloo] += 1
+        rows.append(dict(name=short, join_ns=int(op.start_ns), done_ns=done, tid=int(op.tid)))
+    return pd.DataFrame(rows, columns=SYNC_COLUMNS)
 
 
-def attach_waits(exchanges: pd.DataFrame, host: pd.DataFrame, compute: pd.DataFrame, on_gpu: bool) -> pd.DataFrame:
-    """Fill wait_start_ns / wait_end_ns: from wait_tensor ops (FIFO over the functional collectives), else
-    derived (see the module doc). A wait that did not block is zero-length at the exchange's completion."""
-    if exchanges.empty:
-        return exchanges
-    out = exchanges.copy()
-    done = out[["send_end_ns", "recv_end_ns"]].max(axis=1).to_numpy(float)
-    waited = np.zeros(len(out), dtype=bool)
-    functional = out["via"].str.startswith("_c10d_functional::").to_numpy()
-    waits = host[host["name"].isin(WAIT_OPS)].sort_values("start_ns")
-    pending = list(np.nonzero(functional)[0])
-    for wait in waits.itertuples(index=False):
-        posted = [i for i in pending if out.at[i, "post_ns"] <= wait.start_ns]
-        if not posted:
-            continue
-        i = posted[0]
-        pending.remove(i)
-        out.at[i, "wait_start_ns"], out.at[i, "wait_end_ns"] = wait.start_ns, wait.end_ns
-        waited[i] = True
-    if on_gpu:
-        ends = np.sort(compute["end_ns"].to_numpy(np.int64)) if len(compute) else np.empty(0, np.int64)
-        starts = np.sort(compute["start_ns"].to_numpy(np.int64)) if len(compute) else np.empty(0, np.int64)
-        for i in np.nonzero(~waited)[0]:
-            end = int(done[i])
-            last = ends[np.searchsorted(ends, end, side="right") - 1] if np.any(ends <= end) else out.at[i, "start_ns"]
-            later = np.searchsorted(starts, end, side="left") < len(starts)  # the compute stream resumed after
-            start = max(int(last), int(out.at[i, "start_ns"])) if later else end
-            out.at[i, "wait_start_ns"], out.at[i, "wait_end_ns"] = min(start, end), end
-        return out
-    busy = host[(host["cat"] == "cpu_op") & ~host["name"].str.startswith(COMM_PREFIXES)]
-    busy = pd.concat([busy[["tid", "start_ns", "end_ns"]], compute[["tid", "start_ns", "end_ns"]]])
-    by_tid = {}
-    for tid, group in busy.groupby("tid", sort=False):
-        group = group.sort_values("start_ns")
-        by_start = group["start_ns"].to_numpy(np.int64)
-        reach = group["end_ns"].to_numpy(np.int64)
-        by_tid[tid] = (by_start, reach, np.sort(reach))
-    empty = np.empty(0, np.int64)
-    for i in np.nonzero(~waited)[0]:
-        end, post = int(done[i]), int(out.at[i, "post_ns"])
-        starts, reach, sorted_ends = by_tid.get(int(out.at[i, "tid"]), (empty, empty, empty))
-        lo, hi = np.searchsorted(starts, post, side="right"), np.searchsorted(starts, end, side="left")
-        busy_until = int(reach[lo:hi].max()) if hi > lo else end
-        if busy_until > end:  # an op begun after the post was running at completion: no wait, when it ended
-            out.at[i, "wait_start_ns"] = out.at[i, "wait_end_ns"] = busy_until
-            continue
-        last = np.searchsorted(sorted_ends, end, side="right") - 1
-        start = max(post, int(sorted_ends[last]) if last >= 0 else post)
-        out.at[i, "wait_start_ns"], out.at[i, "wait_end_ns"] = min(start, end), end
+# c10d op name (without "c10d::" and the trailing "_") -> gloo's span of it
+_GLOO_SPAN = {"allreduce": "gloo:all_reduce", "broadcast": "gloo:broadcast", "barrier": "gloo:barrier",
+              "reduce_scatter": "gloo:reduce_scatter", "_reduce_scatter_base": "gloo:reduce_scatter",
+              "all_reduce": "gloo:all_reduce", "allgather": "gloo:all_gather", "reduce": "gloo:reduce"}  # fmt: skip
+
+
+def exchange_groups(messages: pd.DataFrame, breaks: np.ndarray) -> np.ndarray:
+    """Exchange index of each message (rows in posting order, with ``iteration`` and ``phase``): see the module
+    doc. ``breaks``: times that end a run of posts (compute starts, observations, wait ops, sync joins)."""
+    if messages.empty:
+        return np.empty(0, np.int64)
+    posts = messages["post_ns"].to_numpy(np.int64)
+    key = messages["iteration"].astype(str).to_numpy() + messages["phase"].astype(str).to_numpy()
+    breaks = np.sort(np.asarray(breaks, np.int64))
+    slot = np.searchsorted(breaks, posts, side="left")  # a break at or before a post ends the run before it
+    new_run = np.r_[True, (slot[1:] != slot[:-1]) | (key[1:] != key[:-1])]
+    run = np.cumsum(new_run) - 1
+    direction = messages["direction"].to_numpy()
+    size = {}
+    for kind in ("send", "recv"):
+        counts = Counter(int(n) for n in pd.Series(run[direction == kind]).value_counts())
+        size[kind] = counts.most_common(1)[0][0] if counts else 1
+    out = np.zeros(len(messages), np.int64)
+    base = 0
+    for _, rows in pd.Series(range(len(messages))).groupby(key, sort=False):
+        index = rows.to_numpy()
+        groups = 0
+        for kind in ("send", "recv"):
+            mine = index[direction[index] == kind]
+            out[mine] = base + np.arange(len(mine)) // size[kind]
+            groups = max(groups, -(-len(mine) // size[kind]))
+        base += groups
     return out
 
 
-__all__ = ["EXCHANGE_COLUMNS", "attach_waits", "rank_exchanges"]
+__all__ = [
+    "COMM_PREFIXES",
+    "EXCHANGE_COLUMNS",
+    "MESSAGE_COLUMNS",
+    "SYNC_COLUMNS",
+    "WAIT_OPS",
+    "exchange_groups",
+    "kernels_by_launch",
+    "p2p_messages",
+    "rotations",
+    "sync_points",
+]

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,129 +33,15 @@ from ringbench.errors import UsageError
 from ringbench.record import store
 from ringbench.record.meta import write_meta
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.traces.assemble import assemble
 from ringbench.traces.clocks import align_clocks
-from ringbench.traces.exchanges import WAIT_OPS, attach_waits, rank_exchanges
-from ringbench.traces.kineto import read_kineto_trace
-from ringbench.traces.rank_view import (
-    HOST_CATS,
-    LAUNCH_CATS,
-    backward_ranges,
-    compile_patterns,
-    compute_ops,
-    find_iterations,
-    merge_compute,
-    ranges_hold,
-)
-from ringbench.traces.reconstruct import (
-    LATE_TAKE_SLACK_NS,
-    events_frame,
-    rank_rows,
-    ring_order,
-    settle_late_takes,
-)
-from ringbench.traces.trace_set import check_ranks, describe_file, find_trace_files
+from ringbench.traces.rank_import import RankImport, reduce_rank
+from ringbench.traces.rank_view import compile_patterns
+from ringbench.traces.reconstruct import events_frame, ring_order
+from ringbench.traces.trace_set import check_ranks, find_trace_files
 
 SOURCE = "profiler"
-STEP_MARKER = r"(?:fwd|bwd) step \d+$"
-DTYPE_NAMES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
-               "Half": "float16", "BFloat16": "bfloat16"}  # fmt: skip
-
-
-@dataclass(kw_only=True, slots=True)
-class RankImport:
-    """What one trace contributes, once reduced (its full event table is dropped)."""
-
-    file: object  # trace_set.TraceFile
-    iterations: object  # rank_view.Iterations
-    exchanges: pd.DataFrame
-    compute: pd.DataFrame
-    backward_starts: dict[int, int]  # iteration index -> first backward op start
-    found: Counter
-    shape: dict  # batch, heads, local_seq, head_dim, dtype of the attention ops (when recorded)
-    devices: tuple = ()
-    top_ops: tuple[str, ...] = ()
-    kernels: int = 0
-
-
-def _attention_shape(compute_host: pd.DataFrame) -> tuple[dict, set[int]]:
-    """(B, H, local S, D and dtype of the forward attention ops, element counts of a K/V buffer)."""
-    numels: set[int] = set()
-    shape: dict = {}
-    for name, dims, types in zip(compute_host["name"], compute_host["input_dims"], compute_host["input_types"],
-                                 strict=True):  # fmt: skip
-        try:
-            shapes = json.loads(dims) if dims else []
-        except ValueError:
-            continue
-        backward = "backward" in name
-        if len(shapes) < 3:
-            continue
-        q, k = (shapes[1], shapes[2]) if backward else (shapes[0], shapes[1])
-        if isinstance(k, list) and k and all(isinstance(n, int) for n in k):
-            numel = int(np.prod(k))
-            numels.update((numel, 2 * numel))
-        if not backward and isinstance(q, list) and len(q) == 4 and isinstance(k, list) and len(k) == 4:
-            dtype = types.split(",")[0] if types else ""
-            # A step may compute a sub-block (zigzag halves): the longest side seen is the rank's share.
-            local = max(q[2], k[2], shape.get("local_seq", 0))
-            shape = dict(batch=q[0], heads=q[1], local_seq=local, head_dim=q[3], dtype=DTYPE_NAMES.get(dtype, dtype))
-    return shape, numels
-
-
-def reduce_rank(path: Path, pattern, marker: str | None) -> RankImport:
-    """Read one trace and keep only what the ring is made of."""
-    trace = read_kineto_trace(path)
-    events = trace.events
-    if events.empty:
-        raise UsageError(f"{path}: the trace holds no complete events; pass a trace of a profiled program")
-    host = events[events["cat"].isin(HOST_CATS)]
-    if host.empty:
-        raise UsageError(f"{path}: the trace holds no host ops (cpu_op / user_annotation); pass a trace recorded with "
-                         "the CPU activity")  # fmt: skip
-    kernels = events[events["cat"] == "kernel"]
-    launches = events[events["cat"].isin(LAUNCH_CATS) & (events["correlation"] >= 0)]
-    file = describe_file(path, trace, int(events["start_ns"].min()), int(events["end_ns"].max()))
-    iterations = find_iterations(host, marker)
-    ops = compute_ops(host, kernels, launches, pattern)
-    host_attention = host[host["name"].str.contains(pattern)]
-    shape, kv_numels = _attention_shape(host_attention)
-    exchanges, found = rank_exchanges(host, kernels, launches, kv_numels, trace.rank)
-    backward = backward_ranges(host)
-    exchanges["phase"] = np.where(ranges_hold(backward, exchanges["tid"], exchanges["post_ns"]), "bwd", "fwd")
-    exchanges["iteration"] = iterations.index_of(exchanges["post_ns"].to_numpy(np.int64))
-    ops_phase = np.where(ranges_hold(backward, ops["tid"], ops["order_ns"]), "bwd", "fwd")
-    ops_iteration = iterations.index_of(ops["order_ns"].to_numpy(np.int64))
-    keys = pd.Series(ops_iteration).astype(str).to_numpy() + ops_phase
-    compute = merge_compute(ops, _compute_breaks(exchanges, host), keys)
-    if len(compute):
-        compute["iteration"] = iterations.index_of(compute["order_ns"].to_numpy(np.int64))
-        compute["phase"] = compute["key"].str.slice(-3)
-    else:
-        compute = compute.assign(iteration=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
-    exchanges = attach_waits(exchanges, host, compute, on_gpu=not kernels.empty)
-    starts = {}
-    if len(backward):
-        where = iterations.index_of(backward["start_ns"].to_numpy(np.int64))
-        for index, start in zip(where, backward["start_ns"], strict=True):
-            if index >= 0:
-                starts[int(index)] = min(starts.get(int(index), int(start)), int(start))
-    cpu_names = host.loc[host["cat"] == "cpu_op", "name"]
-    top = tuple(name for name, _ in Counter(cpu_names).most_common(5))
-    return RankImport(file=file, iterations=iterations, exchanges=exchanges, compute=compute, backward_starts=starts,
-                      found=found, shape=shape, devices=trace.device_properties, top_ops=top,
-                      kernels=len(kernels))  # fmt: skip
-
-
-def _compute_breaks(exchanges: pd.DataFrame, host: pd.DataFrame) -> np.ndarray:
-    """Times that end a block computation: every exchange post and wait op, the start of a step marker (ranges
-    named "<prefix>fwd step S" / "<prefix>bwd step S", as ringbench marks its steps); after a phase's last post
-    (the last step of a double-buffered ring posts nothing), the arrival of a block too."""
-    waits = host.loc[host["name"].isin(WAIT_OPS), "start_ns"].to_numpy(np.int64)
-    markers = host.loc[(host["cat"] == "user_annotation") & host["name"].str.contains(STEP_MARKER), "start_ns"]
-    arrivals = exchanges["recv_end_ns"].fillna(exchanges["send_end_ns"])
-    last_post = exchanges.groupby(["iteration", "phase"])["post_ns"].transform("max")
-    late = arrivals[arrivals > last_post].to_numpy(np.int64)
-    return np.concatenate([exchanges["post_ns"].to_numpy(np.int64), waits, late, markers.to_numpy(np.int64)])
+MIN_ITERATIONS = 3  # analysis/confidence.py: fewer timed iterations make the analysis inconclusive
 
 
 def _no_ring(ranks: list[RankImport]) -> UsageError:
@@ -247,67 +135,157 @@ def _numbers(labels: list[str]) -> list[int]:
     return list(range(len(labels)))
 
 
+ProgressFn = Callable[[str, int, int], None]  # (trace file name, bytes of JSON read since the last call, its total)
+PARALLEL_MIN_MB = 96  # read the ranks in parallel processes from this much JSON on (below, starting them costs more)
+
+
 def reconstruct(
-    paths, *, iteration_marker: str | None = None, compute_patterns: tuple[str, ...] = (), command: str = ""
+    paths,
+    *,
+    iteration_marker: str | None = None,
+    compute_patterns: tuple[str, ...] = (),
+    command: str = "",
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
 ) -> Reconstruction:
-    """Rebuild the ring of one job's profiler traces (files or folders, one trace per rank), in memory."""
+    """Rebuild the ring of one job's profiler traces (files or folders, one trace per rank), in memory.
+
+    ``progress(name, bytes, total)`` is called as each trace is read; ``workers``: processes that read the traces
+    (default: one per core, up to one per trace, when the traces hold PARALLEL_MIN_MB of JSON or more; else 1)."""
     pattern = compile_patterns(compute_patterns)
     files = find_trace_files(paths)
-    ranks = [reduce_rank(path, pattern, iteration_marker) for path in files]
+    ranks = read_ranks(files, pattern, iteration_marker, progress, workers)
     check_ranks([r.file for r in ranks], complete=False)  # one job, no rank twice
     ranks.sort(key=lambda r: r.file.rank)
-    if not any(len(r.exchanges) for r in ranks):
+    if not any(len(r.messages) or len(r.exchanges) for r in ranks):
         raise _no_ring(ranks)
     world = check_ranks([r.file for r in ranks])  # and every rank of it
     if not any(len(r.compute) for r in ranks):
         raise _no_compute(ranks, compute_patterns)
     notes: list[str] = []
-    exchanges = {r.file.rank: r.exchanges for r in ranks}
-    ring, ring_method = ring_order(exchanges, world)
+    messages = {r.file.rank: r.messages for r in ranks}
+    ring, ring_method = ring_order(messages, world)
     if ring_method.startswith("rank order"):
         notes.append(f"ring order: {ring_method}")
-    clock = align_clocks({r.file.rank: r.file.host for r in ranks}, exchanges)
+    clock = align_clocks({r.file.rank: r.file.host for r in ranks}, messages)
     notes.extend(clock.notes)
     labels, dropped = _common_iterations(ranks)
     if dropped:
         notes.append(f"iterations not in every trace, left out: {', '.join(dropped[:6])}")
     if not labels:
         raise UsageError("no iteration appears in every trace; pass traces captured over the same steps")
-    numbers = _numbers(labels)
-    origin, all_windows, all_ex, all_comp = None, {}, {}, {}
-    for rank in ranks:
-        shift = clock.offsets_ns[rank.file.rank]
-        index = {label: i for i, label in enumerate(rank.iterations.labels)}
-        remap = {index[label]: number for number, label in zip(numbers, labels, strict=True)}
-        windows = {}
-        for label in labels:
-            i = index[label]
-            backward = rank.backward_starts.get(i)
-            windows[remap[i]] = (int(rank.iterations.starts[i]) + shift,
-                                 None if backward is None else backward + shift,
-                                 int(rank.iterations.ends[i]) + shift)  # fmt: skip
-        origin = min(origin if origin is not None else 1 << 62, *(w[0] for w in windows.values()))
-        all_windows[rank.file.rank] = windows
-        all_ex[rank.file.rank] = _shifted(rank.exchanges, shift, remap, ["post_ns", "start_ns", "send_end_ns",
-                                          "recv_end_ns", "wait_start_ns", "wait_end_ns"])  # fmt: skip
-        all_comp[rank.file.rank] = _shifted(rank.compute, shift, remap, ["order_ns", "start_ns", "end_ns"])
-    if not any(r.kernels for r in ranks):  # host-side completions: a late take is the receiver's own time
-        slack = max(LATE_TAKE_SLACK_NS, int(clock.residual_ns or 0))
-        late = settle_late_takes(all_ex, all_comp, slack)
-        if late:
-            notes.append(f"{late} block(s) arrived well before their receiver took them: counted as the "
-                         "receiver's own time, not as transfer or wait")  # fmt: skip
-    rows = []
-    for rank in ranks:
-        r = rank.file.rank
-        rows += rank_rows(r, ring, all_ex[r], all_comp[r], all_windows[r], world)
+    built = assemble(ranks, ring, clock, labels, _numbers(labels))
+    notes += _evidence_notes(built, ranks)
+    run_meta = _run_meta(files)
+    if len(labels) < MIN_ITERATIONS:
+        notes.append(_few_iterations(len(labels), run_meta))
     backward = any(r.backward_starts for r in ranks)
     case = _case(ranks[0].shape, world, ring, backward, _kernel_label(ranks))
-    events = events_frame(rows, case["case_id"], origin)
-    cases = _case_table(events, case)
-    meta = _meta(ranks, world, ring, ring_method, clock, labels, command, iteration_marker, compute_patterns, notes)
+    events = events_frame(built.rows, case["case_id"], built.origin_ns)
+    emulated = any(r.emulated for r in ranks) or bool(run_meta.get("emulated", False))
+    cases = _case_table(events, case, emulated)
+    meta = _meta(ranks, world, ring, ring_method, clock, labels, command, iteration_marker, compute_patterns, notes,
+                 built, run_meta, emulated)  # fmt: skip
     total = sum(r.file.size_bytes for r in ranks)
     return Reconstruction(events=events, cases=cases, meta=meta, ring=ring, trace_bytes=total, notes=tuple(notes))
+
+
+def read_ranks(files: list[Path], pattern, marker, progress: ProgressFn | None, workers: int | None):
+    """Every trace reduced (rank_import.reduce_rank), in parallel processes where that pays (reconstruct)."""
+    from ringbench.traces.kineto import json_size
+
+    sizes = {path: json_size(path) for path in files}
+    if workers is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = min(cores, len(files)) if sum(sizes.values()) >= PARALLEL_MIN_MB * 1e6 else 1
+    if workers <= 1 or len(files) < 2:
+        out = []
+        for path in files:
+            report = None if progress is None else (lambda n, name=path.name, total=sizes[path]: progress(name, n,
+                                                                                                         total))  # fmt: skip
+            out.append(reduce_rank(path, pattern, marker, progress=report))
+        return out
+    return _read_parallel(files, sizes, pattern, marker, progress, workers)
+
+
+def _read_parallel(files, sizes, pattern, marker, progress, workers):
+    """reduce_rank over ``workers`` forked processes, their progress relayed through a queue."""
+    import multiprocessing as mp
+    import queue as queues
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = mp.get_context("fork")
+    relay = context.Queue() if progress is not None else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
+                             initargs=(relay,)) as pool:  # fmt: skip
+        futures = [pool.submit(_reduce_in_worker, str(path), pattern.pattern, marker, sizes[path]) for path in files]
+        while relay is not None and not all(f.done() for f in futures):
+            try:
+                name, n, total = relay.get(timeout=0.1)
+            except queues.Empty:
+                continue
+            progress(name, n, total)
+        results = [f.result() for f in futures]
+    while relay is not None and not relay.empty():
+        progress(*relay.get_nowait())
+    return results
+
+
+_RELAY = None
+
+
+def _worker_init(relay) -> None:
+    global _RELAY
+    _RELAY = relay
+
+
+def _reduce_in_worker(path: str, pattern: str, marker, total: int):
+    import re
+
+    name = Path(path).name
+    report = None if _RELAY is None else (lambda n: _RELAY.put((name, n, total)))
+    return reduce_rank(Path(path), re.compile(pattern), marker, progress=report)
+
+
+def _evidence_notes(built, ranks: list[RankImport]) -> list[str]:
+    """What the import inferred that a reader should know: bounds instead of measurements, sides not traced."""
+    notes = []
+    if built.transfers and built.censored:
+        notes.append(f"{built.censored} of {built.transfers} transfers censored: no rank was waiting when they "
+                     "completed (both took their blocks late), so their times are bounds, not measurements, and "
+                     "only the measured ones judge the links")  # fmt: skip
+    if built.synthesized:
+        notes.append(f"{built.synthesized} sends or receives are not in their rank's trace (posted by a thread the "
+                     "profiler did not follow): their peer's side is the evidence")  # fmt: skip
+    own = {r: ms for r, ms in built.own_ms.items() if ms > 0.5}
+    if own:
+        worst = max(own, key=own.get)
+        notes.append(f"time in no op that was no wait is counted as the ranks' own (unprofiled) work: up to "
+                     f"{own[worst]:.1f} ms per iteration (rank {worst})")  # fmt: skip
+    return notes
+
+
+def _few_iterations(count: int, run_meta: dict) -> str:
+    fix = "analyze the run's own record instead (it holds every timed iteration), or " if run_meta.get(
+        "kind") == "run" else ""  # fmt: skip
+    return (
+        f"{count} iteration(s) captured: too few to judge a straggler (its analysis will be inconclusive: at "
+        f"least {MIN_ITERATIONS} are needed); {fix}profile {MIN_ITERATIONS} or more iterations (torch.profiler's "
+        f"schedule with active={MIN_ITERATIONS} or more, one ProfilerStep per iteration) and import again"
+    )
+
+
+def _run_meta(files: list[Path]) -> dict:
+    """The meta.json of the ringbench run a capture belongs to (``results/<run>/profile/<case>/...``), or {}."""
+    for parent in list(Path(files[0]).resolve().parents)[:4]:
+        candidate = parent / "meta.json"
+        if candidate.is_file():
+            try:
+                document = json.loads(candidate.read_text())
+            except (OSError, ValueError):
+                return {}
+            return document if isinstance(document, dict) and document.get("kind") == "run" else {}
+    return {}
 
 
 def import_traces(
@@ -318,11 +296,14 @@ def import_traces(
     compute_patterns: tuple[str, ...] = (),
     command: str = "",
     run_name: str = "import",
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
 ) -> ImportResult:
-    """Import one job's profiler traces (files or folders, one trace per rank) into results/<run-id>/."""
+    """Import one job's profiler traces (files or folders, one trace per rank) into results/<run-id>/
+    (``progress``, ``workers``: reconstruct)."""
     started = time.monotonic()
     rebuilt = reconstruct(paths, iteration_marker=iteration_marker, compute_patterns=compute_patterns,
-                          command=command)  # fmt: skip
+                          command=command, progress=progress, workers=workers)  # fmt: skip
     run_dir = _new_run_dir(out, run_name)
     meta = rebuilt.meta | {"run_id": run_dir.name}
     store.write_events(run_dir, rebuilt.events)
@@ -335,15 +316,7 @@ def import_traces(
                         notes=rebuilt.notes)  # fmt: skip
 
 
-def _shifted(frame: pd.DataFrame, shift: int, remap: dict[int, int], columns: list[str]) -> pd.DataFrame:
-    frame = frame.copy()
-    for column in columns:
-        frame[column] = frame[column] + shift
-    frame["iteration"] = frame["iteration"].map(remap).fillna(-1).astype("int64")
-    return frame
-
-
-def _case_table(events: pd.DataFrame, case: dict) -> pd.DataFrame:
+def _case_table(events: pd.DataFrame, case: dict, emulated: bool) -> pd.DataFrame:
     from ringbench.figures.metrics import CASE_FIGURES, case_figures
 
     sizes = pd.DataFrame([{"case_id": case["case_id"], "batch": case["batch"], "seq": case["seq"]}])
@@ -351,20 +324,24 @@ def _case_table(events: pd.DataFrame, case: dict) -> pd.DataFrame:
     figures = figures.iloc[0] if len(figures) else pd.Series(dtype=float)
     row = {name: case.get(name) for name in CASE_COLUMNS if name in case}
     row |= {name: float(figures.get(name, np.nan)) for name in CASE_FIGURES}
-    row |= dict(repeat=0, emulated=False, faults="", iters=int(events["iteration"].nunique()), warmup=0,
+    row |= dict(repeat=0, emulated=emulated, faults="", iters=int(events["iteration"].nunique()), warmup=0,
                 fwd_max_abs_err=np.nan, bwd_max_abs_err=np.nan, passed=True, status="ok", peak_mem_mb=np.nan,
                 saturated_blocks=0, emulated_blocks=0, emulated_gflops=np.nan,
                 check_note="not checked: imported from profiler traces")  # fmt: skip
     return pd.DataFrame([row], columns=list(CASE_COLUMNS))
 
 
-def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patterns, notes) -> dict:
+def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patterns, notes, built, run_meta,
+          emulated) -> dict:  # fmt: skip
     """meta.json of an import (ringbench/record/meta.py registry; what only an import has goes under ``imported``)."""
     from ringbench import __version__
 
     hosts = sorted({r.file.host for r in ranks})
     devices = ranks[0].devices
     device_kind = str(devices[0].get("name", "cuda")) if devices else "cpu"
+    busy = {}
+    for r in ranks:
+        busy[r.file.host] = busy.get(r.file.host, 0.0) + built.busy_share.get(r.file.rank, 0.0)
     return {
         "schema_version": SCHEMA_VERSION,
         "source": SOURCE,
@@ -374,9 +351,10 @@ def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patte
         "backend": ranks[0].file.backend,
         "device_kind": device_kind,
         "devices": [str(d.get("name", "")) for d in devices] if devices else [device_kind],
-        "emulated": False,
+        "emulated": emulated,
         "trace": True,
-        "faults": [],
+        "faults": list(run_meta.get("faults") or []),
+        "cpu_count": _cores(hosts, run_meta),
         "versions": {"ringbench": __version__},
         "ranks": {
             str(world): {
@@ -398,8 +376,27 @@ def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patte
             "iteration_marker": marker,
             "compute_patterns": list(patterns),
             "notes": list(notes),
+            # per host, the ranks' summed share of their iterations spent in CPU ops: how many cores they kept busy
+            "busy_ranks": {host: round(value, 3) for host, value in busy.items()},
+            "readers": [r.reader for r in ranks],
+            "transfers": built.transfers,
+            "censored": built.censored,
+            "from_run": run_meta.get("run_id"),
         },
     }
+
+
+def _cores(hosts: list[str], run_meta: dict) -> int | None:
+    """CPU cores of the traced host: the capturing run's record says; a trace does not, but when it was taken on
+    this very host, this host's count is the answer. None when unknown (oversubscription cannot be checked)."""
+    import os
+    import socket
+
+    if run_meta.get("cpu_count"):
+        return int(run_meta["cpu_count"])
+    if len(hosts) == 1 and hosts[0] and hosts[0] == socket.gethostname():
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return None
 
 
 def _new_run_dir(out: str | Path, name: str) -> Path:

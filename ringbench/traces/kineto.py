@@ -1,4 +1,4 @@
-"""Reader for PyTorch profiler (Kineto) Chrome traces: ``.json`` or ``.json.gz``, streamed.
+"""Reader for PyTorch profiler (Kineto) Chrome traces: ``.json`` or ``.json.gz``.
 
 A trace is one JSON object: metadata keys (``schemaVersion``, ``distributedInfo``, ``baseTimeNanoseconds``,
 ``deviceProperties``, ``host_name``, ...) around a ``traceEvents`` list. Complete events (``ph: "X"``) have ``ts``
@@ -8,24 +8,28 @@ and ``dur`` in microseconds; ``ts * 1000 + baseTimeNanoseconds`` is unix-epoch n
 GPU ``kernel`` / ``gpu_memcpy`` events on ``stream``s linked by ``correlation`` id to their ``cuda_runtime``
 launch on the host.
 
-Streaming: the file is decompressed and decoded in chunks, and each event is decoded on its own by the standard
-library's C scanner (``json.JSONDecoder.raw_decode``) and reduced at once to one row of plain columns, so memory
-holds the columns, never the document. Measured against ``ijson`` (C backend, ``items("traceEvents.item")``) with
-the same reduction per event: the same speed, while ijson would need extra passes for the metadata keys around the
-list; so no dependency is added. Most of the time goes to reducing events to rows, not to parsing.
+Three ways to read one, chosen per file (``KinetoTrace.reader`` says which):
+
+* whole file (msgspec): a trace whose JSON fits the memory budget (``memory_mb``, default MEMORY_BUDGET_MB,
+  or the environment's ``RINGBENCH_IMPORT_MEMORY_MB``) is
+  decoded in one call by msgspec's C decoder straight into typed structs that keep only the fields the record
+  needs (an event's args as raw JSON where they are bulky), then reduced to columns (kineto_fast.py).
+* streamed (msgspec): a larger one is read in chunks of CHUNK_MB; each chunk's whole events are decoded the same
+  way and reduced at once, so memory holds one chunk and the columns, never the document.
+* careful (stdlib): when the fast decoder rejects a file (not JSON, truncated, a field of an unusual type), the
+  standard library's scanner reads it value by value (kineto_scan.py): it accepts any valid JSON and, for bad
+  input, says in one line what is wrong and where.
 
 Bad input raises UsageError with one line naming the file and what was found.
 """
 
 from __future__ import annotations
 
-import codecs
 import gzip
-import json
 import math
-import re
+import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,9 +66,9 @@ DTYPE_BYTES = {
     "long long int": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
     "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
 }  # fmt: skip
-_COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "_c10d_functional::", "record_param_comms")
-_PEER_OPS = ("c10d::send", "c10d::recv_", "c10d::recv_any_source_")
-_ARG_OPS = ("c10d::", "_c10d_functional::")  # ops whose concrete inputs go to comm_args
+COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "_c10d_functional::", "record_param_comms")
+PEER_OPS = ("c10d::send", "c10d::recv_", "c10d::recv_any_source_")
+ARG_OPS = ("c10d::", "_c10d_functional::")  # ops whose concrete inputs go to comm_args
 PARAM_COMMS = "record_param_comms"
 # What record_param_comms carries (torch/csrc/profiler/util.h); "Src Rank" / "Dst Rank" are a P2P op's peer.
 COMM_ARG_KEYS = (
@@ -72,10 +76,13 @@ COMM_ARG_KEYS = (
     "Global rank start", "Global rank stride", "Group size", "Process Group Name", "Process Group Ranks", "Rank",
     "Src Rank", "Dst Rank", "Seq",
 )  # fmt: skip
-_CHUNK = 1 << 20  # bytes read per refill
-_MAX_VALUE_CHARS = 64 << 20  # one event (or metadata value) larger than this is not a profiler trace
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+# A trace's JSON up to this size is decoded whole (the text and its events in memory at once: about twice the
+# file); a larger one is streamed in CHUNK_MB chunks (a few chunks' worth), so the reader's memory stays within
+# about twice the largest trace file either way.
+MEMORY_BUDGET_MB = float(os.environ.get("RINGBENCH_IMPORT_MEMORY_MB", "32"))
+CHUNK_MB = 8  # the streamed path's read size
+INT_COLUMNS = ("pid", "tid", "stream", "correlation", "external_id", "peer", "tag", "bytes")
+OBJECT_COLUMNS = ("name", "cat", "input_dims", "input_types", "comm_args")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,6 +96,7 @@ class KinetoTrace:
     host_name: str = ""
     device_properties: tuple = ()  # one dict per visible GPU (name, totalGlobalMem, computeMajor, ...)
     events: pd.DataFrame = field(default_factory=pd.DataFrame)
+    reader: str = ""  # how it was read: "whole file (msgspec)", "streamed (msgspec)", "careful (stdlib)"
 
     @property
     def rank(self) -> int:
@@ -103,118 +111,11 @@ class KinetoTrace:
         return str(self.distributed_info.get("backend", ""))
 
 
-class _Columns:
-    """Complete events reduced to rows of plain values, packed into column arrays every ``_PACK`` events."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple] = []  # one tuple per event, in _ROW_FIELDS order
-        self.packed: list[dict[str, np.ndarray]] = []
-        self.strings: dict[str, str] = {}  # one object per distinct name / category / dims text
-
-    def add(self, event: dict) -> None:
-        args = event.get("args") or {}
-        get = args.get
-        name = event.get("name", "")
-        if type(name) is not str:
-            name = str(name)
-        cat = event.get("cat", "")
-        if type(cat) is not str:
-            cat = str(cat)
-        pid, tid = event.get("pid"), event.get("tid")
-        peer = tag = -1
-        comm = ""
-        if name in _PEER_OPS:
-            peer, tag = _peer_and_tag(get("Concrete Inputs"))
-        if name == PARAM_COMMS:
-            found = {key: args[key] for key in COMM_ARG_KEYS if key in args}
-            peer = _param_peer(found)
-            comm = json.dumps(found, separators=(",", ":")) if found else ""
-        elif name.startswith(_ARG_OPS) and "Concrete Inputs" in args:
-            comm = json.dumps({"concrete": get("Concrete Inputs")}, separators=(",", ":"))
-        dims, types = get("Input Dims"), get("Input type")
-        dims_text = "" if dims is None else repr(dims).replace(" ", "")  # lists of ints: valid JSON
-        types_text = "" if types is None else ",".join(map(str, types))
-        nbytes = -1
-        if "bytes" in args:  # memcpy / memset events count their own bytes
-            nbytes = args["bytes"]
-        elif name.startswith(_COMM_PREFIXES):
-            nbytes = _message_bytes(args, dims, types)
-        intern = self.strings.setdefault
-        self.rows.append(
-            (
-                intern(name, name),
-                intern(cat, cat),
-                event.get("ts", math.nan),
-                event.get("dur", 0.0),
-                pid if type(pid) is int else -1,
-                tid if type(tid) is int else -1,
-                get("stream", -1),
-                get("correlation", -1),
-                get("External id", -1),
-                peer,
-                tag,
-                intern(dims_text, dims_text),
-                intern(types_text, types_text),
-                nbytes,
-                intern(comm, comm),
-            )
-        )
-        if len(self.rows) >= _PACK:
-            self.pack()
-
-    def pack(self) -> None:
-        """Move the rows into arrays (Python ints and floats cost about 4x the memory of int64 slots)."""
-        if not self.rows:
-            return
-        values = dict(zip(_ROW_FIELDS, zip(*self.rows, strict=True), strict=True))
-        self.rows = []
-        try:
-            chunk = {
-                "ts": np.asarray(values["ts"], dtype=np.float64),
-                "dur": np.asarray(values["dur"], dtype=np.float64),
-            }
-        except (TypeError, ValueError):
-            raise _Malformed("not a PyTorch profiler trace (an event's ts or dur is not a number)") from None
-        for name in _INT_COLUMNS:
-            chunk[name] = _int_column(values[name])
-        for name in _OBJECT_COLUMNS:
-            chunk[name] = np.asarray(values[name], dtype=object)
-        self.packed.append(chunk)
-
-    def frame(self, base_time_ns: int) -> pd.DataFrame:
-        self.pack()
-
-        def joined(name, dtype):
-            parts = [chunk[name] for chunk in self.packed]
-            return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
-
-        ts, dur = joined("ts", np.float64), joined("dur", np.float64)
-        whole = np.floor(ts)  # microseconds: the integer part is exact in float64 up to 2**53 us
-        start = whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64) + base_time_ns
-        dur_ns = np.rint(np.nan_to_num(dur) * 1000).astype(np.int64)
-        columns = {"start_ns": start, "dur_ns": dur_ns, "end_ns": start + dur_ns}
-        for name in _INT_COLUMNS:
-            columns[name] = joined(name, np.int64)
-        for name in _OBJECT_COLUMNS:
-            columns[name] = joined(name, object)
-        return pd.DataFrame(columns)[list(TRACE_EVENT_COLUMNS)]
+class Malformed(Exception):
+    """Internal: the text is not a profiler trace; turned into a UsageError naming the file."""
 
 
-_ROW_FIELDS = ("name", "cat", "ts", "dur", "pid", "tid", "stream", "correlation", "external_id", "peer", "tag",
-               "input_dims", "input_types", "bytes", "comm_args")  # fmt: skip
-_INT_COLUMNS = ("pid", "tid", "stream", "correlation", "external_id", "peer", "tag", "bytes")
-_OBJECT_COLUMNS = ("name", "cat", "input_dims", "input_types", "comm_args")
-_PACK = 1 << 16
-
-
-def _int_column(values: list) -> np.ndarray:
-    try:
-        return np.asarray(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):  # a stray float or string: keep what is an integer
-        return np.asarray([v if isinstance(v, int) else -1 for v in values], dtype=np.int64)
-
-
-def _peer_and_tag(concrete) -> tuple[int, int]:
+def peer_and_tag(concrete) -> tuple[int, int]:
     """c10d::send(tensors, group, dstRank, tag) / c10d::recv_(tensors, group, srcRank, tag)."""
     try:
         return int(concrete[2]), int(concrete[3])
@@ -222,7 +123,7 @@ def _peer_and_tag(concrete) -> tuple[int, int]:
         return -1, -1
 
 
-def _param_peer(found: dict) -> int:
+def param_peer(found: dict) -> int:
     """The peer of a P2P record_param_comms (send: "Dst Rank", recv: "Src Rank"); -1 for a collective."""
     name = str(found.get("Collective name", ""))
     key = "Dst Rank" if name.startswith("send") else "Src Rank" if name.startswith("recv") else None
@@ -230,7 +131,7 @@ def _param_peer(found: dict) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
-def _message_bytes(args: dict, dims, types) -> int:
+def message_bytes(args: dict, dims, types) -> int:
     """Bytes of a communication span: the trace's own count when it has one, else product(dims) x dtype size."""
     nelems, dtype = args.get("In msg nelems"), args.get("dtype")
     if isinstance(nelems, int) and dtype in DTYPE_BYTES:
@@ -246,127 +147,77 @@ def _message_bytes(args: dict, dims, types) -> int:
     return total if found else -1
 
 
-class _TextStream:
-    """Decoded text of a (possibly gzip-compressed) file, read in chunks; ``pos`` indexes ``buffer``."""
-
-    def __init__(self, handle) -> None:
-        self.handle = handle
-        self.decoder = codecs.getincrementaldecoder("utf-8")()
-        self.buffer = ""
-        self.pos = 0
-        self.eof = False
-
-    def refill(self) -> bool:
-        """Append the next chunk (dropping what was consumed); False at the end of the file."""
-        if self.eof:
-            return False
-        raw = self.handle.read(_CHUNK)
-        self.eof = not raw
-        text = self.decoder.decode(raw, final=self.eof)
-        self.buffer = self.buffer[self.pos :] + text
-        self.pos = 0
-        return bool(text) or not self.eof
-
-    def peek(self) -> str:
-        """The next non-whitespace character ('' at the end of the file), without consuming it."""
-        while True:
-            self.pos = _WHITESPACE.match(self.buffer, self.pos).end()
-            if self.pos < len(self.buffer):
-                return self.buffer[self.pos]
-            if not self.refill():
-                return ""
-
-    def expect(self, char: str, what: str) -> None:
-        found = self.peek()
-        if found == "":
-            raise _Malformed(f"the JSON ends early (truncated file; expected {char!r} {what})")
-        if found != char:
-            raise _Malformed(f"expected {char!r} {what}, found {found!r}")
-        self.pos += 1
-
-    def value(self):
-        """Decode the next JSON value; refills while the value may be cut at the end of the buffer."""
-        self.peek()
-        while True:
-            try:
-                value, end = _DECODER.raw_decode(self.buffer, self.pos)
-            except json.JSONDecodeError as exc:
-                # Near the end of the buffer the value may just be cut (a literal, number or string in half): read
-                # on and retry. At the end of the file, or anywhere else, the text is not JSON.
-                near_end = exc.pos >= len(self.buffer) - 16 or exc.msg.startswith("Unterminated string")
-                if near_end and not self.eof and len(self.buffer) - self.pos < _MAX_VALUE_CHARS:
-                    self.refill()  # re-bases the buffer: decode again before judging
-                    continue
-                if self.eof and (exc.pos >= len(self.buffer) - 1 or exc.msg.startswith("Unterminated string")):
-                    raise _Malformed("the JSON ends early (truncated file)") from None
-                raise _Malformed(f"not valid JSON ({exc.msg} at character {exc.pos - self.pos} of a value)") from None
-            if end < len(self.buffer) or self.eof or not self.refill():  # a number may continue past the buffer
-                self.pos = end
-                return value
+def int_column(values) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # a stray float or string: keep what is an integer
+        return np.asarray([v if isinstance(v, int) and not isinstance(v, bool) else -1 for v in values], np.int64)
 
 
-class _Malformed(Exception):
-    """Internal: the text is not a profiler trace; turned into a UsageError naming the file."""
+def events_frame(chunks: list[dict[str, np.ndarray]], base_time_ns: int) -> pd.DataFrame:
+    """Column chunks (ts, dur in float microseconds, INT_COLUMNS, OBJECT_COLUMNS) -> the events DataFrame."""
+
+    def joined(name, dtype):  # each chunk's column is dropped once joined: the columns are never held twice
+        parts = [chunk.pop(name) for chunk in chunks]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+    ts, dur = joined("ts", np.float64), joined("dur", np.float64)
+    whole = np.floor(ts)  # microseconds: the integer part is exact in float64 up to 2**53 us
+    start = whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64) + base_time_ns
+    dur_ns = np.rint(np.nan_to_num(dur) * 1000).astype(np.int64)
+    columns = {"start_ns": start, "dur_ns": dur_ns, "end_ns": start + dur_ns}
+    for name in INT_COLUMNS:
+        columns[name] = joined(name, np.int64)
+    for name in OBJECT_COLUMNS:
+        columns[name] = joined(name, object)
+    return pd.DataFrame(columns)[list(TRACE_EVENT_COLUMNS)]
 
 
-def _scan(stream: _TextStream, columns: _Columns) -> dict:
-    """Walk the top-level object; complete events go to ``columns``, other keys are returned as metadata."""
-    first = stream.peek()
-    if first != "{":
-        kind = {"[": "a JSON array", "": "an empty file"}.get(first, f"text starting with {first!r}")
-        raise _Malformed(f"not a PyTorch profiler trace: found {kind}, expected a JSON object with traceEvents")
-    stream.pos += 1
-    metadata: dict = {}
-    while stream.peek() != "}":
-        if metadata:
-            stream.expect(",", "between top-level keys")
-        key = stream.value()
-        if not isinstance(key, str):
-            raise _Malformed(f"expected a key string, found {type(key).__name__}")
-        stream.expect(":", f"after key {key!r}")
-        if key == "traceEvents":
-            metadata[key] = _scan_events(stream, columns)
-        else:
-            metadata[key] = stream.value()
-        if stream.peek() == "":
-            raise _Malformed("the JSON ends early (truncated file)")
-    return metadata
-
-
-def _scan_events(stream: _TextStream, columns: _Columns) -> int:
-    stream.expect("[", "to open traceEvents")
-    count = 0
-    add = columns.add
-    while stream.peek() != "]":
-        if count:
-            stream.expect(",", "between events")
-        event = stream.value()
-        if type(event) is not dict:
-            raise _Malformed(f"event {count} is a {type(event).__name__}, not an object")
-        if event.get("ph") == "X":
-            add(event)
-        count += 1
-    stream.pos += 1
-    return count
-
-
-def _open(path: Path):
+def open_trace(path: Path):
+    """A binary handle on the trace's JSON (gzip decompressed on the fly when the content is gzip)."""
     handle = open(path, "rb")  # noqa: SIM115 - closed by the caller
     magic = handle.read(2)
     handle.seek(0)
     return gzip.GzipFile(fileobj=handle, mode="rb") if magic == b"\x1f\x8b" else handle
 
 
-def read_kineto_trace(path: str | Path) -> KinetoTrace:
-    """Read a profiler trace; bad input raises UsageError naming the file and what was found."""
+def json_size(path: Path) -> int:
+    """Bytes of the trace's JSON: the file's size, or for gzip its trailer's uncompressed size (modulo 4 GiB,
+    so at least the compressed size times the usual ratio's floor)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if handle.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        handle.seek(-4, os.SEEK_END)
+        stated = int.from_bytes(handle.read(4), "little")
+    while stated < size:  # the trailer wraps at 4 GiB
+        stated += 1 << 32
+    return stated
+
+
+def read_kineto_trace(
+    path: str | Path, *, memory_mb: float | None = None, progress: Callable[[int], None] | None = None
+) -> KinetoTrace:
+    """Read a profiler trace (module doc for the three ways); bad input raises UsageError naming the file and
+    what was found. ``progress(bytes)`` is called as the JSON is read (bytes of JSON consumed since the last call)."""
+    from ringbench.traces import kineto_fast, kineto_scan
+
     path = Path(path)
-    columns = _Columns()
+    budget = (MEMORY_BUDGET_MB if memory_mb is None else memory_mb) * (1 << 20)
     try:
-        with _open(path) as handle:
-            metadata = _scan(_TextStream(handle), columns)
-        _check_metadata(metadata)
-        events = columns.frame(metadata.get("baseTimeNanoseconds", 0))
-    except _Malformed as exc:
+        size = json_size(path)
+        whole = size <= budget
+        try:
+            metadata, chunks = kineto_fast.read(
+                path, whole=whole, chunk_bytes=max(1, int(CHUNK_MB * (1 << 20))), progress=progress
+            )
+            reader = "whole file (msgspec)" if whole else f"streamed (msgspec, {CHUNK_MB:g} MB chunks)"
+        except kineto_fast.Unusual:
+            metadata, chunks = kineto_scan.read(path)
+            reader = "careful (stdlib)"
+        check_metadata(metadata)
+        events = events_frame(chunks, metadata.get("baseTimeNanoseconds", 0))
+    except Malformed as exc:
         raise UsageError(f"{path}: {exc}") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise UsageError(f"{path}: truncated or corrupt gzip stream ({exc})") from None
@@ -385,20 +236,24 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
         host_name=str(metadata.get("host_name", "")),
         device_properties=tuple(devices) if isinstance(devices, list) else (),
         events=events,
+        reader=reader,
     )
 
 
-def _check_metadata(metadata: dict) -> None:
+def check_metadata(metadata: dict) -> None:
     for key in ("traceEvents", "schemaVersion"):
         if key not in metadata:
             keys = ", ".join(sorted(metadata)[:8]) or "none"
-            raise _Malformed(f"not a PyTorch profiler trace (no {key}; found keys: {keys})")
+            raise Malformed(f"not a PyTorch profiler trace (no {key}; found keys: {keys})")
     for key, kind in (("schemaVersion", int), ("baseTimeNanoseconds", int), ("distributedInfo", dict)):
         value = metadata.get(key)
         if value is not None and type(value) is not kind:
-            raise _Malformed(f"not a PyTorch profiler trace ({key} is {value!r}, expected {kind.__name__})")
+            raise Malformed(f"not a PyTorch profiler trace ({key} is {value!r}, expected {kind.__name__})")
 
 
 def iter_trace_paths(folder: Path) -> Iterator[Path]:
     """Trace files under ``folder`` (``*.json`` and ``*.json.gz``), sorted."""
     yield from sorted(p for p in Path(folder).rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file())
+
+
+__all__ = ["TRACE_EVENT_COLUMNS", "KinetoTrace", "iter_trace_paths", "read_kineto_trace"]

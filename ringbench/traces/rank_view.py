@@ -72,11 +72,14 @@ def _marker_ranges(host: pd.DataFrame, marker: str) -> pd.DataFrame:
     return hits.sort_values("start_ns", kind="stable")
 
 
-def find_iterations(host: pd.DataFrame, marker: str | None = None) -> Iterations:
-    """Iteration ranges of a rank from its host events (see the module doc for the order of preference)."""
+def find_iterations(host: pd.DataFrame, marker: str | None = None, path=None) -> Iterations:
+    """Iteration ranges of a rank from its host events (see the module doc for the order of preference).
+    A ``marker`` that names no range of the trace raises UsageError naming the ranges it has."""
     annotations = host[host["cat"] == "user_annotation"]
     if marker:
         hits = _marker_ranges(host, marker)
+        if hits.empty:
+            raise _marker_missing(annotations, marker, path)
         names = tuple(hits["name"])  # "NAME 3", "NAME#3": matched across ranks by name; a repeated NAME by order
         labels = names if len(set(names)) == len(names) else tuple(str(i) for i in range(len(hits)))
         return Iterations(labels=labels, starts=hits["start_ns"].to_numpy(np.int64),
@@ -92,6 +95,20 @@ def find_iterations(host: pd.DataFrame, marker: str | None = None) -> Iterations
                           ends=ours["end_ns"].to_numpy(np.int64), source=ITERATION_MARKER)  # fmt: skip
     first, last = int(host["start_ns"].min()), int(host["end_ns"].max())
     return Iterations(labels=("trace",), starts=np.array([first]), ends=np.array([last]), source="whole trace")
+
+
+def _marker_missing(annotations: pd.DataFrame, marker: str, path):
+    from ringbench.errors import UsageError
+
+    names = annotations["name"]
+    names = names[~names.str.startswith(("gloo:", "nccl:"))].str.replace(r"(#| )\d+$", "", regex=True)
+    found = [name for name, _ in names.value_counts().head(8).items()]
+    where = f"{path}: " if path is not None else ""
+    shown = ", ".join(found) if found else "none"
+    return UsageError(
+        f"{where}--iteration-marker {marker!r} names no range of this trace (its record_function ranges: {shown}); "
+        "pass one of them, or leave the option out to use ProfilerStep#N"
+    )
 
 
 def ranges_hold(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> np.ndarray:

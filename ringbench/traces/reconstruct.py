@@ -1,20 +1,29 @@
-"""The ring rebuilt from every rank's exchanges and compute spans, as rows of the events table (schema.py).
+"""The ring rebuilt from every rank's messages, exchanges, compute spans and sync points, as rows of the events table.
 
-* Ring order: who sends to whom. Each rank's successor is the peer most of its sends go to; following the
-  successors from rank 0 must visit every rank once. Rotations by all-gather name no peer: the ring is then the
-  rank order (torch's ring takes block rank - i at step i).
-* Ring steps, per (iteration, phase, rank): exchanges are numbered by posting order. A phase that posts 2N - 1
-  exchanges on N ranks (a backward rotating K/V and the dK/dV accumulators) has two per step; the lone one is
-  step 0 when the phase computes before its first post (a blocking ring), else step N - 1. A phase whose first
-  exchange is posted after its first compute (blocking: exchange, then compute) numbers its exchanges from 1.
-  So the exchange of step s brings the block of step s + 1 (s with a blocking ring): ringbench's own convention,
-  and the same numbering on the sender and the receiver of every exchange. Compute span i of the phase is step
-  i; its block's owner is the rank i positions back in the ring. In a program that runs several rings per
-  iteration (one per layer), steps keep counting across them.
-* Spans: send and recv from the exchange's post to its completion in that direction; a ``wait`` per received
-  block (zero-length when it did not block); a rotation by all-gather is a ``collective`` row over the time the
-  rank was blocked on it. ``iteration`` rows: the forward from the iteration's start to its first backward op
-  (or its end), the backward from there to its end.
+* Ring order: who sends to whom. Each rank's successor is the peer most of its sends go to (or, where a rank's
+  sends are not in its trace -- posted by a thread the profiler did not follow --, the rank whose receives name it
+  most); following the successors from rank 0 must visit every rank once. Rotations by all-gather name no peer:
+  the ring is then the rank order (torch's ring takes block rank - i at step i).
+* Ring steps, per (iteration, phase, rank): exchanges (all the P2P ops posted together, exchanges.py) are numbered
+  by posting order. A phase that posts 2N - 1 exchanges on N ranks (a backward rotating K/V and the dK/dV
+  accumulators) has two per step; the lone one is step 0 when the phase computes before its first post (a
+  blocking ring), else step N - 1. A phase whose first exchange is posted after its first compute (blocking:
+  exchange, then compute) numbers its exchanges from 1. So the exchange of step s brings the block of step s + 1
+  (s with a blocking ring): ringbench's own convention, and the same numbering on the sender and the receiver of
+  every exchange. Compute span i of the phase is step i; its block's owner is the rank i positions back in the
+  ring. In a program that runs several rings per iteration (one per layer), steps keep counting across them.
+* Spans of an exchange: ``send`` and ``recv`` from the exchange's post on this rank to the completion of its last
+  message in that direction (the earliest evidence, evidence.py), ``censored`` when that completion is only a
+  bound; one ``wait`` per exchange that receives: the time the rank sat blocked on it up to that completion
+  (zero-length where it came to take it when it had arrived); a rotation by all-gather is a ``collective`` row over
+  the time the rank was blocked on it.
+* ``own`` rows: the rank busy with its own work beside its compute spans: other ops, and time in no op that was
+  not spent waiting (evidence.py); ``sync`` rows: from a rank's join of a barrier (or another collective) to its
+  release, numbered world + j for the j-th of the (iteration, phase), the same on every rank. A sync that opens an
+  iteration on every rank (a barrier before the ring) marks where the iteration starts: its time belongs to the
+  iteration before, which the last rank to join it was still finishing.
+* ``iteration`` rows: the forward from the iteration's start to its first backward op (or its end), the backward
+  from there to its end.
 """
 
 from __future__ import annotations
@@ -28,15 +37,22 @@ from ringbench.errors import UsageError
 from ringbench.record.schema import EVENT_COLUMNS
 
 
-def ring_order(exchanges: dict[int, pd.DataFrame], world: int) -> tuple[list[int], str]:
+def ring_order(messages: dict[int, pd.DataFrame], world: int) -> tuple[list[int], str]:
     """(ring in order starting at rank 0, how it was found)."""
     if world == 1:
         return [0], "one rank"
     successor = {}
-    for rank, table in exchanges.items():
-        peers = table.loc[(table["kind"] == "p2p") & (table["dst"] >= 0) & (table["dst"] != rank), "dst"]
+    named_by = {}  # rank -> the ranks whose receives name it as their sender
+    for rank, table in messages.items():
+        if table.empty:
+            continue
+        peers = table.loc[(table["direction"] == "send") & (table["peer"] >= 0) & (table["peer"] != rank), "peer"]
         if len(peers):
             successor[rank] = int(Counter(peers.astype(int)).most_common(1)[0][0])
+        for src in table.loc[(table["direction"] == "recv") & (table["peer"] >= 0) & (table["peer"] != rank), "peer"]:
+            named_by.setdefault(int(src), Counter())[rank] += 1
+    for rank, receivers in named_by.items():
+        successor.setdefault(rank, receivers.most_common(1)[0][0])
     if not successor:
         return list(range(world)), "rank order (rotations by all-gather name no peer)"
     missing = [r for r in range(world) if r not in successor]
@@ -74,146 +90,118 @@ def exchange_steps(posts: np.ndarray, first_compute: float, world: int, phase: s
     return index + (1 if blocking else 0)
 
 
+def number_steps(exchanges: pd.DataFrame, compute: pd.DataFrame, world: int) -> pd.Series:
+    """Ring step of every exchange of one rank (``exchanges`` with iteration, phase, post_ns), by its index
+    (exchange_steps, vectorised over (iteration, phase))."""
+    steps = pd.Series(-1, index=exchanges.index, dtype="int64")
+    mine = exchanges[exchanges["iteration"] >= 0]
+    if mine.empty:
+        return steps
+    mine = mine.sort_values(["iteration", "phase", "post_ns"], kind="stable")
+    keys = [mine["iteration"], mine["phase"]]
+    index = mine.groupby(keys, sort=False).cumcount().to_numpy()
+    count = mine.groupby(keys, sort=False)["post_ns"].transform("size").to_numpy()
+    first_post = mine.groupby(keys, sort=False)["post_ns"].transform("min").to_numpy(float)
+    first = compute.groupby(["iteration", "phase"])["order_ns"].min() if len(compute) else pd.Series(dtype=float)
+    first_compute = first.reindex(pd.MultiIndex.from_arrays(keys)).to_numpy(float)
+    blocking = np.isfinite(first_compute) & (first_post > first_compute)
+    paired = (mine["phase"].to_numpy() == "bwd") & (world > 1) & (count == 2 * world - 1)
+    out = np.where(paired, np.where(blocking, (index + 1) // 2, index // 2), index + blocking.astype(np.int64))
+    steps[mine.index] = out
+    return steps
+
+
 def _row(**fields) -> dict:
-    base = dict(src=-1, dst=-1, bytes=0, block=-1, pair="", flops=0.0, nccl_ms=np.nan)
+    base = dict(src=-1, dst=-1, bytes=0, block=-1, pair="", flops=0.0, nccl_ms=np.nan, censored=False)
     return base | fields
 
 
-def rank_rows(rank, ring, exchanges, compute, windows, world) -> list[dict]:
-    """The events rows of one rank. ``exchanges`` and ``compute`` carry ``iteration`` (index into ``windows``,
-    -1 outside) and ``phase``; ``windows``: per iteration index, (start_ns, backward_start_ns or None, end_ns)."""
-    position = ring.index(rank)
+def iteration_rows(rank: int, position: int, windows: dict) -> list[dict]:
+    """``windows``: per iteration number, (start_ns, backward_start_ns or None, end_ns)."""
     rows = []
-    common = dict(rank=rank, ring_position=position)
+    common = dict(rank=rank, ring_position=position, src=rank, dst=rank, kind="iteration", step=-1)
     for iteration, (start, backward, end) in windows.items():
         fwd_end = backward if backward is not None else end
-        rows.append(_row(iteration=iteration, phase="fwd", step=-1, kind="iteration", start_ns=start, end_ns=fwd_end,
-                         src=rank, dst=rank, **common))  # fmt: skip
+        rows.append(_row(iteration=iteration, phase="fwd", start_ns=start, end_ns=fwd_end, **common))
         if backward is not None:
-            rows.append(_row(iteration=iteration, phase="bwd", step=-1, kind="iteration", start_ns=backward,
-                             end_ns=end, src=rank, dst=rank, **common))  # fmt: skip
-    for (iteration, phase), spans in compute[compute["iteration"] >= 0].groupby(["iteration", "phase"]):
-        for step, span in enumerate(spans.sort_values("order_ns").itertuples(index=False)):
-            owner = ring[(position - step) % world]
-            rows.append(_row(iteration=int(iteration), phase=phase, step=step, kind="compute",
-                             start_ns=int(span.start_ns), end_ns=int(span.end_ns), src=owner, dst=rank, block=owner,
-                             flops=float(span.flops), **common))  # fmt: skip
-    for (iteration, phase), group in exchanges[exchanges["iteration"] >= 0].groupby(["iteration", "phase"]):
-        group = group.sort_values("post_ns", kind="stable")
-        mine = compute[(compute["iteration"] == iteration) & (compute["phase"] == phase)]
-        first = float(mine["order_ns"].min()) if len(mine) else np.nan
-        steps = exchange_steps(group["post_ns"].to_numpy(float), first, world, phase)
-        for step, ex in zip(steps, group.itertuples(index=False), strict=True):
-            at = dict(iteration=int(iteration), phase=phase, step=int(step), **common)
-            if ex.kind == "collective":
-                rows.append(_row(kind="collective", start_ns=int(ex.wait_start_ns), end_ns=int(ex.wait_end_ns),
-                                 dst=rank, bytes=int(ex.recv_bytes), **at))  # fmt: skip
-                continue
-            if ex.dst >= 0 and np.isfinite(ex.send_end_ns):
-                rows.append(_row(kind="send", start_ns=int(ex.start_ns), end_ns=int(ex.send_end_ns), src=rank,
-                                 dst=int(ex.dst), bytes=int(ex.send_bytes), **at))  # fmt: skip
-            if ex.src >= 0 and np.isfinite(ex.recv_end_ns):
-                source = int(ex.src)
-                rows.append(_row(kind="recv", start_ns=int(ex.start_ns), end_ns=int(ex.recv_end_ns), src=source,
-                                 dst=rank, bytes=int(ex.recv_bytes), **at))  # fmt: skip
-                rows.append(_row(kind="wait", start_ns=int(ex.wait_start_ns), end_ns=int(ex.wait_end_ns),
-                                 src=source, dst=rank, **at))  # fmt: skip
+            rows.append(_row(iteration=iteration, phase="bwd", start_ns=backward, end_ns=end, **common))
     return rows
 
 
-LATE_TAKE_SLACK_NS = 1_000_000  # completions observed this much later than the peer saw them were taken late
+def compute_rows(rank: int, ring: list[int], compute: pd.DataFrame) -> pd.DataFrame:
+    """Compute rows of one rank: span i of a phase is step i; its block's owner is i ring positions back."""
+    position, world = ring.index(rank), len(ring)
+    spans = compute[compute["iteration"] >= 0].sort_values(["iteration", "phase", "order_ns"], kind="stable")
+    step = spans.groupby(["iteration", "phase"], sort=False).cumcount().to_numpy()
+    owner = np.asarray(ring)[(position - step) % world] if len(spans) else np.empty(0, np.int64)
+    return frame_rows(kind="compute", iteration=spans["iteration"].to_numpy(), phase=spans["phase"].to_numpy(),
+                      step=step, rank=rank, ring_position=position, start_ns=spans["start_ns"].to_numpy(),
+                      end_ns=spans["end_ns"].to_numpy(), src=owner, dst=rank, block=owner,
+                      flops=spans["flops"].to_numpy(float))  # fmt: skip
 
 
-def _partners(exchanges: dict[int, pd.DataFrame]) -> dict[tuple[int, int, str], tuple[int, int]]:
-    """(rank, row, "send"|"recv") -> (peer rank, peer row): the k-th send of a to b with the k-th receive of b
-    from a (posting order), as the clock alignment pairs them."""
-    sends, recvs = {}, {}
-    for rank, table in exchanges.items():
-        p2p = table[table["kind"] == "p2p"]
-        for dst, rows in p2p[p2p["dst"] >= 0].groupby("dst", sort=False):
-            sends[(rank, int(dst))] = list(rows.index)
-        for src, rows in p2p[p2p["src"] >= 0].groupby("src", sort=False):
-            recvs[(int(src), rank)] = list(rows.index)
-    out = {}
-    for (src, dst), rows in sends.items():
-        for send_row, recv_row in zip(rows, recvs.get((src, dst), []), strict=False):
-            out[(src, send_row, "send")] = (dst, recv_row)
-            out[(dst, recv_row, "recv")] = (src, send_row)
+def frame_rows(**columns) -> pd.DataFrame:
+    """Events rows as a DataFrame: the given columns (arrays or scalars), the rest at their defaults."""
+    lengths = [len(v) for v in columns.values() if isinstance(v, (np.ndarray, list, pd.Series))]
+    n = lengths[0] if lengths else 1
+    base = _row()
+    out = {key: (np.asarray(value) if not np.isscalar(value) else np.full(n, value)) for key, value in columns.items()}
+    for key, value in base.items():
+        out.setdefault(key, np.full(n, value, dtype=object if isinstance(value, str) else None))
+    return pd.DataFrame(out)
+
+
+def step_of(anchors: pd.DataFrame, iteration: np.ndarray, phase: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Ring step of spans that belong to no exchange (own time, found per rank): the step of the rank's next
+    compute or exchange event in the same (iteration, phase), or its last one. ``anchors``: iteration, phase,
+    time_ns, step."""
+    out = np.zeros(len(times), np.int64)
+    if anchors.empty or not len(times):
+        return out
+    key = pd.Series(np.asarray(iteration)).astype(str).to_numpy() + np.asarray(phase, dtype=str)
+    anchor_key = anchors["iteration"].astype(str).to_numpy() + anchors["phase"].astype(str).to_numpy()
+    codes, _ = pd.factorize(np.r_[anchor_key, key])
+    a_code, t_code = codes[: len(anchors)].astype(np.int64), codes[len(anchors) :].astype(np.int64)
+    a_time, times = anchors["time_ns"].to_numpy(np.int64), np.asarray(times, np.int64)
+    base = min(int(a_time.min()), int(times.min()))
+    # One sortable key per (iteration, phase) and time: the code in the high bits, the time (ns since the first
+    # event, < 2**41: 36 minutes) below.
+    a_key = (a_code << 41) | np.clip(a_time - base, 0, (1 << 41) - 1)
+    t_key = (t_code << 41) | np.clip(times - base, 0, (1 << 41) - 1)
+    order = np.argsort(a_key, kind="stable")
+    a_key, a_code, a_step = a_key[order], a_code[order], anchors["step"].to_numpy(np.int64)[order]
+    pos = np.searchsorted(a_key, t_key, side="left")  # the first anchor at or after the span's start ...
+    last = np.searchsorted(a_code, t_code, side="right") - 1  # ... else the key's last one
+    found = last >= 0
+    found &= a_code[np.clip(last, 0, None)] == t_code
+    same = (pos < len(a_key)) & (a_code[np.clip(pos, 0, len(a_key) - 1)] == t_code)
+    pick = np.where(same, pos, last)
+    out[found] = a_step[pick[found]]
     return out
 
 
-def settle_late_takes(exchanges: dict[int, pd.DataFrame], compute: dict[int, pd.DataFrame],
-                      slack_ns: int = LATE_TAKE_SLACK_NS) -> int:  # fmt: skip
-    """Host-side (CPU) traces show a P2P completion when the rank *observed* it (at its wait), not when the data
-    moved. On one clock, the peer's observation bounds the transfer: a receive is done once its sender saw the
-    send complete, a send once its receiver saw the block arrive (roughly: a buffered send completes before the
-    receiver's thread has read it, so the bound is only trusted for a rank that takes its blocks late).
-
-    A rank takes its blocks late when the median over its exchanges of the time between the bound and its own
-    observation exceeds ``slack_ns`` (one late take now and then is the scheduler, which the completion rightly
-    carries). For each such exchange over ``slack_ns``, with a derived wait (no wait op), the rank did not wait
-    all that time: it was busy with work no pattern names (a sleep, Python, an unprofiled library). Its wait keeps only the time until the exchange was
-    done, moved to just before the take, and the compute span that ended last before the wait is stretched over
-    the rest: the ring waited for this rank, not for a link. Edits the
-    tables in place; returns how many exchanges were taken late."""
-    partners = _partners(exchanges)
-    observed = {rank: table[["send_end_ns", "recv_end_ns"]].copy() for rank, table in exchanges.items()}
-    takes: dict[int, list[tuple]] = {}  # rank -> (row, taken, done, idle_from, derived) per exchange
-    for rank, table in exchanges.items():
-        seen = observed[rank]
-        for index in table.index[table["kind"] == "p2p"]:
-            row = table.loc[index]
-            taken = float(np.nanmax([seen.at[index, "send_end_ns"], seen.at[index, "recv_end_ns"]]))
-            cut: dict[str, float] = {}
-            for direction, other in (("send", "recv_end_ns"), ("recv", "send_end_ns")):
-                partner = partners.get((rank, index, direction))
-                mine = seen.at[index, f"{direction}_end_ns"]
-                if partner is None or not np.isfinite(mine):
-                    continue
-                bound = float(observed[partner[0]].at[partner[1], other])
-                if np.isfinite(bound) and bound < mine:
-                    cut[direction] = max(bound, float(row["start_ns"]))
-            done = float(np.nanmax([cut.get("send", seen.at[index, "send_end_ns"]),
-                                    cut.get("recv", seen.at[index, "recv_end_ns"])]))  # fmt: skip
-            idle_from = float(row["wait_start_ns"]) if np.isfinite(row["wait_start_ns"]) else taken
-            derived = not str(row["via"]).startswith("_c10d_functional::")
-            takes.setdefault(rank, []).append((index, taken, done, idle_from, derived, dict(cut)))
-    late = 0
-    for rank, rows in takes.items():
-        lags = [taken - max(done, idle) for _, taken, done, idle, _, _ in rows if np.isfinite(taken)]
-        # A rank that takes its blocks late does so step after step; a late take here and there is the
-        # scheduler (CPU ranks sharing cores), which the receive's completion rightly carries.
-        if not lags or float(np.median(lags)) <= slack_ns:
-            continue
-        table, spans = exchanges[rank], compute.get(rank)
-        for index, taken, done, idle_from, derived, cut in rows:
-            if not derived or not np.isfinite(taken) or taken - max(done, idle_from) <= slack_ns:
-                continue
-            late += 1
-            for direction, end in cut.items():  # the transfer ended when the peer saw it end
-                table.at[index, f"{direction}_end_ns"] = end
-            # The rank waited (idle_from -> done, if at all) and was busy (done -> taken); in the record its own
-            # time comes first, as a ring step orders them (compute, then wait for the next block).
-            waited = max(0.0, done - idle_from)
-            table.at[index, "wait_start_ns"], table.at[index, "wait_end_ns"] = taken - waited, taken
-            if spans is None or not len(spans):
-                continue
-            iteration = table.at[index, "iteration"]
-            before = spans[(spans["end_ns"] <= idle_from) & (spans["iteration"] == iteration)]
-            if len(before):
-                spans.at[before["end_ns"].idxmax(), "end_ns"] = int(taken - waited)
-    return late
-
-
-def events_frame(rows: list[dict], case_id: str, origin_ns: int) -> pd.DataFrame:
-    """Rows -> the events table: the case id, repeat 0, times relative to ``origin_ns``, schema column order."""
-    events = pd.DataFrame(rows)
+def events_frame(rows: list, case_id: str, origin_ns: int) -> pd.DataFrame:
+    """Rows (dicts, or DataFrames of rows) -> the events table: the case id, repeat 0, times relative to
+    ``origin_ns``, schema column order."""
+    dicts = [row for row in rows if isinstance(row, dict)]
+    frames = [row for row in rows if isinstance(row, pd.DataFrame) and len(row)]
+    events = pd.concat([pd.DataFrame(dicts), *frames], ignore_index=True) if frames else pd.DataFrame(dicts)
     events["case_id"] = case_id
     events["repeat"] = 0
     events["start_ns"] = events["start_ns"].astype("int64") - origin_ns
     events["end_ns"] = events["end_ns"].astype("int64") - origin_ns
+    events["censored"] = events["censored"].fillna(False).astype(bool)
     order = ["iteration", "rank", "phase", "start_ns"]
     return events.sort_values(order, kind="stable").reset_index(drop=True).reindex(columns=list(EVENT_COLUMNS))
 
 
-__all__ = ["events_frame", "exchange_steps", "rank_rows", "ring_order"]
+__all__ = [
+    "compute_rows",
+    "events_frame",
+    "exchange_steps",
+    "frame_rows",
+    "iteration_rows",
+    "number_steps",
+    "ring_order",
+    "step_of",
+]
