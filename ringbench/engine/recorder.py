@@ -46,8 +46,10 @@ class ListRecorder(NullRecorder):
         self.timeline = timeline if timeline is not None else HostTimeline()
         self._resolved = 0  # rows before this index hold nanoseconds
 
-    def span(self, *, phase, step, kind, start, end, src=-1, dst=-1, nbytes=0, block=-1, pair="", flops=0.0, nccl=None):
-        """``nccl``: a callable giving NCCL's own duration of the exchange in ms once it completed (or None)."""
+    def span(self, *, phase, step, kind, start, end, src=-1, dst=-1, nbytes=0, block=-1, pair="", flops=0.0, nccl=None,
+             layer=0):  # fmt: skip
+        """``nccl``: a callable giving NCCL's own duration of the exchange in ms once it completed (or None);
+        ``layer``: the attention layer of the iteration the span belongs to (0 for a one-layer model)."""
         if self.iteration < 0:
             return
         self.rows.append(
@@ -67,6 +69,7 @@ class ListRecorder(NullRecorder):
                 "pair": pair,
                 "flops": flops,
                 "nccl_ms": nccl,
+                "layer": layer,
             }
         )
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.engine.api import build_context, reference_attention, ring_attention
+from ringbench.engine.api import build_context, close_context, reference_attention, ring_attention
 from ringbench.engine.layout import shard
+from ringbench.engine.masks import mask_rule
 from ringbench.fmt import ring_text
 from ringbench.vocab import DTYPES, TOLERANCE
 
@@ -31,10 +32,14 @@ class CheckCase:
     batch: int = 1
     heads: int = 2
     head_dim: int = 8
+    docs: str = "none"
+    """The docs spec of a document mask (ringbench.engine.documents)."""
 
     @property
     def name(self) -> str:
-        return f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}"
+        docs = f"/{self.docs}" if self.docs != "none" else ""
+        shape = "" if self.seq_per_rank == 8 else f"/L{self.seq_per_rank}"
+        return f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}{docs}{shape}"
 
 
 def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **shape) -> list[CheckCase]:
@@ -68,19 +73,19 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
     ]
     q, k, v, grad = (t.to(dtype).to(torch.float64).to(device) for t in full)  # values exactly representable
     q_ref, k_ref, v_ref = (t.clone().requires_grad_() for t in (q, k, v))
-    ref_mask = "none" if case.mask == "none" else "causal"
-    ref = reference_attention(q_ref, k_ref, v_ref, mask=ref_mask)
+    rule = mask_rule(case.mask, case.docs, seq)
+    ref = reference_attention(q_ref, k_ref, v_ref, mask=rule)  # causal-naive computes the causal function
     ref_grads = torch.autograd.grad(ref, (q_ref, k_ref, v_ref), grad)
 
     def local(t: torch.Tensor) -> torch.Tensor:
-        return shard(t, case.layout, world, rank)
+        return shard(t, case.layout, world, rank, rule=rule)
 
     q_l, k_l, v_l = (local(t).to(dtype).requires_grad_() for t in (q, k, v))
     ctx = build_context(
         q_l,
         k_l,
         v_l,
-        mask=case.mask,
+        mask=rule,
         layout=case.layout,
         buffer=case.buffer,
         order=case.order,
@@ -91,8 +96,7 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
     grads = torch.autograd.grad(out, (q_l, k_l, v_l), local(grad).to(dtype))
     fwd_err = (out.double() - local(ref.detach())).abs().max().item()
     bwd_err = max((g.double() - local(r)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True))
-    if ctx.comm is not None:
-        ctx.comm.close()
+    close_context(ctx)
     return fwd_err, bwd_err
 
 
