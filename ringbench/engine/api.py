@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ringbench.engine.comm import RingComm
-from ringbench.engine.layout import check_divisible, segments
+from ringbench.engine.layout import as_layout, check_divisible, resolve_layout
 from ringbench.engine.masks import mask_rule
 from ringbench.engine.recorder import NullRecorder
 from ringbench.engine.reference import attention
@@ -32,7 +32,7 @@ from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import get_kernel
 from ringbench.orders import parse_order, validate_ring
-from ringbench.vocab import Buffer, Layout
+from ringbench.vocab import Buffer
 
 
 def _group_world_rank(group) -> tuple[int, int]:
@@ -89,13 +89,13 @@ def build_context(
     the context runs (recorded with its spans).
     """
     _check_tensors(q, k, v)
-    layout, buffer = Layout.parse(layout, "layout"), Buffer.parse(buffer, "buffer")
+    layout, buffer = as_layout(layout), Buffer.parse(buffer, "buffer")
     world, rank = _group_world_rank(group)
     ring = parse_order(order, world) if isinstance(order, str) else validate_ring(order, world)
     seq = q.shape[-2] * world
     check_divisible(layout, seq, world)
     rule = mask_rule(mask, docs, seq)
-    segments(layout, seq, world, rank, rule=rule)  # doc-balanced refuses a mask without documents here
+    layout = resolve_layout(layout, seq, world, rule)  # doc-balanced: refuses a mask without documents
     block_kernel = get_kernel(kernel)
     block_kernel.check(q.shape[-1], q.dtype, q.device)
     if scale is None:

@@ -189,6 +189,10 @@ class RingComm:
             ops.append(dist.P2POp(dist.irecv, recv, self._prev_global, self.group))
         return list(dist.batch_isend_irecv(ops))
 
+    def _exchange_ops(self, send, recv, directions: tuple[str, ...]) -> list:
+        both = directions == ("send", "recv")
+        return self._ops(send, recv) if both else self._ops(send, recv, directions)
+
     @staticmethod
     def _work_directions(transfer: Transfer) -> tuple[str, ...]:
         """The direction each work stands for: gloo returns one work per op; a backend may coalesce them."""
@@ -212,7 +216,7 @@ class RingComm:
         transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=self.timeline.mark(COMM), nbytes=nbytes,
                             directions=directions)  # fmt: skip
         try:
-            works = self._ops(send, recv, directions)
+            works = self._exchange_ops(send, recv, directions)
         except RuntimeError as exc:
             raise self._stall(transfer, exc, "send") from None
         transfer.works = works
@@ -235,7 +239,7 @@ class RingComm:
             transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=timeline.mark(COMM), nbytes=nbytes,
                                 directions=directions)  # fmt: skip
             try:
-                transfer.works = self._ops(send, recv, directions)
+                transfer.works = self._exchange_ops(send, recv, directions)
             except RuntimeError as exc:
                 raise self._stall(transfer, exc, "send") from None
             for work in transfer.works:

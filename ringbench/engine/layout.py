@@ -56,7 +56,45 @@ class Segment:
         return torch.arange(self.length) * self.stride + self.start
 
 
+@dataclass(frozen=True, slots=True)
+class BalancedLayout:
+    """doc-balanced, resolved for one sequence: chunks of ``chunk`` tokens and the rank that owns each. Accepted
+    wherever a layout is (the plan, the inputs, the check), so that every layer of a model shares one sharding."""
+
+    chunk: int
+    owners: tuple[int, ...]
+    predicted_imbalance: float = 1.0
+    """max / mean visible score entries over ranks that the assignment predicts."""
+
+    value = "doc-balanced"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def as_layout(layout) -> Layout | BalancedLayout:
+    """A Layout member from its name, or a resolved BalancedLayout as it is."""
+    return layout if isinstance(layout, BalancedLayout) else Layout.parse(layout, "layout")
+
+
+def resolve_layout(layout, seq: int, world: int, rules=None) -> Layout | BalancedLayout:
+    """``doc-balanced`` resolved into its chunk assignment for ``rules`` (a MaskRule, or a tuple of them: one per
+    layer, balanced on their summed work); any other layout as its Layout member."""
+    layout = as_layout(layout)
+    if layout is not Layout.DOC_BALANCED:
+        return layout
+    rules = rules if isinstance(rules, tuple) else (rules,)
+    _check_documented(rules)
+    chunk, owners, ratio = balanced_chunks(rules, seq, world)
+    return BalancedLayout(chunk=chunk, owners=owners, predicted_imbalance=ratio)
+
+
 def check_divisible(layout: Layout | str, seq: int, world: int) -> None:
+    if isinstance(layout, BalancedLayout):
+        if layout.chunk * len(layout.owners) != seq or (world >= 1 and max(layout.owners) >= world):
+            raise UsageError(f"layout='doc-balanced' was resolved for another sequence or ring than seq={seq}, "
+                             f"world={world}")  # fmt: skip
+        return
     layout = Layout.parse(layout, "layout")
     if world < 1:
         raise UsageError(f"world={world!r} is not allowed; expected an integer >= 1")
@@ -68,11 +106,14 @@ def check_divisible(layout: Layout | str, seq: int, world: int) -> None:
         )
 
 
-def _chunk_work(rule, seq: int, chunk: int) -> np.ndarray:
-    """Visible score entries of each chunk's queries against the whole sequence (keys all present)."""
-    lo, hi = rule.key_bounds(np.arange(seq))
-    per_query = np.maximum(hi - lo + 1, 0).astype(np.float64)
-    return per_query.reshape(-1, chunk).sum(axis=1)
+def _chunk_work(rules: tuple, seq: int, chunk: int) -> np.ndarray:
+    """Visible score entries of each chunk's queries against the whole sequence (keys all present), summed over
+    the rules (the layers)."""
+    total = np.zeros(seq)
+    for rule in rules:
+        lo, hi = rule.key_bounds(np.arange(seq))
+        total += np.maximum(hi - lo + 1, 0)
+    return total.reshape(-1, chunk).sum(axis=1)
 
 
 def _greedy(work: np.ndarray, world: int, per_rank: int) -> tuple[np.ndarray, float]:
@@ -91,14 +132,16 @@ def _greedy(work: np.ndarray, world: int, per_rank: int) -> tuple[np.ndarray, fl
 
 
 @lru_cache(maxsize=64)
-def balanced_chunks(rule, seq: int, world: int) -> tuple[int, tuple[int, ...], float]:
-    """doc-balanced: (chunk size, owner rank of each chunk, predicted imbalance) for ``rule`` (a MaskRule)."""
+def balanced_chunks(rules, seq: int, world: int) -> tuple[int, tuple[int, ...], float]:
+    """doc-balanced: (chunk size, owner rank of each chunk, predicted imbalance) for ``rules`` (a MaskRule or a
+    tuple of them, one per layer)."""
+    rules = rules if isinstance(rules, tuple) else (rules,)
     best = None
     for per_rank in BALANCE_CHUNKS:
         if seq % (world * per_rank):
             continue
         chunk = seq // (world * per_rank)
-        owners, ratio = _greedy(_chunk_work(rule, seq, chunk), world, per_rank)
+        owners, ratio = _greedy(_chunk_work(rules, seq, chunk), world, per_rank)
         if best is None or ratio < best[2] - 1e-12:
             best = (chunk, tuple(int(x) for x in owners), ratio)
         if ratio <= BALANCE_TARGET:
@@ -109,14 +152,18 @@ def balanced_chunks(rule, seq: int, world: int) -> tuple[int, tuple[int, ...], f
     return best
 
 
-def _balanced_segments(rule, seq: int, world: int, rank: int) -> tuple[Segment, ...]:
-    if rule is None or not getattr(rule, "documents", False):
-        mask = getattr(rule, "text", "none") if rule is not None else "none"
-        raise UsageError(
-            f"layout='doc-balanced' is not allowed with mask={mask!r}: it balances packed documents; expected a mask "
-            "with documents (causal-document, full-document or causal-document+window:W) and a docs spec"
-        )
-    chunk, owners, _ = balanced_chunks(rule, seq, world)
+def _check_documented(rules: tuple) -> None:
+    for rule in rules:
+        if rule is None or not getattr(rule, "documents", False):
+            mask = getattr(rule, "text", "none") if rule is not None else "none"
+            raise UsageError(
+                f"layout='doc-balanced' is not allowed with mask={mask!r}: it balances packed documents; expected a "
+                "mask with documents (causal-document, full-document or causal-document+window:W) and a docs spec"
+            )
+
+
+def _balanced_segments(layout: BalancedLayout, rank: int) -> tuple[Segment, ...]:
+    chunk, owners = layout.chunk, layout.owners
     mine = [c for c, owner in enumerate(owners) if owner == rank]
     out: list[Segment] = []
     local = 0
@@ -131,12 +178,16 @@ def _balanced_segments(rule, seq: int, world: int, rank: int) -> tuple[Segment, 
 
 
 def segments(layout: Layout | str, seq: int, world: int, rank: int, rule=None) -> tuple[Segment, ...]:
-    """The segments rank ``rank`` owns, in local-row order. ``rule`` (a ringbench.engine.masks.MaskRule): the
-    mask and documents doc-balanced balances (the other layouts ignore it)."""
-    layout = Layout.parse(layout, "layout")
+    """The segments rank ``rank`` owns, in local-row order. ``rule`` (a ringbench.engine.masks.MaskRule, or a
+    tuple of them): the mask and documents ``doc-balanced`` balances when it is given by name (the other layouts
+    and a resolved BalancedLayout ignore it)."""
+    if not isinstance(layout, BalancedLayout):
+        layout = Layout.parse(layout, "layout")
     check_divisible(layout, seq, world)
     if layout is Layout.DOC_BALANCED:
-        return _balanced_segments(rule, seq, world, rank)
+        layout = resolve_layout(layout, seq, world, rule)
+    if isinstance(layout, BalancedLayout):
+        return _balanced_segments(layout, rank)
     if layout is Layout.CONTIGUOUS:
         local = seq // world
         return (Segment(local_start=0, length=local, start=rank * local, stride=1),)

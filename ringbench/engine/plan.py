@@ -42,10 +42,9 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ringbench.engine.layout import Segment, segments
+from ringbench.engine.layout import Segment, as_layout, segments
 from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.kernels.base import BlockMask, MaskKind
-from ringbench.vocab import Layout
 
 CALL_ENTRIES = 1 << 14  # what one kernel call costs, in score entries (a 128 x 128 tile): launch and merge overhead
 MAX_CALLS = 16  # kernel calls per (query rank, key rank) pair at most; beyond it rows are grouped into PARTIAL blocks
@@ -386,7 +385,7 @@ def _naive(q_segs, k_segs, q_len: int, k_len: int) -> SubBlock:
 
 # -- a ring's pairs ------------------------------------------------------------------------------------------------
 def _layout(layout) -> object:
-    return layout if not isinstance(layout, str) or not layout else Layout.parse(layout, "layout")
+    return as_layout(layout)
 
 
 @lru_cache(maxsize=1 << 16)

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import torch
 
-from ringbench.engine.api import build_context, ring_attention
+from ringbench.engine.api import build_context, close_context, ring_attention
 from ringbench.engine.comm import RingStall
 from ringbench.engine.inputs import rank_shards
+from ringbench.engine.layout import resolve_layout
+from ringbench.engine.masks import mask_rule
 from ringbench.engine.recorder import ListRecorder
 from ringbench.engine.reference import check_errors
 from ringbench.engine.timeline import timeline_for
@@ -169,28 +171,40 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     if progress is not None:
         progress.set_case(case_index)
     memory_method = reset_peak(device)
+    # Every layer's mask as a rule on this sequence; one sharding for all layers (doc-balanced balances their sum).
+    rules = layer_rules(case)
+    layout = resolve_layout(case.layout, case.seq, world, tuple(rules))
     # This rank's shards only, made on its device from (seed, token chunk): O(S/N) memory, the same global
     # tensors whatever the world size or layout.
     inputs = {"seed": settings.seed, "batch": case.batch, "heads": case.heads, "head_dim": case.head_dim,
-              "seq": case.seq, "dtype": case.dtype, "layout": case.layout, "world": world, "rank": rank}  # fmt: skip
-    q, k, v, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
-    q, k, v = (t.requires_grad_(case.backward) for t in (q, k, v))
+              "seq": case.seq, "dtype": case.dtype, "layout": layout, "world": world, "rank": rank}  # fmt: skip
+    q0, k0, v0, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
+    # Each layer attends over the same tokens through leaves of its own (views, no copies), so its gradients
+    # stay apart for the check; autograd runs the layers' backward rings in reverse order.
+    leaves = [tuple(t.detach().requires_grad_(case.backward) for t in (q0, k0, v0)) for _ in rules]
+    q, k, v = leaves[0]
 
     ring = case.ring
     recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings.trace, timeline=timeline)
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
-    ctx = build_context(
-        q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=ring, kernel=kernel,
-        timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
-        loopback=settings.loopback, on_stall=session.on_stall,
-    )  # fmt: skip
+    contexts = [
+        build_context(
+            *leaves[layer], mask=rule, layout=layout, buffer=case.buffer, order=ring, kernel=kernel,
+            timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
+            loopback=settings.loopback, on_stall=session.on_stall, layer=layer,
+        )  # fmt: skip
+        for layer, rule in enumerate(rules)
+    ]
+    ctx = contexts[0]
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
         emulated_gflops = settings.emulated_auto_gflops or _calibrate_rate(ctx, session, q, k, v, case.backward)
-        kernel = ctx.kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
+        kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
+        for layer_ctx in contexts:
+            layer_ctx.kernel = kernel
     profiled = settings.iters - 1 if profile_path is not None else None
     origin = None
-    out = grads = None
+    outs = grads = None
     try:
         for iteration in range(-settings.warmup, settings.iters):
             recorder.iteration = iteration
@@ -204,12 +218,13 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
                 recorder.capture = capture
                 start = timeline.begin_iteration()
                 with capture.iteration(iteration) if capture is not None else contextlib.nullcontext():
-                    out = ring_attention(q, k, v, context=ctx)
+                    outs = [ring_attention(*leaves[n], context=c) for n, c in enumerate(contexts)]
                     fwd_end = timeline.mark()
                     if case.backward:
-                        grads = torch.autograd.grad(out, (q, k, v), dout)
+                        flat = torch.autograd.grad(outs, [t for layer in leaves for t in layer], [dout] * len(outs))
+                        grads = [flat[3 * n : 3 * n + 3] for n in range(len(outs))]
                     end = timeline.mark()
-                _settle(ctx, timeline, settings.timeout, rank)
+                _settle(contexts, timeline, settings.timeout, rank)
                 recorder.capture = None
             if iteration >= 0:
                 # Iteration rows are kept even with tracing off: they carry the step times.
@@ -222,14 +237,13 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
             if hasattr(kernel, "settle"):
                 kernel.settle()
     finally:
-        if ctx.comm is not None:
-            ctx.comm.close()
+        for layer_ctx in contexts:
+            close_context(layer_ctx)
     peak = peak_mb(device)
     check = None
     if settings.check:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
-        check = check_errors(out=out.detach(), grads=grads, mask=case.mask, **inputs, device=device,
-                             budget_s=settings.check_budget_s, tick=tick)  # fmt: skip
+        check = _check_layers(rules, outs, grads, inputs, device, settings.check_budget_s, tick)
     rows = recorder.rows
     # One origin for all ranks, on rank 0's clock: the earliest first-iteration start of any rank. (Each rank
     # subtracting its own start would misalign the ranks by their barrier-exit skew.)
@@ -261,6 +275,40 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         "device_info": session.device_info,
         "timeline": timeline.kind,
     }
+
+
+def layer_rules(case: Case) -> list:
+    """The MaskRule of every layer of ``case`` (ringbench.engine.masks)."""
+    return [mask_rule(mask, case.docs, case.seq) for mask in case.layer_masks]
+
+
+def _check_layers(rules, outs, grads, inputs: dict, device, budget_s: float, tick):
+    """The float64 check of every layer (each distinct mask once: layers with one mask compute the same), the
+    worst errors over them, and the budget shared out."""
+    from ringbench.engine.reference import CheckResult
+
+    first = {}
+    for layer, rule in enumerate(rules):
+        first.setdefault(rule, layer)
+    results = []
+    for rule, layer in first.items():
+        layer_grads = grads[layer] if grads is not None else None
+        results.append(check_errors(out=outs[layer].detach(), grads=layer_grads, mask=rule, **inputs, device=device,
+                                    budget_s=budget_s / len(first), tick=tick))  # fmt: skip
+    if len(results) == 1:
+        return results[0]
+    worst = min(results, key=lambda r: len(r.grads))  # the gradients every layer's check covered
+    notes = sorted({r.note for r in results if r.note})
+    def worst_of(values) -> float:  # NaN wins: a NaN anywhere fails the check
+        values = list(values)
+        return math.nan if any(math.isnan(x) for x in values) else max(values)
+
+    return CheckResult(
+        fwd_err=worst_of(r.fwd_err for r in results), bwd_err=worst_of(r.bwd_err for r in results),
+        sampled=any(r.sampled for r in results), rows_checked=min(r.rows_checked for r in results),
+        rows_total=worst.rows_total, grads=worst.grads, estimated_s=sum(r.estimated_s for r in results),
+        note="; ".join(notes),
+    )  # fmt: skip
 
 
 def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunSettings, repeat: int,
@@ -313,21 +361,22 @@ def calibrate_auto(session: RankSession, cases: list[Case], settings: RunSetting
         # Cases that differ only in buffer strategy (or anything else the blocks do not depend on) compute the
         # same blocks: calibrated once.
         blocks = (case.batch, case.heads, case.head_dim, case.seq, case.dtype, case.layout, case.mask,
-                  tuple(case.ring), case.backward)  # fmt: skip
+                  tuple(case.ring), case.backward, case.docs, case.layers)  # fmt: skip
         if blocks in seen:
             continue
         seen.add(blocks)
         env = session.env
+        rules = layer_rules(case)
+        layout = resolve_layout(case.layout, case.seq, env.world, tuple(rules))
         q, k, v, _ = rank_shards(seed=settings.seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
-                                 seq=case.seq, dtype=case.dtype, layout=case.layout, world=env.world, rank=env.rank,
+                                 seq=case.seq, dtype=case.dtype, layout=layout, world=env.world, rank=env.rank,
                                  device=env.device)  # fmt: skip
-        ctx = build_context(q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.ring,
+        ctx = build_context(q, k, v, mask=rules[0], layout=layout, buffer=case.buffer, order=case.ring,
                             kernel="torch", timeout_s=settings.timeout, timeline=session.timeline)  # fmt: skip
         try:
             rates.append(_calibrate_rate(ctx, session, q, k, v, case.backward))
         finally:
-            if ctx.comm is not None:
-                ctx.comm.close()
+            close_context(ctx)
     return min(rates) if rates else None
 
 
@@ -344,10 +393,12 @@ def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float
     return round_down(session.ops.min_float(rate))
 
 
-def _settle(ctx, timeline, timeout_s: float, rank: int) -> None:
+def _settle(contexts, timeline, timeout_s: float, rank: int) -> None:
     """After the loop: wait, bounded, for the iteration's transfers and marks; name what never completed."""
-    if ctx.comm is not None:
-        ctx.comm.settle(timeout_s)
+    for ctx in contexts if isinstance(contexts, list) else [contexts]:
+        for comm in (ctx.comm, ctx.back_comm):
+            if comm is not None:
+                comm.settle(timeout_s)
     if timeline.settle(timeout_s):
         raise RingStall(f"rank {rank}: the device did not finish the iteration within {timeout_s:g} s")
 
@@ -367,7 +418,7 @@ def _row(iteration, phase, rank, ring, start, end) -> dict:
     return {
         "iteration": iteration, "phase": phase, "rank": rank, "ring_position": ring.index(rank), "step": -1,
         "kind": "iteration", "start_ns": start, "end_ns": end, "src": rank, "dst": rank, "bytes": 0,
-        "block": -1, "pair": "", "flops": 0.0, "nccl_ms": None,
+        "block": -1, "pair": "", "flops": 0.0, "nccl_ms": None, "layer": 0,
     }  # fmt: skip
 
 

@@ -17,14 +17,17 @@ from pathlib import Path
 
 import yaml
 
+from ringbench.engine.documents import check_docs
 from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.orders import ORDER_HELP, format_ring, parse_order
 from ringbench.rank.faults import check_faults, parse_fault
-from ringbench.vocab import DTYPES, Buffer, Layout, Mask
+from ringbench.rank.layers import canonical_layers, layer_masks, uses_case_mask
+from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec
 
-AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl")
+AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl",
+        "docs", "layers")  # fmt: skip
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 INT_AXES = ("world", "seq", "heads", "head_dim", "batch")
 SETTINGS = (
@@ -51,18 +54,35 @@ class Case:
     impl: str = "ringbench"
     """The ring-attention implementation (ringbench.rank.impls): ringbench's own engine unless another is named."""
     backward: bool = True
+    docs: str = "none"
+    """The packed documents of a document mask (ringbench.engine.documents); ``none`` for the other masks."""
+    layers: str = "1"
+    """Attention layers per iteration (ringbench.rank.layers): a count, or a pattern of masks."""
 
     @property
     def case_id(self) -> str:
         """Readable and stable: the same axes give the same id in every run (resume and compare rely on it).
-        ringbench's own engine is the default implementation and does not appear in the id."""
+        ringbench's own engine is the default implementation, and one layer without documents the default
+        workload: neither appears in the id (ids of earlier records are unchanged)."""
         impl = "" if self.impl == "ringbench" else f"-{self.impl}"
         slug = (
             f"w{self.world}-s{self.seq}-h{self.heads}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
             f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}{impl}-{'fb' if self.backward else 'f'}"
         )
+        readable = slug
+        if self.docs != "none":
+            slug += f"-docs={self.docs}"
+            readable += "-docs-" + _short(self.docs)
+        if self.layers != "1":
+            slug += f"-layers={self.layers}"
+            readable += "-layers-" + _short(self.layers)
         digest = hashlib.sha1(slug.encode()).hexdigest()[:6]
-        return f"{slug.replace(':', '_')}-{digest}"
+        return f"{readable.replace(':', '_')}-{digest}"
+
+    @property
+    def layer_masks(self) -> tuple[str, ...]:
+        """The mask of each attention layer (one layer: the case's mask)."""
+        return layer_masks(self.layers, self.mask)
 
     @property
     def ring(self) -> list[int]:
@@ -74,6 +94,19 @@ class Case:
 
     def axes(self) -> dict:
         return dataclasses.asdict(self) | {"ring": format_ring(self.ring)}
+
+
+def _short(text: str, limit: int = 32) -> str:
+    """A spec as an id part: safe characters, at most ``limit`` of them (the digest keeps ids distinct)."""
+    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in text.replace(", ", "+").replace(" ", ""))
+    return safe[:limit]
+
+
+def _needs_docs(mask: str) -> bool:
+    try:
+        return MaskSpec.parse(mask, "mask").documents
+    except UsageError:
+        return False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,6 +130,12 @@ class Scenario:
     kernel: tuple[str, ...] = ("torch",)
     impl: tuple[str, ...] = ("ringbench",)
     """Ring-attention implementations (ringbench.rank.impls): ringbench, torch-ring, ..., module:function."""
+    docs: tuple[str, ...] = ("none",)
+    """Packed documents for the document masks (ringbench.engine.documents): lengths:..., file:PATH, lognormal:...,
+    uniform:...; masks without documents ignore the axis."""
+    layers: tuple[str, ...] = ("1",)
+    """Attention layers per iteration, each with its own mask (ringbench.rank.layers): 4, or 'window:4096 x5,
+    causal x1'."""
     backward: bool = True
     """Time the backward ring too."""
     iters: int = 10
@@ -118,6 +157,17 @@ class Scenario:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", tuple(DTYPE_ALIASES.get(str(d), d) for d in self.dtype))
+        # Canonical masks and layers (causal+window:64 -> window:64): case ids and the record compare them as
+        # strings. Malformed values are left for validate() to name.
+        for name, canon in (("mask", lambda v: MaskSpec.parse(v).text), ("layers", canonical_layers),
+                            ("docs", lambda v: str(v).strip())):  # fmt: skip
+            values = []
+            for value in getattr(self, name):
+                try:
+                    values.append(canon(value))
+                except (UsageError, TypeError, ValueError):
+                    values.append(value)
+            object.__setattr__(self, name, tuple(values))
         # One canonical spelling of each fault everywhere (slow-rank:3:1.50 -> slow-rank:3:1.5): the record, the
         # verdicts and the gate compare specs as strings. A malformed spec is left for validate() to name.
         canonical = []
@@ -129,10 +179,24 @@ class Scenario:
         object.__setattr__(self, "faults", tuple(canonical))
 
     def cases(self) -> list[Case]:
+        """The cartesian product of the axes, less what does not make a case: a mask without documents runs with
+        docs ``none`` (the axis does not change it), a document mask needs documents, doc-balanced needs a
+        document mask, and a layers pattern that names every layer's mask makes the mask axis irrelevant."""
         combos = itertools.product(*(getattr(self, axis) for axis in AXES))
         cases, seen = [], set()
         for values in combos:
-            case = Case(**dict(zip(AXES, values, strict=True)), backward=self.backward)
+            axes = dict(zip(AXES, values, strict=True))
+            if not uses_case_mask(axes["layers"]):
+                axes["mask"] = self.mask[0]
+            masks = layer_masks(axes["layers"], axes["mask"])
+            documented = any(_needs_docs(m) for m in masks)
+            if not documented:
+                axes["docs"] = "none"
+            elif axes["docs"] == "none":
+                continue
+            if axes["layout"] == Layout.DOC_BALANCED.value and not all(_needs_docs(m) for m in masks):
+                continue
+            case = Case(**axes, backward=self.backward)
             if case.case_id not in seen:
                 seen.add(case.case_id)
                 cases.append(case)
@@ -151,12 +215,13 @@ class Scenario:
         for value in self.dtype:
             if value not in DTYPES:
                 raise fail("dtype", value, "one of: " + ", ".join([*DTYPES, *DTYPE_ALIASES]))
-        for axis, choice in (("mask", Mask), ("layout", Layout), ("buffer", Buffer)):
+        for axis, choice in (("mask", MaskSpec), ("layout", Layout), ("buffer", Buffer)):
             for value in getattr(self, axis):
                 try:
                     choice.parse(value, axis)
                 except UsageError as exc:
                     raise UsageError(where + str(exc)) from None
+        self._validate_masks(fail, where)
         for value in self.kernel:
             try:
                 kernel = get_kernel(value)
@@ -221,6 +286,35 @@ class Scenario:
                 if world != topology.world:
                     raise fail("world", world, f"{topology.world}, the number of devices in topology {self.topology}")
         return self
+
+    def _validate_masks(self, fail, where: str) -> None:
+        """Layers, documents and the layouts that need them: each bad value named in one line."""
+        patterns = []
+        for value in self.layers:
+            try:
+                patterns.append(layer_masks(value, "mask"))
+            except UsageError as exc:
+                raise UsageError(where + str(exc)) from None
+        masks = {m if m != "mask" else case_mask for p in patterns for m in p for case_mask in self.mask}
+        documented = sorted(m for m in masks if _needs_docs(m))
+        real_docs = [d for d in self.docs if d != "none"]
+        for spec in self.docs:
+            if not isinstance(spec, str):
+                raise fail("docs", spec, "a docs spec: none, lengths:..., file:PATH, lognormal:... or uniform:...")
+            for seq in self.seq:
+                try:
+                    check_docs(spec, seq)
+                except UsageError as exc:
+                    raise UsageError(where + str(exc) + (f" (seq={seq})" if len(self.seq) > 1 else "")) from None
+        if documented and not real_docs:
+            raise fail("mask", documented[0], "a mask without documents, or documents given with docs (--docs): "
+                       "lengths:L1,L2,..., file:PATH, lognormal:MEAN:SIGMA:SEED or uniform:MIN:MAX:SEED")
+        if Layout.DOC_BALANCED.value in self.layout and not documented:
+            shown = ", ".join(sorted(masks)) or "causal"
+            raise fail("layout", "doc-balanced", f"a layout other than doc-balanced with mask {shown}: doc-balanced "
+                       "balances packed documents (masks causal-document, full-document, causal-document+window:W)")
+        if self.cases() == [] and self.world:
+            raise fail("mask", ", ".join(self.mask), "masks, docs and layouts that make at least one case")
 
     def load_topology(self):
         """The topology named by ``topology`` (relative paths are taken from the scenario file's folder)."""
@@ -345,8 +439,11 @@ def _parse(text: str, source: str) -> Scenario:
             values[key] = _as_tuple(source, key, value) if key != "faults" or value else ()
         else:
             values[key] = value
-    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "impl", "faults"):
+    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "impl", "faults", "docs", "layers"):
         if key in values:
+            if key == "layers" and any(isinstance(v, bool) or not isinstance(v, (str, int)) for v in values[key]):
+                bad = next(v for v in values[key] if isinstance(v, bool) or not isinstance(v, (str, int)))
+                raise UsageError(f"{source}: " + str(bad_value("layers", bad, "a count or a pattern of masks")))
             values[key] = tuple(str(v) for v in values[key])
     return Scenario(**values, source=source).validate()
 

@@ -3,7 +3,10 @@
 Every producer (real runs, the simulator, imported traces) writes these tables and every consumer (analyses,
 reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
 
-Schema versions (readers accept every one of them; missing columns read as null):
+Schema versions (readers accept every one of them; missing columns read as null, ``layer`` as 0):
+  3 -- events gain ``layer`` (the attention layer of a multi-layer iteration, 0 for one layer); cases gain the
+       ``docs`` and ``layers`` axes, the documents' ``docs_count``, ``docs_mean``, ``docs_max``, the balance figure
+       (``imbalance``, ``predicted_imbalance``), ``bytes_moved``, ``kernel_calls`` and ``ring_steps``.
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -33,8 +36,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective")
 PHASES = ("fwd", "bwd")
@@ -61,9 +64,12 @@ EVENTS_SCHEMA = pa.schema(
         # send / recv rows on NCCL with TORCH_NCCL_ENABLE_TIMING=1: NCCL's own kernel time of the exchange, ms;
         # null elsewhere (gloo, timing off, other kinds). Added in version 2.
         pa.field("nccl_ms", pa.float64()),
+        # the attention layer of the iteration this span belongs to (0 for a one-layer model). Added in version 3.
+        pa.field("layer", pa.int32()),
     ]
 )
 EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)
+EVENT_DEFAULTS = {"layer": 0}  # what a column an older record lacks reads as (others: null)
 
 # Columns of the per-case summary table (cases.parquet / cases.csv / the `--json` cases list).
 CASE_AXES = (
@@ -80,6 +86,8 @@ CASE_AXES = (
     "kernel",
     "backward",
     "impl",  # the ring-attention implementation (version 2; older records: ringbench)
+    "docs",  # the packed documents' spec (version 3; "none" without documents)
+    "layers",  # attention layers per iteration: a count or a pattern of masks (version 3; older records: 1)
 )
 CASE_COLUMNS = (
     "case_id",
@@ -108,7 +116,16 @@ CASE_COLUMNS = (
     "emulated_blocks",  # every emulated kernel call of the case, all ranks (saturated_blocks' denominator)
     "emulated_gflops",  # the emulated kernel's rate (emulated:auto: the rate it chose), NaN when not emulated
     "check_note",  # what the float64 check left out to stay in its time budget ("" when it checked everything)
+    "docs_count",  # documents in the sequence (version 3; NaN without documents)
+    "docs_mean",  # their mean length, tokens
+    "docs_max",  # the longest, tokens
+    "imbalance",  # max / mean over ranks of measured compute ms per iteration (figures.metrics.imbalance)
+    "predicted_imbalance",  # max / mean over ranks of the plan's visible score entries (all layers)
+    "bytes_moved",  # median per iteration of the bytes all ranks sent (send and collective rows), NaN untraced
+    "kernel_calls",  # block-kernel calls per iteration, all ranks, forward and backward, from the plan
+    "ring_steps",  # ring steps per phase and layer (N for the full ring; D + 1 for the short ring's deepest layer)
 )
+CASE_DEFAULTS = {"docs": "none", "layers": "1"}  # what an axis an older record lacks reads as
 
 
 def empty_events():

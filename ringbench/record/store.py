@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from ringbench.errors import UsageError
 from ringbench.record.atomic import atomic_write
 from ringbench.record.meta import RunMeta, read_meta
-from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
+from ringbench.record.schema import CASE_COLUMNS, CASE_DEFAULTS, EVENT_COLUMNS, EVENT_DEFAULTS, EVENTS_SCHEMA
 
 EVENTS_FILE = "events.parquet"
 CASES_FILE = "cases.parquet"
@@ -50,7 +50,10 @@ def with_event_columns(events: pd.DataFrame) -> pd.DataFrame:
     """Every column of the current schema, in order; columns an older file lacks read as null."""
     missing = [name for name in EVENT_COLUMNS if name not in events]
     if missing:
-        events = events.assign(**{name: float("nan") for name in missing})
+        events = events.assign(**{name: EVENT_DEFAULTS.get(name, float("nan")) for name in missing})
+    for name, default in EVENT_DEFAULTS.items():
+        if events[name].isna().any():
+            events = events.assign(**{name: events[name].fillna(default)})
     return events[list(EVENT_COLUMNS)]
 
 
@@ -80,6 +83,6 @@ def load_run(run_dir: str | Path) -> RunData:
     if cases is None:
         cases = pd.DataFrame(columns=list(CASE_COLUMNS))
     missing = [name for name in CASE_COLUMNS if name not in cases]
-    if missing:  # a file written before these columns existed: they read as null
-        cases = cases.assign(**{name: float("nan") for name in missing})
+    if missing:  # a file written before these columns existed: they read as null (axes: their default)
+        cases = cases.assign(**{name: CASE_DEFAULTS.get(name, float("nan")) for name in missing})
     return RunData(path=run_dir, events=events, cases=cases, meta=meta)
