@@ -118,12 +118,16 @@ class PairPlan:
 
 # -- building blocks --------------------------------------------------------------------------------------------
 class _Rows:
-    """Global positions of a rank's local rows, for the PARTIAL blocks' rules."""
+    """Global positions of a rank's local rows, for the PARTIAL blocks' rules (built when first needed)."""
 
     def __init__(self, segs: tuple[Segment, ...]) -> None:
-        self.positions = np.concatenate([s.positions().numpy() for s in segs]) if segs else np.zeros(0, np.int64)
+        self.segs = segs
+        self.positions: np.ndarray | None = None
 
     def __getitem__(self, rows: slice) -> np.ndarray:
+        if self.positions is None:
+            parts = [np.arange(s.length, dtype=np.int64) * s.stride + s.start for s in self.segs]
+            self.positions = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         return self.positions[rows]
 
 

@@ -79,17 +79,19 @@ class ShortRoute:
 
 
 def route_of(visibility: np.ndarray, ring: list[int]) -> ShortRoute:
-    """The route on ``ring`` (ranks in ring order) from the (N, N) visible entries per (query, key) rank pair."""
+    """The route on ``ring`` (ranks in ring order) from the (N, N) visible entries per (query, key) rank pair:
+    each block's travel is the largest ring distance at which a rank still sees some of it."""
+    ring = np.asarray(ring, dtype=np.int64)
     world = len(ring)
-    travel = []
-    for b in range(world):
-        owner = ring[b]
-        reach = 0
-        for d in range(world):
-            if visibility[ring[(b + d) % world], owner] > 0:
-                reach = d
-        travel.append(reach)
-    return ShortRoute(travel=tuple(travel))
+    seen = np.asarray(visibility)[np.ix_(ring, ring)] > 0  # [query position, key position]
+    positions = np.arange(world, dtype=np.int32)
+    travel = np.zeros(world, dtype=np.int64)
+    step = max(1, (1 << 24) // max(1, world))  # key positions per pass: bounded memory
+    for lo in range(0, world, step):
+        keys = positions[lo : lo + step]
+        distance = (positions[:, None] - keys[None, :]) % world  # (N, K) ring distance from owner to query
+        travel[lo : lo + step] = np.where(seen[:, lo : lo + step], distance, 0).max(axis=0)
+    return ShortRoute(travel=tuple(int(x) for x in travel))
 
 
 @lru_cache(maxsize=256)

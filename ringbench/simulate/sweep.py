@@ -83,10 +83,13 @@ def cases_from_scenario(scenario: Scenario, iterations: int) -> list[SimCase]:
     """One SimCase per point of the sweep (the kernel axis collapses: the simulator has one)."""
     cases, seen = [], set()
     for case in scenario.cases():
+        if case.layers != "1":
+            raise bad_value("layers", case.layers, "1 for the simulator (it runs one attention layer: simulate each "
+                            "layer's mask as a case of its own)")  # fmt: skip
         sim = SimCase(world=case.world, seq=case.seq, heads=case.heads, head_dim=case.head_dim, batch=case.batch,
                       dtype=case.dtype, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order,
                       backward=scenario.backward, iterations=iterations, faults=tuple(scenario.faults),
-                      seed=scenario.seed)  # fmt: skip
+                      seed=scenario.seed, docs=case.docs)  # fmt: skip
         if sim.case_id not in seen:
             seen.add(sim.case_id)
             cases.append(sim)
@@ -98,8 +101,10 @@ def cases_like(run: RunData, iterations: int | None = None) -> list[SimCase]:
     faults = tuple(str(f) for f in run.meta.get("faults") or [])
     cases = []
     for row in run.cases.drop_duplicates("case_id").to_dict("records"):
-        if str(row.get("buffer")) not in ("sync", "double", "allgather"):
+        if str(row.get("buffer")) not in ("sync", "double", "allgather", "sync-short", "double-short"):
             continue
+        if str(row.get("layers") or "1") not in ("1", "nan"):
+            continue  # a multi-layer case: the simulator runs one layer
         rate = row.get("emulated_gflops")
         rate = float(rate) if rate is not None and rate == rate and float(rate) > 0 else None
         cases.append(SimCase(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
@@ -107,7 +112,7 @@ def cases_like(run: RunData, iterations: int | None = None) -> list[SimCase]:
                              mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
                              order=str(row["order"]), backward=bool(row["backward"]),
                              iterations=iterations or int(row.get("iters") or 1), faults=faults,
-                             gflops=rate))  # fmt: skip
+                             gflops=rate, docs=str(row.get("docs") or "none")))  # fmt: skip
     if not cases:
         raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
     return cases
