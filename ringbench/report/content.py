@@ -3,7 +3,8 @@
 Both report.html and report.md render one ``ReportContent``, so the two always carry the same words. The page, in
 order: the label (SIMULATED / EMULATED, faults), the answers block (the same one that ends ``ringbench run``), the
 verdict, the step time per case, the cases table, the cases that matter in detail (case_sections.py), overlap,
-numerics, implementations, extra sections (placement) and the run's metadata (run_info.py). Cells are plain
+the mask plans and balance (plans.py), numerics, implementations, extra sections (placement) and the run's
+metadata (run_info.py). Cells are plain
 strings, or ``Cell`` for a short text with its full form (HTML ``title``) and an in-page link; each renderer
 escapes them for its format.
 """
@@ -180,6 +181,11 @@ def build_content(analysis: RunAnalysis) -> ReportContent:
     content.sections.append(_cases_section(analysis, cases, {c.anchor for c in detail.children}))
     if detail.children or detail.lines:
         content.sections.append(detail)
+    from ringbench.report.plans import plans_section
+
+    plans = plans_section(analysis, case_labels(run.cases) if len(run.cases) else {}, table)
+    if plans is not None:
+        content.sections.append(plans)
     content.sections += _run_level_sections(analysis)
     placement = placement_section(run, analysis.hops)
     if placement is not None:
