@@ -61,6 +61,54 @@ def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **s
     ]
 
 
+MASK_BUFFERS = ("sync", "double", "allgather", "sync-short", "double-short")
+
+
+def document_pack(seq: int, seed: int = 0) -> str:
+    """A docs spec of random lengths filling ``seq``: documents shorter than a chunk, one spanning several ranks."""
+    import random
+
+    rng = random.Random(seed)
+    lengths, total = [], 0
+    while total < seq:
+        length = rng.choice([1, 2, 3, 5, 7, 11]) if rng.random() < 0.8 else rng.randint(seq // 4, seq // 2)
+        length = min(length, seq - total)
+        lengths.append(length)
+        total += length
+    return "lengths:" + ",".join(map(str, lengths))
+
+
+def mask_cases(world: int, *, full: bool = False, dtypes=("float64", "float32"), seq_per_rank: int = 8,
+               kernels=("torch",)) -> list[CheckCase]:  # fmt: skip
+    """Exactness cases of the document and window masks: every mask x layout x buffer (the short ring included)
+    with ``full``; otherwise a covering set (every mask with every layout and every buffer at least once, orders
+    and dtypes in turn). Windows shorter than a rank's block (1, 3), between, and longer than S; a random document
+    pack with documents shorter than one chunk and one across ranks."""
+    seq = seq_per_rank * world
+    docs = document_pack(seq, seed=world)
+    masks = ("causal-document", "full-document", "window:1", "window:3", f"window:{seq_per_rank + 2}",
+             f"window:{2 * seq + 1}", "causal-document+window:5")  # fmt: skip
+    orders = ["identity", "reverse", "random:5"] + ([ring_text([0, *range(2, world), 1])] if world >= 3 else [])
+    orders = orders if world > 1 else ["identity"]  # one rank: every order is the same ring
+    out = []
+    for index, mask in enumerate(masks):
+        documented = "document" in mask
+        layouts = ["contiguous", "zigzag", "striped"] + (["doc-balanced"] if documented else [])
+        shape = dict(seq_per_rank=seq_per_rank, docs=docs if documented else "none")
+        if full:
+            for lay, buf, order, dtype, kernel in itertools.product(layouts, MASK_BUFFERS, orders[:2], dtypes,
+                                                                    kernels):  # fmt: skip
+                out.append(CheckCase(mask=mask, layout=lay, buffer=buf, order=order, dtype=dtype, kernel=kernel,
+                                     **shape))  # fmt: skip
+            continue
+        for n in range(max(len(layouts), len(MASK_BUFFERS))):
+            out.append(CheckCase(mask=mask, layout=layouts[(n + index) % len(layouts)],
+                                 buffer=MASK_BUFFERS[n % len(MASK_BUFFERS)], order=orders[(n + index) % len(orders)],
+                                 dtype=dtypes[(n + index) % len(dtypes)], kernel=kernels[n % len(kernels)],
+                                 **shape))  # fmt: skip
+    return out
+
+
 def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) -> tuple[float, float]:
     """(forward max abs error, backward max abs error) of this rank's rows for one case."""
     dtype = DTYPES[case.dtype]
