@@ -107,6 +107,9 @@ def cases_like(run: RunData, iterations: int | None = None) -> list[SimCase]:
             continue  # a multi-layer case: the simulator runs one layer
         rate = row.get("emulated_gflops")
         rate = float(rate) if rate is not None and rate == rate and float(rate) > 0 else None
+        if str(row.get("mask")) in ("unknown", "nan", "None"):
+            raise UsageError(f"like={str(run.path)!r}: the record does not say which mask its attention used (an "
+                             "imported trace); simulate its cases with --mask and --seq instead of --like")  # fmt: skip
         cases.append(SimCase(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
                              head_dim=int(row["head_dim"]), batch=int(row["batch"]), dtype=str(row["dtype"]),
                              mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),

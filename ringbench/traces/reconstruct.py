@@ -75,7 +75,7 @@ def exchange_steps(posts: np.ndarray, first_compute: float, world: int, phase: s
 
 
 def _row(**fields) -> dict:
-    base = dict(src=-1, dst=-1, bytes=0, block=-1, pair="", flops=0.0, nccl_ms=np.nan)
+    base = dict(src=-1, dst=-1, bytes=0, block=-1, pair="", flops=0.0, nccl_ms=np.nan, layer=0)
     return base | fields
 
 
