@@ -126,8 +126,18 @@ def test_exact_visible_counts_and_flops_of_small_documents():
     assert plan.calls <= MAX_CALLS
 
 
-@pytest.mark.parametrize(("seq", "world", "window", "depth"), [(512, 8, 64, 1), (512, 8, 65, 1), (512, 8, 129, 2), (512, 8, 16, 1),
-                                                             (512, 8, 200, 4), (512, 8, 4096, 7), (96, 3, 1, 0)])
+@pytest.mark.parametrize(
+    ("seq", "world", "window", "depth"),
+    [
+        (512, 8, 64, 1),
+        (512, 8, 65, 1),
+        (512, 8, 129, 2),
+        (512, 8, 16, 1),
+        (512, 8, 200, 4),
+        (512, 8, 4096, 7),
+        (96, 3, 1, 0),
+    ],
+)
 def test_the_short_ring_stops_when_the_window_is_covered(seq, world, window, depth):
     rule = mask_rule(f"window:{window}", "none", seq)
     route = short_route(rule, "contiguous", seq, world, tuple(range(world)))
@@ -136,7 +146,8 @@ def test_the_short_ring_stops_when_the_window_is_covered(seq, world, window, dep
     assert route.travel[-1] == 0 and route.blocks_moved() < world * max(1, depth)
     # On a reversed ring a block needs N - 1 hops to reach its successor's queries: the route says so.
     assert short_route(rule, "contiguous", seq, world, tuple(reversed(range(world)))).depth == (
-        world - 1 if depth else 0)
+        world - 1 if depth else 0
+    )
 
 
 def test_doc_balanced_balances_a_lognormal_pack():

@@ -95,8 +95,8 @@ def test_the_pair_table_is_pair_plan_for_documents_and_windows():
 
 @pytest.mark.parametrize("buffer", ["double-short", "sync-short"])
 def test_the_simulated_short_ring_moves_what_the_route_says(buffer):
-    from ringbench.engine.short_ring import short_route
     from ringbench.engine.masks import mask_rule
+    from ringbench.engine.short_ring import short_route
     from ringbench.simulate import DEFAULTS, SimCase, simulate_case
 
     case = SimCase(world=8, seq=512, mask="causal-document", docs="lengths:40,100,20,200,52,100", buffer=buffer,

@@ -233,8 +233,14 @@ def test_ring_selfcheck(mask, layout, dtype):
     assert fwd_err <= fwd_tol and bwd_err <= bwd_tol, (fwd_err, bwd_err)
 
 
-@pytest.mark.parametrize("mask", ["causal-document+window:5", pytest.param("causal-document", marks=pytest.mark.slow),
-                                  pytest.param("window:7", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "mask",
+    [
+        "causal-document+window:5",
+        pytest.param("causal-document", marks=pytest.mark.slow),
+        pytest.param("window:7", marks=pytest.mark.slow),
+    ],
+)
 def test_ring_selfcheck_new_masks(mask):
     """The ring at world 1 on documents and windows: FULL, CAUSAL and rule-PARTIAL sub-blocks through triton."""
     docs = "lengths:3,9,1,12,7" if "document" in mask else "none"
@@ -276,8 +282,14 @@ class TestGpu:
     @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
     @pytest.mark.parametrize(
         ("name", "q_len", "k_len", "head_dim"),
-        [*CASES, *RULE_CASES, ("full", 200, 130, 64), ("causal", 300, 300, 128), ("random", 150, 257, 64),
-         ("rule-documents", 300, 200, 64)],
+        [
+            *CASES,
+            *RULE_CASES,
+            ("full", 200, 130, 64),
+            ("causal", 300, 300, 128),
+            ("random", 150, 257, 64),
+            ("rule-documents", 300, 200, 64),
+        ],
         ids=lambda x: str(x),
     )
     def test_matches_math_kernel(self, name, q_len, k_len, head_dim, dtype):
@@ -288,8 +300,9 @@ class TestGpu:
         with pytest.raises(ValueError, match="dtype='float64'"):
             TritonKernel().check(64, torch.float64, torch.device("cuda"))
 
-    @pytest.mark.parametrize("mask", ["none", "causal", "causal-naive", "causal-document", "window:40",
-                                      "causal-document+window:30"])
+    @pytest.mark.parametrize(
+        "mask", ["none", "causal", "causal-naive", "causal-document", "window:40", "causal-document+window:30"]
+    )
     def test_ring_selfcheck(self, mask):
         docs = "lengths:10,50,3,70,59" if "document" in mask else "none"
         case = CheckCase(mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=192, head_dim=64,

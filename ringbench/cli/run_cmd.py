@@ -131,15 +131,21 @@ def register(app: typer.Typer) -> None:
         ] = [],  # noqa: B006
         mask: Annotated[
             list[str],
-            _axis("none, causal, causal-naive, causal-document, full-document, window:W, causal-document+window:W.",
-                  "mask"),
+            _axis(
+                "none, causal, causal-naive, causal-document, full-document, window:W, causal-document+window:W.",
+                "mask",
+            ),
         ] = [],  # noqa: B006
         layout: Annotated[
             list[str], _axis("contiguous, zigzag, striped, doc-balanced (document masks).", "layout")
         ] = [],  # noqa: B006
         buffer: Annotated[
-            list[str], _axis("sync, double, allgather, sync-short, double-short (the ring stops when no rank needs "
-                             "more: the window-aware ring).", "buffer")
+            list[str],
+            _axis(
+                "sync, double, allgather, sync-short, double-short (the ring stops when no rank needs "
+                "more: the window-aware ring).",
+                "buffer",
+            ),
         ] = [],  # noqa: B006
         order: Annotated[list[str], _axis("identity, reverse, random:SEED, stride:K, or 0-3-1-2.", "order")] = [],  # noqa: B006
         kernel: Annotated[
@@ -149,12 +155,19 @@ def register(app: typer.Typer) -> None:
             list[str], _axis("ringbench, torch-ring, ring-attention-pytorch, ..., module:function.", "impl")
         ] = [],  # noqa: B006
         docs: Annotated[
-            list[str], _axis("Packed documents of the document masks: lengths:L1,L2,..., file:PATH[:COLUMN], "
-                             "lognormal:MEAN:SIGMA:SEED[:CAP], uniform:MIN:MAX:SEED[:CAP].", "docs")
+            list[str],
+            _axis(
+                "Packed documents of the document masks: lengths:L1,L2,..., file:PATH[:COLUMN], "
+                "lognormal:MEAN:SIGMA:SEED[:CAP], uniform:MIN:MAX:SEED[:CAP].",
+                "docs",
+            ),
         ] = [],  # noqa: B006
         layers: Annotated[
-            list[str], _axis("Attention layers per iteration: a count, or masks with repeats, e.g. "
-                             "'window:4096 x5, causal x1'.", "layers")
+            list[str],
+            _axis(
+                "Attention layers per iteration: a count, or masks with repeats, e.g. 'window:4096 x5, causal x1'.",
+                "layers",
+            ),
         ] = [],  # noqa: B006
         backward: Annotated[
             bool | None,

@@ -103,14 +103,17 @@ def register(app: typer.Typer) -> None:
         batch: Annotated[list[int], _axis("Batch size.")] = [],  # noqa: B006
         dtype: Annotated[list[str], _axis("float32, float64, bfloat16, float16.")] = [],  # noqa: B006
         mask: Annotated[
-            list[str], _axis("none, causal, causal-naive, causal-document, full-document, window:W, "
-                             "causal-document+window:W.")
+            list[str],
+            _axis("none, causal, causal-naive, causal-document, full-document, window:W, causal-document+window:W."),
         ] = [],  # noqa: B006
         layout: Annotated[list[str], _axis("contiguous, zigzag, striped, doc-balanced.")] = [],  # noqa: B006
         buffer: Annotated[list[str], _axis("sync, double, allgather, sync-short, double-short.")] = [],  # noqa: B006
         docs: Annotated[
-            list[str], _axis("Packed documents of the document masks: lengths:..., file:PATH, "
-                             "lognormal:MEAN:SIGMA:SEED[:CAP], uniform:MIN:MAX:SEED[:CAP].")
+            list[str],
+            _axis(
+                "Packed documents of the document masks: lengths:..., file:PATH, "
+                "lognormal:MEAN:SIGMA:SEED[:CAP], uniform:MIN:MAX:SEED[:CAP]."
+            ),
         ] = [],  # noqa: B006
         order: Annotated[list[str], _axis("identity, reverse, random:SEED, stride:K, or 0-3-1-2.")] = [],  # noqa: B006
         backward: Annotated[

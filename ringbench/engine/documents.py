@@ -88,7 +88,7 @@ def _cap(spec: str, parts: list[str], seq: int) -> int:
     share = _number(spec, parts[3], "CAP")
     if not 0 < share <= 1:
         raise bad_value("docs", spec, "CAP as a share of seq with 0 < CAP <= 1 (e.g. 0.25)")
-    return max(1, int(math.floor(share * seq)))
+    return max(1, math.floor(share * seq))
 
 
 def _pack(spec: str, lengths: np.ndarray, seq: int, what: str) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ their sub-blocks report the kernels' visible share (CAUSAL = 1/2); the other mas
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -248,7 +249,7 @@ def _pieces(seg: Segment, rule: MaskRule) -> list[tuple[int, int, int, int]]:
     cuts.append(seg.length)
     out = []
     doc = int(lo)
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+    for a, b in itertools.pairwise(cuts):
         if b > a:
             out.append((doc, seg.local_start + a, b - a, seg.start + a * seg.stride))
         doc += 1
@@ -340,7 +341,7 @@ def _grouped(blocks: list[SubBlock], rule: MaskRule, q_rows, k_rows, limit: int)
             groups.append(list(atom))
             span = height
     while len(groups) > limit:  # merge the neighbours with the fewest rows between them
-        spans = [max(x.q_hi for x in b) - min(x.q_lo for x in a) for a, b in zip(groups[:-1], groups[1:], strict=True)]
+        spans = [max(x.q_hi for x in b) - min(x.q_lo for x in a) for a, b in itertools.pairwise(groups)]
         i = int(np.argmin(spans))
         groups[i : i + 2] = [groups[i] + groups[i + 1]]
     out = []

@@ -81,8 +81,10 @@ def _scores(q, q_block: Block, k, k_block: Block, scale: float) -> torch.Tensor:
 
 def _visible(q_block: Block, k_block: Block) -> bool:
     """Some row of the query block may see some key of the key tile (its keys are consecutive positions)."""
-    return q_block.lo_min <= k_block.last and k_block.first <= q_block.hi_max and bool(
-        ((q_block.lo <= k_block.last) & (q_block.hi >= k_block.first) & (q_block.lo <= q_block.hi)).any()
+    return (
+        q_block.lo_min <= k_block.last
+        and k_block.first <= q_block.hi_max
+        and bool(((q_block.lo <= k_block.last) & (q_block.hi >= k_block.first) & (q_block.lo <= q_block.hi)).any())
     )
 
 

@@ -283,8 +283,9 @@ def _all_gather(ctx: RingContext, tensor: torch.Tensor, phase: str) -> list[torc
         parts[0].copy_(tensor)
         end = ctx.timeline.mark()
     nbytes = tensor.numel() * tensor.element_size() * (ctx.world - 1)
-    ctx.recorder.span(phase=phase, step=0, kind="collective", start=start, end=end, dst=ctx.rank, nbytes=nbytes,
-                      layer=ctx.layer)
+    ctx.recorder.span(
+        phase=phase, step=0, kind="collective", start=start, end=end, dst=ctx.rank, nbytes=nbytes, layer=ctx.layer
+    )
     return parts
 
 

@@ -189,10 +189,20 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
     contexts = [
         build_context(
-            *leaves[layer], mask=rule, layout=layout, buffer=case.buffer, order=ring, kernel=kernel,
-            timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
-            loopback=settings.loopback, on_stall=session.on_stall, layer=layer,
-        )  # fmt: skip
+            *leaves[layer],
+            mask=rule,
+            layout=layout,
+            buffer=case.buffer,
+            order=ring,
+            kernel=kernel,
+            timeout_s=settings.timeout,
+            recorder=recorder,
+            link_delay=faults.link_delay(),
+            timeline=timeline,
+            loopback=settings.loopback,
+            on_stall=session.on_stall,
+            layer=layer,
+        )
         for layer, rule in enumerate(rules)
     ]
     ctx = contexts[0]
@@ -299,6 +309,7 @@ def _check_layers(rules, outs, grads, inputs: dict, device, budget_s: float, tic
         return results[0]
     worst = min(results, key=lambda r: len(r.grads))  # the gradients every layer's check covered
     notes = sorted({r.note for r in results if r.note})
+
     def worst_of(values) -> float:  # NaN wins: a NaN anywhere fails the check
         values = list(values)
         return math.nan if any(math.isnan(x) for x in values) else max(values)

@@ -307,12 +307,20 @@ class Scenario:
                 except UsageError as exc:
                     raise UsageError(where + str(exc) + (f" (seq={seq})" if len(self.seq) > 1 else "")) from None
         if documented and not real_docs:
-            raise fail("mask", documented[0], "a mask without documents, or documents given with docs (--docs): "
-                       "lengths:L1,L2,..., file:PATH, lognormal:MEAN:SIGMA:SEED or uniform:MIN:MAX:SEED")
+            raise fail(
+                "mask",
+                documented[0],
+                "a mask without documents, or documents given with docs (--docs): "
+                "lengths:L1,L2,..., file:PATH, lognormal:MEAN:SIGMA:SEED or uniform:MIN:MAX:SEED",
+            )
         if Layout.DOC_BALANCED.value in self.layout and not documented:
             shown = ", ".join(sorted(masks)) or "causal"
-            raise fail("layout", "doc-balanced", f"a layout other than doc-balanced with mask {shown}: doc-balanced "
-                       "balances packed documents (masks causal-document, full-document, causal-document+window:W)")
+            raise fail(
+                "layout",
+                "doc-balanced",
+                f"a layout other than doc-balanced with mask {shown}: doc-balanced "
+                "balances packed documents (masks causal-document, full-document, causal-document+window:W)",
+            )
         if self.cases() == [] and self.world:
             raise fail("mask", ", ".join(self.mask), "masks, docs and layouts that make at least one case")
 

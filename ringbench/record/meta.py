@@ -81,10 +81,19 @@ KEYS = (
     MetaKey("simulation", _DICT, frozenset({"simulate"}), "the simulator's calibration and model settings"),
     MetaKey("source", _TEXT, _ALL, "where the record came from: ringbench, simulator or profiler"),
     MetaKey("imported", _DICT, frozenset({"import"}), "the imported program: distributed info, trace files, hashes"),
-    MetaKey("plans", _DICT, frozenset({"run", "simulate"}), "case id -> the mask plan's predictions: per layer the "
-            "mask, the pair-kind grid, each rank's visible score entries and kernel calls, the ring steps"),
-    MetaKey("docs", _DICT, frozenset({"run", "simulate"}), "docs spec@seq -> the packed documents: count, mean, min, "
-            "max and (up to 4096) the lengths"),
+    MetaKey(
+        "plans",
+        _DICT,
+        frozenset({"run", "simulate"}),
+        "case id -> the mask plan's predictions: per layer the "
+        "mask, the pair-kind grid, each rank's visible score entries and kernel calls, the ring steps",
+    ),
+    MetaKey(
+        "docs",
+        _DICT,
+        frozenset({"run", "simulate"}),
+        "docs spec@seq -> the packed documents: count, mean, min, max and (up to 4096) the lengths",
+    ),
 )
 REGISTRY = {key.name: key for key in KEYS}
 

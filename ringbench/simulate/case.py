@@ -22,7 +22,7 @@ from ringbench.rank.faults import Fault, check_faults, parse_fault
 from ringbench.rank.scenario import Case
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
-from ringbench.simulate.plans import PairClasses, pair_classes
+from ringbench.simulate.plans import pair_classes
 from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}

@@ -134,13 +134,11 @@ def _cell_rows(sink: RowSink, phase: str, steps: list[StepCells], cols: np.ndarr
         sends = np.isfinite(sent)
         ws, we, recv = (np.concatenate(out[k]) for k in ("ws", "we", "recv"))
 
-        def rows(kind, keep, start, end, src, dst, nbytes=0):
+        for kind, keep, start, end, src, dst, size in (("send", sends, post, sent, r, nx, nbytes),
+                                                        ("recv", got, post, recv, pr, r, nbytes),
+                                                        ("wait", got, ws, we, pr, r, 0)):  # fmt: skip
             sink.add(iters=its[keep], phase=phase, step=step[keep], positions=poss[keep], kind=kind,
-                     start=start[keep], end=end[keep], src=src[keep], dst=dst[keep], nbytes=nbytes)  # fmt: skip
-
-        rows("send", sends, post, sent, r, nx, nbytes)
-        rows("recv", got, post, recv, pr, r, nbytes)
-        rows("wait", got, ws, we, pr, r)
+                     start=start[keep], end=end[keep], src=src[keep], dst=dst[keep], nbytes=size)  # fmt: skip
 
 
 def _iteration_rows(sink: RowSink, timeline: Timeline) -> None:

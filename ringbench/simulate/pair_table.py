@@ -78,7 +78,11 @@ class _Segments:
         for r, segs in enumerate(per_rank):
             for i, s in enumerate(segs):
                 self.start[r, i], self.length[r, i], self.stride[r, i], self.local[r, i] = (
-                    s.start, s.length, s.stride, s.local_start)
+                    s.start,
+                    s.length,
+                    s.stride,
+                    s.local_start,
+                )
         self.last = self.start + (self.length - 1) * self.stride
         self.doc_first = rule.doc_ids(self.start)
         self.doc_last = rule.doc_ids(self.last)
@@ -202,7 +206,7 @@ def pair_table(mask, layout, seq: int, world: int, docs: str = "none") -> PairTa
         keys = np.stack([np.add.reduceat(t[order], starts) for t in terms], axis=1) if len(pair) else None
     simple = any_may & ~any_complex
     if simple.any():
-        uniq, first, inverse = np.unique(keys[simple], axis=0, return_index=True, return_inverse=True)
+        _, first, inverse = np.unique(keys[simple], axis=0, return_index=True, return_inverse=True)
         chosen = pairs[simple]
         ids = np.array([plan_class(int(chosen[i] // world), int(chosen[i] % world)) for i in first], np.int32)
         matrix.ravel()[chosen] = ids[inverse.ravel()]

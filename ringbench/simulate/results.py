@@ -13,8 +13,8 @@ import math
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np

@@ -262,8 +262,10 @@ def reconstruct(
     if not any(len(r.compute) for r in ranks):
         raise _no_compute(ranks, compute_patterns)
     # A profiler trace holds shapes, not masks: say so rather than assume causal anywhere downstream.
-    notes: list[str] = ["mask unknown: a profiler trace does not say which keys the attention masked (causal, "
-                        "documents, a window), so compute spans count whole blocks and no mask plan predicts balance"]
+    notes: list[str] = [
+        "mask unknown: a profiler trace does not say which keys the attention masked (causal, "
+        "documents, a window), so compute spans count whole blocks and no mask plan predicts balance"
+    ]
     exchanges = {r.file.rank: r.exchanges for r in ranks}
     ring, ring_method = ring_order(exchanges, world)
     if ring_method.startswith("rank order"):

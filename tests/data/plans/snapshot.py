@@ -29,7 +29,9 @@ def plan_text(plan) -> str:
 
                 allowed = MaskTensors().allowed(mask, torch.device("cpu"))
             pattern = hashlib.sha256(allowed.to(torch.uint8).numpy().tobytes()).hexdigest()[:16]
-        parts.append(f"{b.q_lo}:{b.q_hi}x{b.k_lo}:{b.k_hi}/{mask.kind.value}/{pattern}/{b.work_pairs():.6g}/{b.visible_pairs():.6g}")
+        parts.append(
+            f"{b.q_lo}:{b.q_hi}x{b.k_lo}:{b.k_hi}/{mask.kind.value}/{pattern}/{b.work_pairs():.6g}/{b.visible_pairs():.6g}"
+        )
     return ";".join(parts)
 
 
