@@ -34,6 +34,8 @@ DEFAULT_AXES: dict[str, object] = {
     "kernel": "sdpa",
     "backward": True,
     "impl": "ringbench",
+    "docs": "none",
+    "layers": "1",
 }
 
 DEFAULT_META: dict[str, object] = {
