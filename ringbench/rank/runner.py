@@ -19,9 +19,7 @@ from ringbench.engine.api import build_context, close_context, ring_attention
 from ringbench.engine.comm import RingStall
 from ringbench.engine.inputs import rank_shards
 from ringbench.engine.layout import resolve_layout
-from ringbench.engine.masks import mask_rule
 from ringbench.engine.recorder import ListRecorder
-from ringbench.engine.reference import check_errors
 from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
@@ -30,6 +28,7 @@ from ringbench.rank.autorate import rank_rate, round_down
 from ringbench.rank.clock import ClockAlignment, align_clocks
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.faults import RankFaults, parse_fault
+from ringbench.rank.layers import check_layers, layer_rules
 from ringbench.rank.memory import peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
 from ringbench.rank.scenario import Case, Scenario
@@ -253,7 +252,7 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     check = None
     if settings.check:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
-        check = _check_layers(rules, outs, grads, inputs, device, settings.check_budget_s, tick)
+        check = check_layers(rules, outs, grads, inputs, device, settings.check_budget_s, tick)
     rows = recorder.rows
     # One origin for all ranks, on rank 0's clock: the earliest first-iteration start of any rank. (Each rank
     # subtracting its own start would misalign the ranks by their barrier-exit skew.)
@@ -285,41 +284,6 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         "device_info": session.device_info,
         "timeline": timeline.kind,
     }
-
-
-def layer_rules(case: Case) -> list:
-    """The MaskRule of every layer of ``case`` (ringbench.engine.masks)."""
-    return [mask_rule(mask, case.docs, case.seq) for mask in case.layer_masks]
-
-
-def _check_layers(rules, outs, grads, inputs: dict, device, budget_s: float, tick):
-    """The float64 check of every layer (each distinct mask once: layers with one mask compute the same), the
-    worst errors over them, and the budget shared out."""
-    from ringbench.engine.reference import CheckResult
-
-    first = {}
-    for layer, rule in enumerate(rules):
-        first.setdefault(rule, layer)
-    results = []
-    for rule, layer in first.items():
-        layer_grads = grads[layer] if grads is not None else None
-        results.append(check_errors(out=outs[layer].detach(), grads=layer_grads, mask=rule, **inputs, device=device,
-                                    budget_s=budget_s / len(first), tick=tick))  # fmt: skip
-    if len(results) == 1:
-        return results[0]
-    worst = min(results, key=lambda r: len(r.grads))  # the gradients every layer's check covered
-    notes = sorted({r.note for r in results if r.note})
-
-    def worst_of(values) -> float:  # NaN wins: a NaN anywhere fails the check
-        values = list(values)
-        return math.nan if any(math.isnan(x) for x in values) else max(values)
-
-    return CheckResult(
-        fwd_err=worst_of(r.fwd_err for r in results), bwd_err=worst_of(r.bwd_err for r in results),
-        sampled=any(r.sampled for r in results), rows_checked=min(r.rows_checked for r in results),
-        rows_total=worst.rows_total, grads=worst.grads, estimated_s=sum(r.estimated_s for r in results),
-        note="; ".join(notes),
-    )  # fmt: skip
 
 
 def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunSettings, repeat: int,

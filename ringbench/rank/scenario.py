@@ -17,13 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from ringbench.engine.documents import check_docs
 from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.orders import ORDER_HELP, format_ring, parse_order
 from ringbench.rank.faults import check_faults, parse_fault
-from ringbench.rank.layers import canonical_layers, layer_masks, uses_case_mask
+from ringbench.rank.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
 from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec
 
 AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl",
@@ -100,13 +99,6 @@ def _short(text: str, limit: int = 32) -> str:
     """A spec as an id part: safe characters, at most ``limit`` of them (the digest keeps ids distinct)."""
     safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in text.replace(", ", "+").replace(" ", ""))
     return safe[:limit]
-
-
-def _needs_docs(mask: str) -> bool:
-    try:
-        return MaskSpec.parse(mask, "mask").documents
-    except UsageError:
-        return False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -189,12 +181,12 @@ class Scenario:
             if not uses_case_mask(axes["layers"]):
                 axes["mask"] = self.mask[0]
             masks = layer_masks(axes["layers"], axes["mask"])
-            documented = any(_needs_docs(m) for m in masks)
+            documented = any(needs_docs(m) for m in masks)
             if not documented:
                 axes["docs"] = "none"
             elif axes["docs"] == "none":
                 continue
-            if axes["layout"] == Layout.DOC_BALANCED.value and not all(_needs_docs(m) for m in masks):
+            if axes["layout"] == Layout.DOC_BALANCED.value and not all(needs_docs(m) for m in masks):
                 continue
             case = Case(**axes, backward=self.backward)
             if case.case_id not in seen:
@@ -221,7 +213,7 @@ class Scenario:
                     choice.parse(value, axis)
                 except UsageError as exc:
                     raise UsageError(where + str(exc)) from None
-        self._validate_masks(fail, where)
+        validate_mask_axes(self, fail, where)
         for value in self.kernel:
             try:
                 kernel = get_kernel(value)
@@ -286,43 +278,6 @@ class Scenario:
                 if world != topology.world:
                     raise fail("world", world, f"{topology.world}, the number of devices in topology {self.topology}")
         return self
-
-    def _validate_masks(self, fail, where: str) -> None:
-        """Layers, documents and the layouts that need them: each bad value named in one line."""
-        patterns = []
-        for value in self.layers:
-            try:
-                patterns.append(layer_masks(value, "mask"))
-            except UsageError as exc:
-                raise UsageError(where + str(exc)) from None
-        masks = {m if m != "mask" else case_mask for p in patterns for m in p for case_mask in self.mask}
-        documented = sorted(m for m in masks if _needs_docs(m))
-        real_docs = [d for d in self.docs if d != "none"]
-        for spec in self.docs:
-            if not isinstance(spec, str):
-                raise fail("docs", spec, "a docs spec: none, lengths:..., file:PATH, lognormal:... or uniform:...")
-            for seq in self.seq:
-                try:
-                    check_docs(spec, seq)
-                except UsageError as exc:
-                    raise UsageError(where + str(exc) + (f" (seq={seq})" if len(self.seq) > 1 else "")) from None
-        if documented and not real_docs:
-            raise fail(
-                "mask",
-                documented[0],
-                "a mask without documents, or documents given with docs (--docs): "
-                "lengths:L1,L2,..., file:PATH, lognormal:MEAN:SIGMA:SEED or uniform:MIN:MAX:SEED",
-            )
-        if Layout.DOC_BALANCED.value in self.layout and not documented:
-            shown = ", ".join(sorted(masks)) or "causal"
-            raise fail(
-                "layout",
-                "doc-balanced",
-                f"a layout other than doc-balanced with mask {shown}: doc-balanced "
-                "balances packed documents (masks causal-document, full-document, causal-document+window:W)",
-            )
-        if self.cases() == [] and self.world:
-            raise fail("mask", ", ".join(self.mask), "masks, docs and layouts that make at least one case")
 
     def load_topology(self):
         """The topology named by ``topology`` (relative paths are taken from the scenario file's folder)."""

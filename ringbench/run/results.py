@@ -129,7 +129,7 @@ def case_plan(case: Case) -> dict | None:
         return None
     from ringbench.engine.layout import resolve_layout
     from ringbench.engine.plan_summary import plan_summary
-    from ringbench.rank.runner import layer_rules
+    from ringbench.rank.layers import layer_rules
 
     rules = layer_rules(case)
     layout = resolve_layout(case.layout, case.seq, case.world, tuple(rules))
