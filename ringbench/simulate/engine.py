@@ -225,9 +225,11 @@ class PhaseModel:
 
     def pair_classes(self, step: int, window: Window) -> np.ndarray:
         """(W,) the pair-table class of the block each position holds at ``step`` (``pairs`` models)."""
-        n = self.world
-        owner = (window.positions - self.distance(step)) % n
-        return self.pairs[self.ring[window.positions], self.ring[owner]]
+        by_distance = self._memo.get("by_distance")
+        if by_distance is None:
+            by_distance = self._memo["by_distance"] = pair_diagonals(self.pairs, self.ring, self.n_steps)
+        row = by_distance[self.distance(step)]
+        return row if window.full else row[window.positions]
 
     def classes(self, step: int, window: Window) -> np.ndarray | None:
         """(W,) bool: the block in hand belongs to a higher rank (class GREATER, else LESS); None at step 0.
@@ -279,6 +281,28 @@ class PhaseModel:
         if noise is None:
             return result
         return np.multiply(result, noise, out=out)
+
+
+_DIAGONALS: dict = {}
+
+
+def pair_diagonals(pairs: np.ndarray, ring: np.ndarray, steps: int) -> np.ndarray:
+    """(steps, N): [d, p] the class of the pair (position p, the block d positions behind it), for d < steps: the
+    table's diagonals on the ring, one strided copy (kept for the phases of one case)."""
+    key = (id(pairs), ring.tobytes(), steps)
+    found = _DIAGONALS.get(key)
+    if found is not None and found[0] is pairs:
+        return found[1]
+    n = len(ring)
+    at = pairs[np.ix_(ring, ring)]  # [query position, key position]
+    wide = np.concatenate([at, at], axis=1)  # (N, 2N): key position k is at column k and k + N
+    first = wide[:, n - steps + 1 :]
+    skew = np.lib.stride_tricks.as_strided(first, shape=(n, steps), strides=(first.strides[0] + first.strides[1],
+                                                                           first.strides[1]))  # fmt: skip
+    out = np.ascontiguousarray(skew[:, ::-1].T)  # [d, p] = at[p, (p - d) mod N]
+    _DIAGONALS.clear()
+    _DIAGONALS[key] = (pairs, out)
+    return out
 
 
 def _max_prev(x: np.ndarray, out: np.ndarray, direction: int = 1) -> np.ndarray:

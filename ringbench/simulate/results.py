@@ -135,6 +135,7 @@ def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, 
     } | plan_figures(case, timeline, events, bounded, case_id or case.case_id)  # fmt: skip
 
 
+@lru_cache(maxsize=64)
 def _pair_counts(case: SimCase) -> np.ndarray:
     """How many (query rank, key rank) pairs fall in each pair class."""
     classes = case.classes()
