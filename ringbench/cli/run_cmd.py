@@ -67,6 +67,8 @@ def case_line(row: dict, done: int, total: int) -> str:
         kernel += f" ({rate:g} GFLOP/s)"
     if row.get("impl", "ringbench") != "ringbench":
         kernel += f", impl {row['impl']}"
+    if str(row.get("layers") or "1") != "1":
+        kernel += f", layers {row['layers']}"
     if row.get("check_note"):
         check += f" [{row['check_note']})"
     exposed = "no communication (1 rank)" if int(row["world"]) == 1 else (
