@@ -7,11 +7,11 @@ which rank or hop holds the ring back. ``answers(analysis)`` gives, one line eac
   comparisons  for every sweep axis that varied, what it was run for: the ratio of median step times between
                cases that differ only in that axis, with its interval, e.g. "layout: zigzag 1.45x faster than
                contiguous (1.39-1.51), causal, 4 ranks"; "double hides 64% of the communication"
+  straggler    the culprit with its case and cost, "none" (in the cases that could be judged), or "inconclusive"
   balance      per mask whose layouts were compared (or that has documents or a window): which layout leaves which
                rank with how much more than the mean work (the plan's prediction, with the measured compute beside
                it), e.g. "causal-document (8 ranks): zigzag leaves rank 5 with 1.90× the mean work (measured
                1.85×); doc-balanced 1.04× (1.06×)"
-  straggler    the culprit with its case and cost, "none" (in the cases that could be judged), or "inconclusive"
   caveats      emulation, oversubscribed cores, faults, unchecked numerics: one line
   next         the command to run next
 
@@ -79,8 +79,8 @@ class Answers:
 
     def lines(self) -> list[str]:
         """The block, one line each, in the order a reader needs them."""
-        lines = [self.headline, *(c.line() for c in self.comparisons), *self.balance,
-                 f"straggler: {self.straggler}"]  # fmt: skip
+        lines = [self.headline, *(c.line() for c in self.comparisons), f"straggler: {self.straggler}",
+                 *self.balance]  # fmt: skip
         if self.caveats:
             lines.append(f"caveats: {self.caveats}")
         lines.append(f"next: {self.next_step}")
