@@ -41,8 +41,8 @@ class Mask(_Choice):
 
 
 MASK_HELP = (
-    "none, causal, causal-naive, causal-document, full-document, window:W (causal sliding window of W tokens) "
-    "or causal-document+window:W"
+    "one of: none, causal, causal-naive, causal-document, full-document, window:W (a causal sliding window of W "
+    "tokens), causal-document+window:W"
 )
 
 
