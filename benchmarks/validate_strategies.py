@@ -72,8 +72,9 @@ def _like(run_dir: Path, calibration: tuple[Path, ...], out: Path) -> pd.DataFra
     from ringbench.record.store import load_run
     from ringbench.simulate import simulate_case
     from ringbench.simulate.calibrate import calibrate
+    from ringbench.simulate.case import cases_like
     from ringbench.simulate.strategy_fit import merge_runs
-    from ringbench.simulate.sweep import SimRequest, _cluster, cases_like
+    from ringbench.simulate.sweep import SimRequest, _cluster
 
     costs = calibrate(merge_runs(calibration)).costs
     run = load_run(run_dir)

@@ -16,8 +16,42 @@ class MaskKind(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class PositionMask:
+    """A PARTIAL block's mask as a rule on its tokens: query i sees key j iff
+    (not causal or k_pos[j] <= q_pos[i]) and (window == 0 or q_pos[i] - k_pos[j] < window) and
+    (no documents or q_doc[i] == k_doc[j]). Positions and document ids are (Lq,) / (Lk,) int64 CPU tensors;
+    kernels evaluate the rule on their own tiles (Triton) or build the (Lq, Lk) mask once on their device."""
+
+    q_pos: torch.Tensor
+    k_pos: torch.Tensor
+    q_doc: torch.Tensor | None = None
+    k_doc: torch.Tensor | None = None
+    causal: bool = True
+    window: int = 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.q_pos.numel()), int(self.k_pos.numel()))
+
+    def allowed(self, device: torch.device | None = None) -> torch.Tensor:
+        """(Lq, Lk) bool on ``device`` (default CPU), True = visible."""
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        q = to_device(self.q_pos, device)[:, None]
+        k = to_device(self.k_pos, device)[None, :]
+        visible = torch.ones((q.shape[0], k.shape[1]), dtype=torch.bool, device=device)
+        if self.causal:
+            visible &= k <= q
+        if self.window:
+            visible &= (q - k) < self.window
+        if self.q_doc is not None and self.k_doc is not None:
+            visible &= to_device(self.q_doc, device)[:, None] == to_device(self.k_doc, device)[None, :]
+        return visible
+
+
+@dataclass(frozen=True, slots=True)
 class BlockMask:
-    """What a block kernel must mask. ``allowed`` is (Lq, Lk) bool for PARTIAL, None otherwise."""
+    """What a block kernel must mask. PARTIAL masks carry ``allowed`` ((Lq, Lk) bool) or a positional ``rule``
+    (PositionMask) from which the kernel derives it; FULL and CAUSAL carry neither."""
 
     kind: MaskKind
     allowed: torch.Tensor | None = None
@@ -25,6 +59,7 @@ class BlockMask:
     # merge ignores them. Kernels are not trusted to report this themselves (the CPU flash op returns lse=0).
     empty_rows: torch.Tensor | None = None
     visible: float | None = None  # share of visible entries (PARTIAL), precomputed by the planner
+    rule: PositionMask | None = None
 
     @staticmethod
     def partial(allowed: torch.Tensor) -> BlockMask:
@@ -36,6 +71,22 @@ class BlockMask:
             empty_rows=empty if bool(empty.any()) else None,
             visible=float(allowed.float().mean()),
         )
+
+    @staticmethod
+    def from_rule(rule: PositionMask, row_counts: torch.Tensor) -> BlockMask:
+        """A PARTIAL mask given by a positional rule; ``row_counts`` (Lq,): visible keys per query (the planner
+        counts them without building the mask)."""
+        q_len, k_len = rule.shape
+        empty = row_counts == 0
+        share = float(row_counts.sum()) / max(1, q_len * k_len)
+        return BlockMask(MaskKind.PARTIAL, empty_rows=empty if bool(empty.any()) else None, visible=share, rule=rule)
+
+    @property
+    def shape(self) -> tuple[int, int] | None:
+        """(Lq, Lk) of a PARTIAL mask; None for FULL and CAUSAL."""
+        if self.allowed is not None:
+            return tuple(self.allowed.shape)
+        return self.rule.shape if self.rule is not None else None
 
     @property
     def work_fraction(self) -> float:
@@ -50,7 +101,9 @@ class BlockMask:
             return 0.5  # (L + 1) / (2L) rounded: the kernel's own work, not the exact count
         if self.visible is not None:
             return self.visible
-        assert self.allowed is not None
+        if self.allowed is None:
+            assert self.rule is not None
+            return float(self.rule.allowed().float().mean())
         return float(self.allowed.float().mean())
 
 
@@ -112,9 +165,9 @@ def additive_mask(mask: BlockMask, dtype: torch.dtype, device: torch.device) -> 
     call: kernels take it from a MaskTensors cache instead."""
     if mask.kind is not MaskKind.PARTIAL:
         return None
-    assert mask.allowed is not None
-    bias = torch.zeros(mask.allowed.shape, dtype=dtype, device=device)
-    return bias.masked_fill_(~mask.allowed.to(device), float("-inf"))
+    allowed = mask.allowed if mask.allowed is not None else mask.rule.allowed(device)
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return bias.masked_fill_(~allowed.to(device), float("-inf"))
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -158,14 +211,32 @@ class MaskTensors:
         return entry[1]
 
     def allowed(self, mask: BlockMask, device: torch.device, dtype: torch.dtype = torch.bool) -> torch.Tensor:
-        """(Lq, Lk) visibility of a PARTIAL mask on ``device``, contiguous, in ``dtype`` (1 / True = visible)."""
-        assert mask.allowed is not None, "allowed() needs a PARTIAL mask"
+        """(Lq, Lk) visibility of a PARTIAL mask on ``device``, contiguous, in ``dtype`` (1 / True = visible); a
+        positional rule is evaluated on the device itself (no (Lq, Lk) host tensor, no copy)."""
+        assert mask.allowed is not None or mask.rule is not None, "allowed() needs a PARTIAL mask"
         device = torch.device(device)
-        return self._get(
-            (id(mask), "allowed", device, dtype),
-            mask,
-            lambda: to_device(mask.allowed.to(dtype).contiguous(), device),
-        )
+
+        def build() -> torch.Tensor:
+            if mask.allowed is None:
+                return mask.rule.allowed(device).to(dtype).contiguous()
+            return to_device(mask.allowed.to(dtype).contiguous(), device)
+
+        return self._get((id(mask), "allowed", device, dtype), mask, build)
+
+    def rule_tensors(self, mask: BlockMask, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(q_pos, k_pos, q_doc, k_doc) of a positional rule on ``device`` as int32 (docs: q_pos / k_pos again
+        when the rule has none), contiguous; for kernels that evaluate the rule on their tiles."""
+        rule = mask.rule
+        assert rule is not None, "rule_tensors() needs a PARTIAL mask given by a positional rule"
+        device = torch.device(device)
+
+        def build():
+            q_doc = rule.q_doc if rule.q_doc is not None else rule.q_pos
+            k_doc = rule.k_doc if rule.k_doc is not None else rule.k_pos
+            return tuple(to_device(t.to(torch.int32).contiguous(), device) for t in (rule.q_pos, rule.k_pos,
+                                                                                      q_doc, k_doc))  # fmt: skip
+
+        return self._get((id(mask), "rule", device), mask, build)
 
     def empty_rows(self, mask: BlockMask, device: torch.device) -> torch.Tensor | None:
         """(Lq,) bool rows that see no key, on ``device``; None when there are none (worked out at plan time)."""

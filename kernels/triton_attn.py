@@ -2,8 +2,9 @@
 
 Credits: the structure follows Triton's fused-attention tutorial (python/tutorials/06-fused-attention.py, after
 Tri Dao's FlashAttention-2, https://tridao.me/publications/flash2/flash2.pdf). Changes for ringbench: any Lq and
-Lk (tails are masked), three mask kinds (FULL, CAUSAL top-left aligned, PARTIAL from an explicit (Lq, Lk) mask),
-rows that see no key return (out=0, lse=-inf), strided inputs (the ring passes slices), fp32 dots in IEEE
+Lk (tails are masked), three mask kinds (FULL, CAUSAL top-left aligned, PARTIAL from an explicit (Lq, Lk) mask or
+from a positional rule -- token positions, document ids, a causal flag and a window -- evaluated inside each tile,
+fully masked tiles skipped without arithmetic), rows that see no key return (out=0, lse=-inf), strided inputs (the ring passes slices), fp32 dots in IEEE
 precision, fp64 on the interpreter, and a backward that takes the *final* out and lse of the whole ring.
 
 Derivation (per query row, natural units). Forward: s_j = scale * q.k_j over visible keys j,
@@ -71,15 +72,39 @@ def _dot(a, b, acc, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST
 
 
 @_jit
-def _visible(offs_m, offs_n, q_len, k_len, mask_ptr, stride_mask_m, IS_CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
-    """(BLOCK_M, BLOCK_N) bool: the key exists, the query exists, and the mask lets the query see the key."""
+def _visible(offs_m, offs_n, q_len, k_len, mask_ptr, mask_arg, IS_CAUSAL: tl.constexpr, MASK_MODE: tl.constexpr):
+    """(BLOCK_M, BLOCK_N) bool: the key exists, the query exists, and the mask lets the query see the key.
+
+    MASK_MODE bits: 1 an explicit (Lq, Lk) int8 mask at mask_ptr with row stride mask_arg (1 = visible); 2 a
+    positional rule, mask_ptr = int32 [q_pos (Lq) | k_pos (Lk) | q_doc (Lq) | k_doc (Lk)] and mask_arg = the window,
+    with 4 causal (k_pos <= q_pos), 8 windowed (q_pos - k_pos < window) and 16 documents (q_doc == k_doc)."""
     visible = (offs_m[:, None] < q_len) & (offs_n[None, :] < k_len)
     if IS_CAUSAL:  # square block, top-left aligned: query i sees keys 0..i
         visible = visible & (offs_n[None, :] <= offs_m[:, None])
-    if HAS_MASK:  # PARTIAL: an explicit (Lq, Lk) int8 mask, 1 = visible
-        allowed = tl.load(mask_ptr + offs_m[:, None] * stride_mask_m + offs_n[None, :], mask=visible, other=0)
+    if MASK_MODE & 1:
+        allowed = tl.load(mask_ptr + offs_m[:, None] * mask_arg + offs_n[None, :], mask=visible, other=0)
         visible = visible & (allowed != 0)
+    if MASK_MODE & 2:
+        q_pos = tl.load(mask_ptr + offs_m, mask=offs_m < q_len, other=0)  # (BLOCK_M,)
+        k_pos = tl.load(mask_ptr + q_len + offs_n, mask=offs_n < k_len, other=0)  # (BLOCK_N,)
+        if MASK_MODE & 4:
+            visible = visible & (k_pos[None, :] <= q_pos[:, None])
+        if MASK_MODE & 8:
+            visible = visible & ((q_pos[:, None] - k_pos[None, :]) < mask_arg)
+        if MASK_MODE & 16:
+            q_doc = tl.load(mask_ptr + q_len + k_len + offs_m, mask=offs_m < q_len, other=-1)
+            k_doc = tl.load(mask_ptr + 2 * q_len + k_len + offs_n, mask=offs_n < k_len, other=-2)
+            visible = visible & (q_doc[:, None] == k_doc[None, :])
     return visible
+
+
+@_jit
+def _live(visible, MASK_MODE: tl.constexpr):
+    """1 when some entry of the tile is visible (0: the tile is skipped); always 1 without a PARTIAL mask."""
+    live = 1
+    if MASK_MODE != 0:
+        live = tl.max(tl.max(visible.to(tl.int32), 1), 0)
+    return live
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -98,7 +123,7 @@ def _attn_fwd_inner(
     stride_kn,
     stride_vn,
     mask_ptr,
-    stride_mask_m,
+    mask_arg,
     offs_m,
     offs_d,
     k_hi,
@@ -107,7 +132,7 @@ def _attn_fwd_inner(
     qk_scale,
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr,
+    MASK_MODE: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
@@ -115,20 +140,21 @@ def _attn_fwd_inner(
     """Stream key tiles [0, k_hi) into the running (acc, l_i, m_i) of one query tile."""
     for start_n in range(0, k_hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_rows(k_base, offs_n, offs_d, stride_kn, k_len)  # (BLOCK_N, HEAD_DIM)
-        s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
-        visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, stride_mask_m, IS_CAUSAL, HAS_MASK)
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # (BLOCK_M,)
-        # A row that has seen no visible key yet keeps m = -inf; subtracting 0 instead keeps p = 0 rather than NaN.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
-        alpha = tl.exp2(m_i - m_safe)  # (BLOCK_M,) rescales what was accumulated under the old max
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_rows(v_base, offs_n, offs_d, stride_vn, k_len)  # (BLOCK_N, HEAD_DIM)
-        acc = acc * alpha[:, None]
-        acc = _dot(p.to(v.dtype), v, acc, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
-        m_i = m_new
+        visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, mask_arg, IS_CAUSAL, MASK_MODE)
+        if _live(visible, MASK_MODE) > 0:  # a fully masked tile costs no arithmetic
+            k = _load_rows(k_base, offs_n, offs_d, stride_kn, k_len)  # (BLOCK_N, HEAD_DIM)
+            s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))  # (BLOCK_M,)
+            # A row that has seen no visible key yet keeps m = -inf; subtracting 0 instead keeps p = 0, not NaN.
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
+            alpha = tl.exp2(m_i - m_safe)  # (BLOCK_M,) rescales what was accumulated under the old max
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = _load_rows(v_base, offs_n, offs_d, stride_vn, k_len)  # (BLOCK_N, HEAD_DIM)
+            acc = acc * alpha[:, None]
+            acc = _dot(p.to(v.dtype), v, acc, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
+            m_i = m_new
     return acc, l_i, m_i
 
 
@@ -152,7 +178,7 @@ def _attn_fwd(
     stride_ob,
     stride_oh,
     stride_om,
-    stride_mask_m,
+    mask_arg,
     heads,
     q_len,
     k_len,
@@ -161,7 +187,7 @@ def _attn_fwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr,
+    MASK_MODE: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
@@ -194,7 +220,7 @@ def _attn_fwd(
         stride_kn,
         stride_vn,
         mask_ptr,
-        stride_mask_m,
+        mask_arg,
         offs_m,
         offs_d,
         k_hi,
@@ -203,7 +229,7 @@ def _attn_fwd(
         qk_scale,
         BLOCK_N,
         IS_CAUSAL,
-        HAS_MASK,
+        MASK_MODE,
         ACC_DTYPE,
         DOT_PRECISION,
         UPCAST_DOT,
@@ -288,7 +314,7 @@ def _attn_bwd_dkdv(
     stride_dob,
     stride_doh,
     stride_dom,
-    stride_mask_m,
+    mask_arg,
     heads,
     q_len,
     k_len,
@@ -297,7 +323,7 @@ def _attn_bwd_dkdv(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr,
+    MASK_MODE: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
@@ -324,16 +350,17 @@ def _attn_bwd_dkdv(
         q_lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
     for start_m in range(q_lo, q_len, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = _load_rows(q_base, offs_m, offs_d, stride_qm, q_len)  # (BLOCK_M, D)
-        dout = _load_rows(dout_base, offs_m, offs_d, stride_dom, q_len)  # (BLOCK_M, D)
-        lse, delta = _load_row_stats(lse_ptr + stats_offset, delta_ptr + stats_offset, offs_m, q_len, ACC_DTYPE)
-        s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
-        visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, stride_mask_m, IS_CAUSAL, HAS_MASK)
-        p = tl.where(visible, tl.exp2(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N): share of the final softmax
-        dv = _dot(tl.trans(p.to(dout.dtype)), dout, dv, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
-        dp = _dot(dout, tl.trans(v), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)  # (BLOCK_M, BLOCK_N)
-        ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
-        dk = _dot(tl.trans(ds.to(q.dtype)), q, dk, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
+        visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, mask_arg, IS_CAUSAL, MASK_MODE)
+        if _live(visible, MASK_MODE) > 0:
+            q = _load_rows(q_base, offs_m, offs_d, stride_qm, q_len)  # (BLOCK_M, D)
+            dout = _load_rows(dout_base, offs_m, offs_d, stride_dom, q_len)  # (BLOCK_M, D)
+            lse, delta = _load_row_stats(lse_ptr + stats_offset, delta_ptr + stats_offset, offs_m, q_len, ACC_DTYPE)
+            s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
+            p = tl.where(visible, tl.exp2(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N): share of the final softmax
+            dv = _dot(tl.trans(p.to(dout.dtype)), dout, dv, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
+            dp = _dot(dout, tl.trans(v), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)  # (BLOCK_M, BLOCK_N)
+            ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
+            dk = _dot(tl.trans(ds.to(q.dtype)), q, dk, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
     dk = dk * sm_scale
     row_ok = offs_n[:, None] < k_len
     tile = off_bh.to(tl.int64) * k_len * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
@@ -363,7 +390,7 @@ def _attn_bwd_dq(
     stride_dob,
     stride_doh,
     stride_dom,
-    stride_mask_m,
+    mask_arg,
     heads,
     q_len,
     k_len,
@@ -372,7 +399,7 @@ def _attn_bwd_dq(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr,
+    MASK_MODE: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
@@ -399,14 +426,15 @@ def _attn_bwd_dq(
         k_hi = tl.minimum(k_len, (start_m + 1) * BLOCK_M)
     for start_n in range(0, k_hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_rows(k_base, offs_n, offs_d, stride_kn, k_len)  # (BLOCK_N, D)
-        v = _load_rows(v_base, offs_n, offs_d, stride_vn, k_len)  # (BLOCK_N, D)
-        s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
-        visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, stride_mask_m, IS_CAUSAL, HAS_MASK)
-        p = tl.where(visible, tl.exp2(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N)
-        dp = _dot(dout, tl.trans(v), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)  # (BLOCK_M, BLOCK_N)
-        ds = p * (dp - delta[:, None])
-        dq = _dot(ds.to(k.dtype), k, dq, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
+        visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, mask_arg, IS_CAUSAL, MASK_MODE)
+        if _live(visible, MASK_MODE) > 0:
+            k = _load_rows(k_base, offs_n, offs_d, stride_kn, k_len)  # (BLOCK_N, D)
+            v = _load_rows(v_base, offs_n, offs_d, stride_vn, k_len)  # (BLOCK_N, D)
+            s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
+            p = tl.where(visible, tl.exp2(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N)
+            dp = _dot(dout, tl.trans(v), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)  # (BLOCK_M, BLOCK_N)
+            ds = p * (dp - delta[:, None])
+            dq = _dot(ds.to(k.dtype), k, dq, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
     dq = dq * sm_scale
     tile = off_bh.to(tl.int64) * q_len * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(dq_ptr + tile, dq.to(dq_ptr.dtype.element_ty), mask=offs_m[:, None] < q_len)
@@ -504,16 +532,29 @@ class TritonKernel(BlockKernel):
         q_len, k_len = q.shape[-2], k.shape[-2]
         if mask.kind is MaskKind.CAUSAL and q_len != k_len:
             raise ValueError(f"a CAUSAL block must be square; got Lq={q_len}, Lk={k_len}")
-        if mask.kind is MaskKind.PARTIAL and (mask.allowed is None or tuple(mask.allowed.shape) != (q_len, k_len)):
-            shape = None if mask.allowed is None else tuple(mask.allowed.shape)
-            raise ValueError(f"a PARTIAL mask must be (Lq, Lk) = {(q_len, k_len)}; got {shape}")
+        if mask.kind is MaskKind.PARTIAL and mask.shape != (q_len, k_len):
+            raise ValueError(f"a PARTIAL mask must be (Lq, Lk) = {(q_len, k_len)}; got {mask.shape}")
 
-    def _mask_args(self, mask: BlockMask, q: torch.Tensor) -> tuple[torch.Tensor, int, bool]:
-        """(mask pointer, its row stride, HAS_MASK). Without a PARTIAL mask q stands in for the unused pointer."""
+    def _mask_args(self, mask: BlockMask, q: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        """(mask pointer, its argument, MASK_MODE) for _visible. Without a PARTIAL mask q stands in for the unused
+        pointer. A positional rule goes to the kernel as one packed int32 tensor, evaluated tile by tile."""
         if mask.kind is not MaskKind.PARTIAL:
-            return q, 0, False
+            return q, 0, 0
+        if mask.allowed is None and mask.rule is not None:
+            rule = mask.rule
+            packed = self._packed_rule(mask, q.device)
+            mode = 2 | (4 if rule.causal else 0) | (8 if rule.window else 0) | (16 if rule.q_doc is not None else 0)
+            return packed, int(rule.window), mode
         allowed = self.mask_tensors.allowed(mask, q.device, torch.int8)  # (Lq, Lk), 1 = visible, contiguous
-        return allowed, allowed.stride(0), True
+        return allowed, allowed.stride(0), 1
+
+    def _packed_rule(self, mask: BlockMask, device: torch.device) -> torch.Tensor:
+        """[q_pos | k_pos | q_doc | k_doc] int32 on ``device``, built once per plan mask."""
+        return self.mask_tensors._get(
+            (id(mask), "packed-rule", torch.device(device)),
+            mask,
+            lambda: torch.cat(self.mask_tensors.rule_tensors(mask, device)).contiguous(),
+        )
 
     def forward(self, q, k, v, mask, scale):
         self._check_inputs(q, k, v, mask)
@@ -527,19 +568,19 @@ class TritonKernel(BlockKernel):
             return out, lse
         if k_len == 0:
             return out.zero_(), lse.fill_(float("-inf"))
-        mask_ptr, stride_mask_m, has_mask = self._mask_args(mask, q)
+        mask_ptr, mask_arg, mask_mode = self._mask_args(mask, q)
         block_m, block_n = _block(q_len), _block(k_len)
         grid = (triton.cdiv(q_len, block_m), batch * heads)
         _attn_fwd[grid](
             q, k, v, mask_ptr, out, lse,
             *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-            stride_mask_m, heads, q_len, k_len,
+            mask_arg, heads, q_len, k_len,
             SM_SCALE=float(scale),
             HEAD_DIM=head_dim,
             BLOCK_M=block_m,
             BLOCK_N=block_n,
             IS_CAUSAL=mask.kind is MaskKind.CAUSAL,
-            HAS_MASK=has_mask,
+            MASK_MODE=mask_mode,
             ACC_DTYPE=_tl_dtype(acc),
             DOT_PRECISION="ieee",  # fp32 inputs must not be rounded to tf32; ignored for 16-bit inputs
             UPCAST_DOT=_upcast_dot(q.dtype),
@@ -560,7 +601,7 @@ class TritonKernel(BlockKernel):
             return dq, dk, dv
         lse = lse.to(acc).contiguous()  # (B, H, Lq), the final lse of the ring
         delta = torch.empty_like(lse)  # (B, H, Lq)
-        mask_ptr, stride_mask_m, has_mask = self._mask_args(mask, q)
+        mask_ptr, mask_arg, mask_mode = self._mask_args(mask, q)
         block_m, block_n = _block(q_len), _block(k_len)
         options = _launch_options(q)
         constants = {
@@ -569,7 +610,7 @@ class TritonKernel(BlockKernel):
             "BLOCK_M": block_m,
             "BLOCK_N": block_n,
             "IS_CAUSAL": mask.kind is MaskKind.CAUSAL,
-            "HAS_MASK": has_mask,
+            "MASK_MODE": mask_mode,
             "ACC_DTYPE": _tl_dtype(acc),
             "DOT_PRECISION": "ieee",
             "UPCAST_DOT": _upcast_dot(q.dtype),
@@ -578,7 +619,7 @@ class TritonKernel(BlockKernel):
             out, dout, delta, *_strides(out), *_strides(dout), heads, q_len,
             HEAD_DIM=head_dim, BLOCK_M=block_m, ACC_DTYPE=constants["ACC_DTYPE"], **options,
         )  # fmt: skip
-        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(dout), stride_mask_m, heads, q_len, k_len)
+        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(dout), mask_arg, heads, q_len, k_len)
         _attn_bwd_dkdv[(triton.cdiv(k_len, block_n), batch * heads)](
             q, k, v, mask_ptr, dout, lse, delta, dk, dv, *strides, **constants, **options
         )

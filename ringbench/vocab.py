@@ -1,7 +1,16 @@
-"""The fixed vocabulary of a ring: mask modes, layouts, buffer strategies and dtypes, and their parsing."""
+"""The fixed vocabulary of a ring: mask modes, layouts, buffer strategies and dtypes, and their parsing.
+
+Mask modes are data (``MaskSpec``): which keys a query sees follows from token positions and document ids alone.
+A query at position i sees the keys j with
+    same document (document masks)  and  j <= i (causal)  and  i - j < W (window:W)
+so every mode is an interval of key positions per query. ``MaskSpec.parse`` reads the mode names of the ``mask`` axis:
+``none``, ``causal``, ``causal-naive``, ``causal-document``, ``full-document``, ``window:W`` and
+``causal-document+window:W``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 import torch
@@ -31,16 +40,112 @@ class Mask(_Choice):
     CAUSAL_NAIVE = "causal-naive"  # every pair computed with its mask: the baseline that wastes ~half the work
 
 
+MASK_HELP = (
+    "one of: none, causal, causal-naive, causal-document, full-document, window:W (a causal sliding window of W "
+    "tokens), causal-document+window:W"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MaskSpec:
+    """A mask mode as data: the positional rule a query's visible keys follow (see the module docstring)."""
+
+    causal: bool = True
+    """Keys at or before the query only."""
+    documents: bool = False
+    """Keys of the query's own document only (the documents come from the case's ``docs`` spec)."""
+    window: int | None = None
+    """Causal sliding window: query i sees keys i-W+1..i (None: no window)."""
+    naive: bool = False
+    """``causal-naive``: every pair is computed with its mask, nothing is skipped (the seed's baseline)."""
+
+    @classmethod
+    def parse(cls, value: object, field: str = "mask") -> MaskSpec:
+        """A spec, a Mask member or a mode name; anything else raises the one-line UsageError."""
+        if isinstance(value, MaskSpec):
+            return value
+        if isinstance(value, Mask):
+            value = value.value
+        text = value.strip() if isinstance(value, str) else value
+        if not isinstance(text, str) or not text:
+            raise bad_value(field, value, MASK_HELP)
+        parts = text.split("+")
+        windows = [p for p in parts if p.startswith("window:")]
+        rest = [p for p in parts if not p.startswith("window:")]
+        window = None
+        if len(windows) > 1:
+            raise bad_value(field, value, MASK_HELP + " (one window at most)")
+        if windows:
+            number = windows[0].removeprefix("window:")
+            if not number.strip().lstrip("+-").isdigit():
+                raise bad_value(field, value, "window:W with an integer W >= 1 (tokens), e.g. window:4096")
+            window = int(number)
+            if window < 1:
+                raise bad_value(field, value, "window:W with an integer W >= 1 (tokens), e.g. window:4096")
+        base = {
+            (): cls(causal=True),
+            ("none",): cls(causal=False),
+            ("causal",): cls(causal=True),
+            ("causal-naive",): cls(causal=True, naive=True),
+            ("causal-document",): cls(causal=True, documents=True),
+            ("full-document",): cls(causal=False, documents=True),
+        }.get(tuple(rest))
+        if base is None or (window is not None and not base.causal) or (window is not None and base.naive):
+            raise bad_value(field, value, MASK_HELP)
+        if window is None and not rest:
+            raise bad_value(field, value, MASK_HELP)
+        return cls(causal=base.causal, documents=base.documents, window=window, naive=base.naive)
+
+    @property
+    def text(self) -> str:
+        """The canonical mode name (what case ids, records and reports show)."""
+        if self.naive:
+            return "causal-naive"
+        if self.documents:
+            head = "causal-document" if self.causal else "full-document"
+            return head + (f"+window:{self.window}" if self.window is not None else "")
+        if self.window is not None:
+            return f"window:{self.window}"
+        return "causal" if self.causal else "none"
+
+    @property
+    def legacy(self) -> bool:
+        """One of the three original modes (none, causal, causal-naive): their plans never change."""
+        return not self.documents and self.window is None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def canonical_mask(value: object, field: str = "mask") -> str:
+    """The canonical name of a mask mode (``causal+window:64`` -> ``window:64``); raises the one-line error."""
+    return MaskSpec.parse(value, field).text
+
+
 class Layout(_Choice):
     CONTIGUOUS = "contiguous"  # rank i owns [i*S/N, (i+1)*S/N)
     ZIGZAG = "zigzag"  # 2N chunks; rank i owns chunks i and 2N-1-i
     STRIPED = "striped"  # token t belongs to rank t mod N
+    DOC_BALANCED = "doc-balanced"  # equal chunks given to ranks by their visible work (document / window masks)
 
 
 class Buffer(_Choice):
     SYNC = "sync"  # blocking exchange, then compute: no overlap
     DOUBLE = "double"  # post the next exchange, compute the block in hand, then wait: two KV buffers
     ALLGATHER = "allgather"  # gather all K, V and compute locally: exact, O(S) memory per device
+    # The short ring (the window-aware ring): a block travels only as far as some rank's queries see it, and the
+    # ring stops after the last step any rank needs; the backward sends dK/dV home along the same short path.
+    SYNC_SHORT = "sync-short"
+    DOUBLE_SHORT = "double-short"
+
+    @property
+    def short(self) -> bool:
+        return self in (Buffer.SYNC_SHORT, Buffer.DOUBLE_SHORT)
+
+    @property
+    def sync(self) -> bool:
+        """Exchange, then compute (no overlap)."""
+        return self in (Buffer.SYNC, Buffer.SYNC_SHORT)
 
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -138,6 +243,8 @@ class Strategy:
             return ("allgather",)
         if self.kind == "ulysses":
             return ("sync",)  # the all-to-alls block; nothing travels while attention runs
+        if self.kind == "ring":
+            return ("double", "sync", "double-short", "sync-short")  # the short ring: ringbench/engine/short_ring.py
         return ("double", "sync")
 
     def check(self, world: int, heads: int, field: str = "strategy") -> None:

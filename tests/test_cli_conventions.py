@@ -114,6 +114,21 @@ def test_every_json_document_opens_with_its_format_and_gives_the_run_dir(tmp_pat
         "compare": ["compare", baseline, run, "--json"],
         "recommend": ["recommend", "--topology", str(DATA / "dgx_a100_nv12.txt"), "--order", "stride:3", "--json"],
         "topo": ["topo", "--topology", str(DATA / "dgx_a100_nv12.txt"), "--json"],
+        "plan": [
+            "plan",
+            "--topology",
+            str(DATA / "dgx_a100_nv12.txt"),
+            "--world",
+            "8",
+            "--seq",
+            "2048",
+            "--heads",
+            "8",
+            "--head-dim",
+            "32",
+            "--json",
+            "-q",
+        ],
     }
     for name, args in calls.items():
         result = invoke(*args)
@@ -125,3 +140,16 @@ def test_every_json_document_opens_with_its_format_and_gives_the_run_dir(tmp_pat
             assert document["format"] == f"ringbench-{name}", document["format"]
         if name in ("analyze", "report", "baseline"):
             assert document["run_dir"] == run, name
+
+
+def test_every_command_names_the_json_document_it_writes():
+    """Each command's Output says which envelope its --json opens with (a missing one failed only at --json time)."""
+    import re
+
+    from ringbench.cli.common import JSON_DOCUMENTS
+
+    commands = Path(__file__).parent.parent / "ringbench" / "cli"
+    for path in sorted(commands.glob("*_cmd.py")):
+        for call in re.findall(r"Output\(([^)]*)\)", path.read_text()):
+            named = re.search(r'document="([^"]+)"', call)
+            assert named and named.group(1) in JSON_DOCUMENTS, (path.name, call)

@@ -9,7 +9,7 @@ import torch
 
 from ringbench.errors import UsageError
 from ringbench.kernels import BlockMask, MaskKind, available_kernels, get_kernel, torch_sdpa
-from ringbench.kernels.base import MaskTensors, additive_mask
+from ringbench.kernels.base import MaskTensors, PositionMask, additive_mask
 from ringbench.kernels.torch_sdpa import MathKernel, TorchSdpaKernel, cuda_route
 
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 3e-2, torch.float16: 4e-3}
@@ -25,7 +25,26 @@ def _masks(q_len, k_len):
         "causal": BlockMask(MaskKind.CAUSAL),
         "partial-strict": BlockMask.partial(strict),
         "partial-random": BlockMask.partial(random),
+        "rule-documents-window": rule_mask(q_len, k_len, causal=True, window=5, docs=True),
+        "rule-full-document": rule_mask(q_len, k_len, causal=False, window=0, docs=True),
     }
+
+
+def rule_mask(q_len: int, k_len: int, *, causal: bool, window: int, docs: bool, offset: int = 3) -> BlockMask:
+    """A PARTIAL mask given by its positional rule (documents of 5 tokens; queries ``offset`` tokens later)."""
+    q_pos, k_pos = torch.arange(q_len) + offset, torch.arange(k_len)
+    rule = PositionMask(q_pos=q_pos, k_pos=k_pos, q_doc=q_pos // 5 if docs else None, k_doc=k_pos // 5 if docs else None,
+                        causal=causal, window=window)  # fmt: skip
+    return BlockMask.from_rule(rule, rule.allowed().sum(dim=1))
+
+
+def test_a_positional_rule_is_the_mask_it_stands_for():
+    mask = rule_mask(12, 10, causal=True, window=4, docs=True)
+    q, k = torch.arange(12)[:, None] + 3, torch.arange(10)[None, :]
+    want = (k <= q) & (q - k < 4) & (q // 5 == k // 5)
+    assert mask.allowed is None and torch.equal(MaskTensors().allowed(mask, "cpu"), want)
+    assert mask.visible == pytest.approx(float(want.float().mean())) and mask.shape == (12, 10)
+    assert torch.equal(mask.empty_rows, ~want.any(dim=1))
 
 
 def _compare(kernel, device, dtype):

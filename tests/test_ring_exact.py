@@ -3,12 +3,24 @@
 Every mask x layout x buffer x ordering, in float64 and float32, at world sizes 1, 2, 3, 4 and one 8-rank set;
 every strategy (ulysses, hybrid:U, double-ring:W; ringbench.run.selfcheck.strategy_cases) in every mask and
 layout in the same worlds (the whole product, worlds 1-8, in tests/test_strategies.py under slow).
-Tolerances per dtype live in ringbench.run.selfcheck.TOLERANCE (fp32: 1e-5 forward, 5e-5 on gradients).
+The document and window masks (ringbench.run.selfcheck.mask_cases: random document packs with documents shorter
+than a chunk, windows shorter than a rank's block and longer than S, the short ring) ride in the same launches:
+every combination at 1 rank, a covering set at 2 and 3 ranks; every combination at 2, 4, 5 and 8 ranks is the
+slow tier; the strategies take them too (strategy_mask_cases). Tolerances per dtype live in ringbench.vocab.TOLERANCE
+(fp32: 1e-5 forward, 5e-5 on gradients).
 """
 
 import pytest
 
-from ringbench.run.selfcheck import CheckCase, all_cases, run_selfcheck, strategy_cases, within_tolerance
+from ringbench.run.selfcheck import (
+    CheckCase,
+    all_cases,
+    mask_cases,
+    run_selfcheck,
+    strategy_cases,
+    strategy_mask_cases,
+    within_tolerance,
+)
 from ringbench.vocab import TOLERANCE
 
 
@@ -19,7 +31,16 @@ def _assert_exact(cases, results):
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_every_variant_is_exact(world):
-    cases = all_cases(world) + strategy_cases(world)
+    # One launch per world size: the original masks, every strategy, and the document and window masks beside them.
+    extra = mask_cases(world, full=world == 1) if world in (1, 2, 3) else []
+    cases = all_cases(world) + strategy_cases(world) + extra + strategy_mask_cases(world)
+    _assert_exact(cases, run_selfcheck(world, cases))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4, 5, 8])
+def test_every_document_and_window_variant_is_exact(world):
+    cases = mask_cases(world, full=True) + strategy_mask_cases(world, full=True)
     _assert_exact(cases, run_selfcheck(world, cases))
 
 

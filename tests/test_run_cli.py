@@ -117,7 +117,9 @@ def test_scenario_file_errors_name_the_file_and_field(tmp_path):
     assert result.exit_code == 2 and "not valid YAML" in result.output  # safe_load refuses python tags
 
 
-@pytest.mark.parametrize("name", ["default", "masks", "buffers", "orderings", "stragglers", "scaling"])
+@pytest.mark.parametrize(
+    "name", ["default", "masks", "buffers", "orderings", "stragglers", "scaling", "documents", "windows"]
+)
 def test_shipped_scenarios_load(name):
     scenario = load_scenario(name)
     assert scenario.cases()

@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from ringbench.kernels import get_kernel, triton_attn
-from ringbench.kernels.base import BlockMask, MaskKind, stats_dtype
+from ringbench.kernels.base import BlockMask, MaskKind, PositionMask, stats_dtype
 from ringbench.kernels.torch_sdpa import MathKernel
 from ringbench.kernels.triton_attn import TritonKernel
 from ringbench.run.selfcheck import CheckCase, check_case
@@ -46,9 +46,25 @@ CASES = [
     ("random", 24, 40, 32),
     ("random", 40, 24, 16),
 ]
+# PARTIAL masks given by a positional rule (documents, causal, a window), evaluated tile by tile.
+RULE_CASES = [("rule-documents", 40, 24, 16), ("rule-window", 24, 40, 32), ("rule-full-document", 24, 40, 16)]
+
+
+def rule_mask(q_len: int, k_len: int, *, causal=True, window=0, docs=True, q_start=20, doc_len=7) -> BlockMask:
+    """A PARTIAL mask by its positional rule: keys at 0.., queries from ``q_start``, documents of ``doc_len``."""
+    q_pos, k_pos = torch.arange(q_len) + q_start, torch.arange(k_len)
+    rule = PositionMask(q_pos=q_pos, k_pos=k_pos, q_doc=q_pos // doc_len if docs else None,
+                        k_doc=k_pos // doc_len if docs else None, causal=causal, window=window)  # fmt: skip
+    return BlockMask.from_rule(rule, rule.allowed().sum(dim=1))
 
 
 def make_mask(name: str, q_len: int, k_len: int, generator: torch.Generator) -> BlockMask:
+    if name == "rule-documents":
+        return rule_mask(q_len, k_len, window=9)
+    if name == "rule-window":
+        return rule_mask(q_len, k_len, window=11, docs=False, q_start=10)
+    if name == "rule-full-document":
+        return rule_mask(q_len, k_len, causal=False, doc_len=13)
     if name == "full":
         return BlockMask(MaskKind.FULL)
     if name == "causal":
@@ -115,6 +131,20 @@ def test_matches_math_kernel(small_tiles, name, q_len, k_len, head_dim, dtype):
     compare(*make_inputs(q_len, k_len, head_dim, dtype), mask, TritonKernel())
 
 
+@pytest.mark.parametrize(("name", "q_len", "k_len", "head_dim"), RULE_CASES, ids=lambda x: str(x))
+def test_rule_masks_match_math_kernel(small_tiles, name, q_len, k_len, head_dim):
+    mask = make_mask(name, q_len, k_len, torch.Generator())
+    compare(*make_inputs(q_len, k_len, head_dim, torch.float32), mask, TritonKernel())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize(("name", "q_len", "k_len", "head_dim"), RULE_CASES, ids=lambda x: str(x))
+def test_rule_masks_match_math_kernel_in_every_dtype(small_tiles, name, q_len, k_len, head_dim, dtype):
+    mask = make_mask(name, q_len, k_len, torch.Generator())
+    compare(*make_inputs(q_len, k_len, head_dim, dtype), mask, TritonKernel())
+
+
 @pytest.mark.parametrize("name", ["full", "causal", "random"])
 def test_single_tile_default_blocks(name):
     """The default tile cap (64): each length fits in one tile, partly filled."""
@@ -140,6 +170,28 @@ def test_empty_rows_give_merge_identity(small_tiles):
     assert torch.isneginf(lse).all() and not out.any()
     grads = kernel.backward(dout[..., :16, :], q[..., :16, :], k, v, out, lse, hidden, 0.25)
     assert not any(g.any() for g in grads)
+
+
+def test_fully_masked_tiles_are_skipped(small_tiles):
+    """Keys of tiles no query sees are NaN: a kernel that computed them would spread NaN (0 x NaN = NaN); one that
+    skips them matches the math kernel on the same inputs with those keys zeroed."""
+    q, k, v, dout = make_inputs(32, 64, 16, torch.float32)
+    mask = rule_mask(32, 64, window=12, docs=False, q_start=40)  # queries 40..71 see keys 29..63: tiles 0, 1 hidden
+    poisoned_k, poisoned_v = k.clone(), v.clone()
+    poisoned_k[..., :16, :] = float("nan")
+    poisoned_v[..., :16, :] = float("nan")
+    kernel, reference = TritonKernel(), MathKernel()
+    out, lse = kernel.forward(q, poisoned_k, poisoned_v, mask, 0.25)
+    ref_out, ref_lse = reference.forward(q, k, v, mask, 0.25)
+    torch.testing.assert_close(out, ref_out, atol=5e-6, rtol=1e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=2e-6, rtol=2e-6)
+    grads = kernel.backward(dout, q, poisoned_k, poisoned_v, ref_out, ref_lse, mask, 0.25)
+    ref_grads = reference.backward(dout, q, k, v, ref_out, ref_lse, mask, 0.25)
+    torch.testing.assert_close(grads[0], ref_grads[0], atol=1e-5, rtol=1e-5)  # dq never reads the hidden keys
+    # The hidden keys' dk, dv: every query tile skipped, so exactly zero (computed, they would be NaN).
+    assert not grads[1][..., :16, :].any() and not grads[2][..., :16, :].any()
+    torch.testing.assert_close(grads[1][..., 16:, :], ref_grads[1][..., 16:, :], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[2][..., 16:, :], ref_grads[2][..., 16:, :], atol=1e-5, rtol=1e-5)
 
 
 def test_partial_mask_is_copied_once():
@@ -181,6 +233,24 @@ def test_ring_selfcheck(mask, layout, dtype):
     assert fwd_err <= fwd_tol and bwd_err <= bwd_tol, (fwd_err, bwd_err)
 
 
+@pytest.mark.parametrize(
+    "mask",
+    [
+        "causal-document+window:5",
+        pytest.param("causal-document", marks=pytest.mark.slow),
+        pytest.param("window:7", marks=pytest.mark.slow),
+    ],
+)
+def test_ring_selfcheck_new_masks(mask):
+    """The ring at world 1 on documents and windows: FULL, CAUSAL and rule-PARTIAL sub-blocks through triton."""
+    docs = "lengths:3,9,1,12,7" if "document" in mask else "none"
+    case = CheckCase(mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=32, head_dim=16,
+                     docs=docs)  # fmt: skip
+    fwd_err, bwd_err = check_case(case, world=1, rank=0)
+    fwd_tol, bwd_tol = TOLERANCE["float32"]
+    assert fwd_err <= fwd_tol and bwd_err <= bwd_tol, (fwd_err, bwd_err)
+
+
 @pytest.mark.parametrize("head_dim", [8, 24, 48, 256])
 def test_bad_head_dim(head_dim):
     with pytest.raises(ValueError, match=rf"head_dim={head_dim} is not allowed; expected a power of two"):
@@ -212,7 +282,14 @@ class TestGpu:
     @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
     @pytest.mark.parametrize(
         ("name", "q_len", "k_len", "head_dim"),
-        [*CASES, ("full", 200, 130, 64), ("causal", 300, 300, 128), ("random", 150, 257, 64)],
+        [
+            *CASES,
+            *RULE_CASES,
+            ("full", 200, 130, 64),
+            ("causal", 300, 300, 128),
+            ("random", 150, 257, 64),
+            ("rule-documents", 300, 200, 64),
+        ],
         ids=lambda x: str(x),
     )
     def test_matches_math_kernel(self, name, q_len, k_len, head_dim, dtype):
@@ -223,9 +300,13 @@ class TestGpu:
         with pytest.raises(ValueError, match="dtype='float64'"):
             TritonKernel().check(64, torch.float64, torch.device("cuda"))
 
-    @pytest.mark.parametrize("mask", ["none", "causal", "causal-naive"])
+    @pytest.mark.parametrize(
+        "mask", ["none", "causal", "causal-naive", "causal-document", "window:40", "causal-document+window:30"]
+    )
     def test_ring_selfcheck(self, mask):
-        case = CheckCase(mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=96, head_dim=64)
+        docs = "lengths:10,50,3,70,59" if "document" in mask else "none"
+        case = CheckCase(mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=192, head_dim=64,
+                         docs=docs)  # fmt: skip
         fwd_err, bwd_err = check_case(case, world=1, rank=0, device=torch.device("cuda"))
         fwd_tol, bwd_tol = TOLERANCE["float32"]
         assert fwd_err <= fwd_tol and bwd_err <= bwd_tol, (fwd_err, bwd_err)

@@ -10,6 +10,10 @@ which rank or hop holds the ring back. ``answers(analysis)`` gives, one line eac
   winners      when the strategy varied: the fastest strategy per context (analysis/strategies.py), e.g.
                "strategy (S=4096): hybrid:2 (double, heads-first) fastest, 140.7 ms; ring 1.10x slower"
   straggler    the culprit with its case and cost, "none" (in the cases that could be judged), or "inconclusive"
+  balance      per mask whose layouts were compared (or that has documents or a window): which layout leaves which
+               rank with how much more than the mean work (the plan's prediction, with the measured compute beside
+               it), e.g. "causal-document (8 ranks): zigzag leaves rank 5 with 1.90× the mean work (measured
+               1.85×); doc-balanced 1.04× (1.06×)"
   caveats      emulation, oversubscribed cores, faults, unchecked numerics: one line
   next         the command to run next
 
@@ -86,10 +90,12 @@ class Answers:
     caveats: str
     next_step: str
     winners: tuple[str, ...] = ()  # the fastest strategy per context, one line each (a run that varied it)
+    balance: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         """The block, one line each, in the order a reader needs them."""
-        lines = [self.headline, *self.winners, *(c.line() for c in self.comparisons), f"straggler: {self.straggler}"]
+        lines = [self.headline, *self.winners, *(c.line() for c in self.comparisons), f"straggler: {self.straggler}",
+                 *self.balance]  # fmt: skip
         if self.caveats:
             lines.append(f"caveats: {self.caveats}")
         lines.append(f"next: {self.next_step}")
@@ -116,6 +122,7 @@ class Answers:
                 for c in self.comparisons
             ],
             "winners": list(self.winners),
+            "balance": list(self.balance),
             "straggler": self.straggler,
             "caveats": self.caveats,
             "next": self.next_step,
@@ -276,13 +283,15 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
             headline = f"No straggler found; exposed communication {share} of step time"
 
     caveats = _caveats(analysis, label_line(analysis))
+    balance = balance_lines(analysis)
     target = run_dir or str(run.path)
     if len(summary) and not judged:
         next_step = _next_when_unjudged(analysis)
     else:
         next_step = f"ringbench report {target}   (then open reports/<run-id>/report.html)"
     return Answers(headline=headline, comparisons=tuple(comparisons), straggler=straggler, caveats=caveats,
-                   next_step=next_step, winners=tuple(winners["line"]) if len(winners) else ())  # fmt: skip
+                   next_step=next_step, winners=tuple(winners["line"]) if len(winners) else (),
+                   balance=balance)  # fmt: skip
 
 
 def _winners(cases: pd.DataFrame, samples: pd.DataFrame, comparable: set[str]) -> pd.DataFrame:
@@ -292,6 +301,44 @@ def _winners(cases: pd.DataFrame, samples: pd.DataFrame, comparable: set[str]) -
         return pd.DataFrame()
     medians = samples.groupby("case_id")["step_ms"].median()
     return strategy_winners(cases, medians, comparable)
+
+
+def _structured(mask: str) -> bool:
+    """A mask with documents or a window (its balance is worth a line even without a layout comparison)."""
+    return "document" in mask or "window" in mask
+
+
+def balance_lines(analysis) -> tuple[str, ...]:
+    """One line per (mask, ranks, documents) context whose layouts were compared or whose mask has documents or a
+    window: the layouts from most to least unbalanced, the worst with its busiest rank (module docstring)."""
+    cases = analysis.run.cases
+    balance = analysis.balance_cases
+    if cases.empty or balance.empty or "layout" not in cases:
+        return ()
+    axes = cases.drop_duplicates("case_id")[["case_id", "mask", "layout", "world", "docs"]].copy()
+    axes["docs"] = axes["docs"].astype(object).where(axes["docs"].notna(), "none").astype(str)  # old records: no docs
+    axes["case_id"] = axes["case_id"].astype(str)
+    table = axes.merge(balance.astype({"case_id": str}).drop(columns="world"), on="case_id")
+    table = table[(table["world"].astype(int) > 1) & table["predicted_imbalance"].notna()]
+    lines = []
+    for (mask, world, docs), group in table.groupby(["mask", "world", "docs"], sort=False):
+        if group["layout"].nunique() < 2 and not _structured(str(mask)):
+            continue
+        per_layout = group.groupby("layout", sort=False).agg(
+            predicted=("predicted_imbalance", "first"), measured=("imbalance", "median"),
+            busiest=("busiest_rank", "first"),
+        ).sort_values("predicted", ascending=False)  # fmt: skip
+        parts = []
+        for n, (layout, row) in enumerate(per_layout.iterrows()):
+            measured = f"measured {_x(row['measured'])}" if row["measured"] == row["measured"] else "not traced"
+            if n == 0:
+                parts.append(f"{layout} leaves rank {int(row['busiest'])} with {_x(row['predicted'])} the mean work "
+                             f"({measured})")  # fmt: skip
+            else:
+                parts.append(f"{layout} {_x(row['predicted'])} ({measured})")
+        where = f"{mask} ({int(world)} ranks" + (f", docs {docs}" if docs != "none" else "") + ")"
+        lines.append(f"balance: {where}: " + "; ".join(parts))
+    return tuple(lines)
 
 
 def _next_when_unjudged(analysis) -> str:

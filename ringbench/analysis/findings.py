@@ -156,7 +156,7 @@ def analyze(run: RunData) -> RunAnalysis:
     steps = overlap_steps(events, xfers)
     per_case = overlap_cases(events, steps, cases, figures=figures)
     bounded = run.meta.bounded_cases  # simulated at scale: only some ranks' spans are in the record
-    ranks = balance_ranks(events, cases)
+    ranks = balance_ranks(events, cases, run.meta.plans)
     ranks = ranks[~ranks["case_id"].astype(str).isin(bounded)] if bounded and "case_id" in ranks else ranks
     balance = balance_cases(ranks, events, cases)
     if bounded and len(balance) and "case_id" in balance:

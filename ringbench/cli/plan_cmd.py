@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.simulate.plan import PlanRequest, make_plan
         from ringbench.vocab import DTYPES, Layout, Mask
 
-        out = Output(json=json_out, quiet=quiet)
+        out = Output(json=json_out, quiet=quiet, document="plan")
         with cli_errors():
             from ringbench.errors import bad_value
 

@@ -40,7 +40,7 @@ from ringbench.rank.scenario import DEFAULT_SCENARIO
 AXES_PANEL = "Sweep axes (repeatable; defaults: without a scenario file)"
 RUN_PANEL = "Run settings"
 SHOWN_AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "strategy", "placement", "mask", "layout",
-              "buffer", "order", "kernel", "impl")  # fmt: skip
+              "buffer", "order", "kernel", "impl", "docs", "layers")  # fmt: skip
 
 
 def _default(name: str) -> str:
@@ -70,6 +70,8 @@ def case_line(row: dict, done: int, total: int) -> str:
     strategy = str(row.get("strategy") or "ring")
     if strategy not in ("ring", "allgather"):
         kernel += f", {strategy}" + (f" @{row['placement']}" if row.get("placement") else "")
+    if str(row.get("layers") or "1") != "1":
+        kernel += f", layers {row['layers']}"
     if row.get("check_note"):
         check += f" [{row['check_note']})"
     exposed = f"exposed comm {exposed_text(row['exposed_comm_frac'], row['world'])}"
@@ -131,9 +133,24 @@ def register(app: typer.Typer) -> None:
         dtype: Annotated[
             list[str], _axis("float32 (fp32), float64 (fp64), bfloat16 (bf16), float16 (fp16).", "dtype")
         ] = [],  # noqa: B006
-        mask: Annotated[list[str], _axis("none, causal, causal-naive.", "mask")] = [],  # noqa: B006
-        layout: Annotated[list[str], _axis("contiguous, zigzag, striped.", "layout")] = [],  # noqa: B006
-        buffer: Annotated[list[str], _axis("sync, double, allgather.", "buffer")] = [],  # noqa: B006
+        mask: Annotated[
+            list[str],
+            _axis(
+                "none, causal, causal-naive, causal-document, full-document, window:W, causal-document+window:W.",
+                "mask",
+            ),
+        ] = [],  # noqa: B006
+        layout: Annotated[
+            list[str], _axis("contiguous, zigzag, striped, doc-balanced (document masks).", "layout")
+        ] = [],  # noqa: B006
+        buffer: Annotated[
+            list[str],
+            _axis(
+                "sync, double, allgather, sync-short, double-short (the ring stops when no rank needs "
+                "more: the window-aware ring).",
+                "buffer",
+            ),
+        ] = [],  # noqa: B006
         order: Annotated[list[str], _axis("identity, reverse, random:SEED, stride:K, or 0-3-1-2.", "order")] = [],  # noqa: B006
         kernel: Annotated[
             list[str], _axis("torch, math, triton, emulated:GFLOPS, emulated:auto, modelled:GFLOPS.", "kernel")
@@ -145,6 +162,21 @@ def register(app: typer.Typer) -> None:
         placement: Annotated[
             list[str],
             _axis("hybrid / double ring groups: heads-first, interleaved, or ranks such as 0-2-1-3.", "placement"),
+        ] = [],  # noqa: B006
+        docs: Annotated[
+            list[str],
+            _axis(
+                "Packed documents of the document masks: lengths:L1,L2,..., file:PATH[:COLUMN], "
+                "lognormal:MEAN:SIGMA:SEED[:CAP], uniform:MIN:MAX:SEED[:CAP].",
+                "docs",
+            ),
+        ] = [],  # noqa: B006
+        layers: Annotated[
+            list[str],
+            _axis(
+                "Attention layers per iteration: a count, or masks with repeats, e.g. 'window:4096 x5, causal x1'.",
+                "layers",
+            ),
         ] = [],  # noqa: B006
         backward: Annotated[
             bool | None,
@@ -262,7 +294,7 @@ def register(app: typer.Typer) -> None:
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
                 layout=layout, buffer=buffer, order=order, kernel=kernel, impl=impl, strategy=strategy,
-                placement=placement, backward=backward, iters=iters,
+                placement=placement, docs=docs, layers=layers, backward=backward, iters=iters,
                 warmup=warmup, check=check, timeout=timeout, repeat=repeat, faults=fault,
                 topology=str(topology) if topology else None, emulate_links=emulate_links or None,
             )  # fmt: skip

@@ -105,9 +105,19 @@ def register(app: typer.Typer) -> None:
         head_dim: Annotated[list[int], _axis("Head dimension.")] = [],  # noqa: B006
         batch: Annotated[list[int], _axis("Batch size.")] = [],  # noqa: B006
         dtype: Annotated[list[str], _axis("float32, float64, bfloat16, float16.")] = [],  # noqa: B006
-        mask: Annotated[list[str], _axis("none, causal, causal-naive.")] = [],  # noqa: B006
-        layout: Annotated[list[str], _axis("contiguous, zigzag, striped.")] = [],  # noqa: B006
-        buffer: Annotated[list[str], _axis("sync, double, allgather.")] = [],  # noqa: B006
+        mask: Annotated[
+            list[str],
+            _axis("none, causal, causal-naive, causal-document, full-document, window:W, causal-document+window:W."),
+        ] = [],  # noqa: B006
+        layout: Annotated[list[str], _axis("contiguous, zigzag, striped, doc-balanced.")] = [],  # noqa: B006
+        buffer: Annotated[list[str], _axis("sync, double, allgather, sync-short, double-short.")] = [],  # noqa: B006
+        docs: Annotated[
+            list[str],
+            _axis(
+                "Packed documents of the document masks: lengths:..., file:PATH, "
+                "lognormal:MEAN:SIGMA:SEED[:CAP], uniform:MIN:MAX:SEED[:CAP]."
+            ),
+        ] = [],  # noqa: B006
         order: Annotated[list[str], _axis("identity, reverse, random:SEED, stride:K, or 0-3-1-2.")] = [],  # noqa: B006
         strategy: Annotated[list[str], _axis("ring, ulysses, hybrid:U, double-ring:W, allgather.")] = [],  # noqa: B006
         placement: Annotated[list[str], _axis("heads-first, interleaved, or ranks such as 0-2-1-3.")] = [],  # noqa: B006
@@ -215,7 +225,7 @@ def register(app: typer.Typer) -> None:
             chosen = base.with_overrides(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, mask=mask,
                 layout=layout, buffer=buffer, order=order, strategy=strategy, placement=placement,
-                backward=backward, faults=fault, seed=seed,
+                backward=backward, faults=fault, seed=seed, docs=docs,
             )  # fmt: skip
             request = SimRequest(
                 scenario=chosen, iterations=iters, calibrate_from=calibrate_from, like=like,

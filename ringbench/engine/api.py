@@ -6,6 +6,11 @@
                            buffer="double", order="identity", group=None)
     out = unshard([out_0, ..., out_N_minus_1], layout="zigzag")      # list in rank order -> (B, H, S, D)
 
+Packed documents and windows: ``mask="causal-document", docs="lengths:3000,1096"`` (or a MaskRule from
+ringbench.engine.masks.mask_rule, which carries its documents); ``mask="window:512", buffer="double-short"`` runs
+the short ring, which stops when the window is covered. ``layout="doc-balanced"`` needs the same rule to shard
+(``shard(x, "doc-balanced", N, r, rule=mask_rule(mask, docs, S))``).
+
 Unsupported input raises ValueError (ringbench.errors.UsageError) naming the argument, the value and what is
 allowed.
 """
@@ -18,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from ringbench.engine.comm import RingComm
-from ringbench.engine.layout import check_divisible
+from ringbench.engine.layout import as_layout, check_divisible, resolve_layout
+from ringbench.engine.masks import mask_rule
 from ringbench.engine.recorder import NullRecorder
 from ringbench.engine.reference import attention
 from ringbench.engine.ring import RingContext, ring_backward, ring_forward
@@ -26,7 +32,7 @@ from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import get_kernel
 from ringbench.orders import parse_order, validate_ring
-from ringbench.vocab import Buffer, Layout, Mask
+from ringbench.vocab import Buffer
 
 
 def _group_world_rank(group) -> tuple[int, int]:
@@ -72,18 +78,24 @@ def build_context(
     timeline=None,
     loopback: bool = False,
     on_stall=None,
+    docs="none",
+    layer: int = 0,
 ) -> RingContext:
     """Validate everything once and build the per-rank ring context (and its communicator).
 
     ``timeline``: where spans get their times (ringbench.engine.timeline.timeline_for(device) picks it; the host clock
     when None). ``loopback``: a 1-rank ring still exchanges its block with itself (the one-device transfer test).
+    ``mask``: a mode name or a MaskRule; ``docs``: the docs spec of a document mask. ``layer``: the attention layer
+    the context runs (recorded with its spans).
     """
     _check_tensors(q, k, v)
-    mask, layout, buffer = Mask.parse(mask, "mask"), Layout.parse(layout, "layout"), Buffer.parse(buffer, "buffer")
+    layout, buffer = as_layout(layout), Buffer.parse(buffer, "buffer")
     world, rank = _group_world_rank(group)
     ring = parse_order(order, world) if isinstance(order, str) else validate_ring(order, world)
     seq = q.shape[-2] * world
     check_divisible(layout, seq, world)
+    rule = mask_rule(mask, docs, seq)
+    layout = resolve_layout(layout, seq, world, rule)  # doc-balanced: refuses a mask without documents
     block_kernel = get_kernel(kernel)
     block_kernel.check(q.shape[-1], q.dtype, q.device)
     if scale is None:
@@ -91,12 +103,15 @@ def build_context(
     recorder = recorder if recorder is not None else NullRecorder()
     timeline = timeline if timeline is not None else timeline_for(q.device)
     loopback = bool(loopback) and world == 1
-    comm = None
+    comm = back_comm = None
     if world > 1 or loopback:
         comm = RingComm(ring, rank, group, timeout_s=timeout_s, watch=recorder.enabled, link_delay=link_delay,
                         timeline=timeline, loopback=loopback, on_stall=on_stall)  # fmt: skip
+        if buffer.short and world > 1:  # dK/dV go home to the predecessor: the same ring, reversed
+            back_comm = RingComm(ring[::-1], rank, group, timeout_s=timeout_s, watch=recorder.enabled,
+                                 link_delay=link_delay, timeline=timeline, on_stall=on_stall)  # fmt: skip
     return RingContext(
-        mask=mask,
+        mask=rule,
         layout=layout,
         buffer=buffer,
         ring=ring,
@@ -110,28 +125,55 @@ def build_context(
         timeline=timeline,
         comm=comm,
         loopback=loopback,
+        layer=int(layer),
+        back_comm=back_comm,
     )
+
+
+def close_context(ctx) -> None:
+    """Close the context's communicators (their watcher threads); a strategy's context closes its set of them."""
+    for comm in (ctx.comm, getattr(ctx, "back_comm", None)):
+        if comm is not None:
+            comm.close()
+
+
+def _forward(q, k, v, ring_ctx: RingContext):
+    """(out, lse, the blocks the short ring kept for its backward): the full ring, or the short one."""
+    if ring_ctx.buffer.short:
+        from ringbench.engine.short_ring import short_forward
+
+        return short_forward(q, k, v, ring_ctx)
+    out, lse = ring_forward(q, k, v, ring_ctx)
+    return out, lse, {}
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(autograd_ctx, q, k, v, ring_ctx: RingContext, return_lse: bool):
-        out, lse = ring_forward(q, k, v, ring_ctx)
-        autograd_ctx.save_for_backward(q, k, v, out, lse)
+        out, lse, held = _forward(q, k, v, ring_ctx)
+        kept_steps, kept = list(held), list(held.values())
+        autograd_ctx.save_for_backward(q, k, v, out, lse, *kept)
+        autograd_ctx.kept_steps = kept_steps
         autograd_ctx.ring_ctx = ring_ctx
         autograd_ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(autograd_ctx, dout, _dlse):
-        q, k, v, out, lse = autograd_ctx.saved_tensors
+        q, k, v, out, lse, *kept = autograd_ctx.saved_tensors
         ring_ctx = autograd_ctx.ring_ctx
         try:
             dout, out = ring_ctx.kernel.prepare_backward(dout, out)  # once per call: the layout its blocks read
-            dq, dk, dv = ring_backward(dout, q, k, v, out, lse, ring_ctx)
+            if ring_ctx.buffer.short:
+                from ringbench.engine.short_ring import short_backward
+
+                held = dict(zip(autograd_ctx.kept_steps, kept, strict=True))
+                dq, dk, dv = short_backward(dout, q, k, v, out, lse, held, ring_ctx)
+            else:
+                dq, dk, dv = ring_backward(dout, q, k, v, out, lse, ring_ctx)
         finally:
-            if ring_ctx.owns_comm and ring_ctx.comm is not None:
-                ring_ctx.comm.close()
+            if ring_ctx.owns_comm:
+                close_context(ring_ctx)
         return dq, dk, dv, None, None
 
 
@@ -151,6 +193,7 @@ def ring_attention(
     recorder=None,
     return_lse: bool = False,
     context: RingContext | None = None,
+    docs: str = "none",
 ):
     """Exact attention of this rank's queries against the whole sequence's keys, by a ring over ``group``.
 
@@ -173,6 +216,7 @@ def ring_attention(
         scale=scale,
         timeout_s=timeout_s,
         recorder=recorder,
+        docs=docs,
     )
     ctx.owns_comm = owned
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -180,18 +224,20 @@ def ring_attention(
     else:
         try:
             with torch.no_grad():
-                out, lse = ring_forward(q, k, v, ctx)
+                out, lse = _forward(q, k, v, ctx)[:2]
         finally:
-            if owned and ctx.comm is not None:
-                ctx.comm.close()
+            if owned:
+                close_context(ctx)
     return (out, lse) if return_lse else out
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str = "causal", scale=None):
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask="causal", scale=None,
+                        docs: str = "none"):  # fmt: skip
     """Single-device attention over the whole sequence in float64 (the exactness oracle; autograd-capable).
 
-    q, k, v: (B, H, S, D), token i at position i. Delegates to ``ringbench.engine.reference.attention``, the project's
-    one float64 attention implementation (the same math the run's streaming check uses).
+    q, k, v: (B, H, S, D), token i at position i. ``mask``: a mode name (with ``docs`` for document masks) or a
+    MaskRule. Delegates to ``ringbench.engine.reference.attention``, the project's one float64 attention
+    implementation (the same math the run's streaming check uses).
     """
-    mask = Mask.parse(mask, "mask")
-    return attention(q, k, v, causal=mask is not Mask.NONE, scale=scale)
+    rule = mask_rule(mask, docs, q.shape[-2])
+    return attention(q, k, v, rule=rule, scale=scale)

@@ -17,6 +17,10 @@ Completion is tracked on the ring's timeline (ringbench/engine/timeline.py):
   in-flight transfers off the critical path; one that has not finished ``timeout`` after it could start is
   a stall, reported at the next call (or through ``on_stall`` when the host is stuck elsewhere).
 
+An exchange may also go one way only (``sending=False``: receive from the predecessor; ``receiving=False``: send to
+the successor), which the short ring uses where a block has no further to go. A RingComm built on the reversed
+ring order sends to the predecessor instead (the short ring's dK/dV on their way home).
+
 A ring of one rank has no neighbour; with ``loopback`` it still exchanges with itself once per step (a real
 SendRecv kernel on NCCL: the one-GPU test of the transfer path; gloo cannot send to itself, so there it is a copy).
 """
@@ -68,6 +72,7 @@ class Transfer:
     waited: bool = False
     started_at: float | None = None  # stream watchdog: host monotonic time the start mark was seen done
     posted_at: float = field(default_factory=time.monotonic)  # host time of the post (a failure says how long after)
+    directions: tuple[str, ...] = ("send", "recv")  # what this exchange does: both, or one way only
 
     def nccl_ms(self) -> float | None:
         """NCCL's own duration of this exchange (``TORCH_NCCL_ENABLE_TIMING=1``), once it completed; else None."""
@@ -174,35 +179,51 @@ class RingComm:
         self._closed.set()
 
     # -- the exchange ---------------------------------------------------------------------------------------
-    def _ops(self, send: torch.Tensor, recv: torch.Tensor) -> list:
+    def _ops(self, send: torch.Tensor, recv: torch.Tensor, directions: tuple[str, ...] = ("send", "recv")) -> list:
         if self.loopback and not self.streamed:
             recv.copy_(send)  # gloo cannot send to itself: a 1-rank loopback on CPU is a copy
             return []
-        ops = [
-            dist.P2POp(dist.isend, send, self._next_global, self.group),
-            dist.P2POp(dist.irecv, recv, self._prev_global, self.group),
-        ]
+        ops = []
+        if "send" in directions:
+            ops.append(dist.P2POp(dist.isend, send, self._next_global, self.group))
+        if "recv" in directions:
+            ops.append(dist.P2POp(dist.irecv, recv, self._prev_global, self.group))
         return list(dist.batch_isend_irecv(ops))
 
-    def post(self, send: torch.Tensor, *, into: torch.Tensor | None = None, phase: str, step: int) -> Transfer:
-        """Send ``send`` to the successor and receive an equally shaped buffer from the predecessor into ``into``."""
+    def _exchange_ops(self, send, recv, directions: tuple[str, ...]) -> list:
+        both = directions == ("send", "recv")
+        return self._ops(send, recv) if both else self._ops(send, recv, directions)
+
+    @staticmethod
+    def _work_directions(transfer: Transfer) -> tuple[str, ...]:
+        """The direction each work stands for: gloo returns one work per op; a backend may coalesce them."""
+        if len(transfer.works) == len(transfer.directions):
+            return transfer.directions
+        return ("recv",) if "recv" in transfer.directions else ("send",)
+
+    def post(self, send: torch.Tensor, *, into: torch.Tensor | None = None, phase: str, step: int,
+             sending: bool = True, receiving: bool = True) -> Transfer:  # fmt: skip
+        """Send ``send`` to the successor and receive an equally shaped buffer from the predecessor into ``into``
+        (``sending`` / ``receiving`` False: that direction is left out)."""
         self._raise_stall()
+        if not (sending or receiving):
+            raise ValueError("an exchange must send or receive")
         send = send.contiguous()
         recv = torch.empty_like(send) if into is None else into
         nbytes = send.numel() * send.element_size()
+        directions = tuple(d for d, on in (("send", sending), ("recv", receiving)) if on)
         if self.streamed:
-            return self._post_streamed(send, recv, phase, step, nbytes)
-        transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=self.timeline.mark(COMM), nbytes=nbytes)
+            return self._post_streamed(send, recv, phase, step, nbytes, directions)
+        transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=self.timeline.mark(COMM), nbytes=nbytes,
+                            directions=directions)  # fmt: skip
         try:
-            works = self._ops(send, recv)
+            works = self._exchange_ops(send, recv, directions)
         except RuntimeError as exc:
             raise self._stall(transfer, exc, "send") from None
         transfer.works = works
         if self.watch and works:
             transfer.watched = True
-            # gloo returns one work per op; a backend may coalesce them into one.
-            directions = ("send", "recv") if len(works) == 2 else ("recv",)
-            for direction, work in zip(directions, works, strict=True):
+            for direction, work in zip(self._work_directions(transfer), works, strict=True):
                 transfer.events[direction] = threading.Event()
                 delay = self._delay(transfer) if direction == "recv" else 0.0
                 self._watcher(direction).jobs.put((transfer, direction, work, delay))
@@ -212,13 +233,14 @@ class RingComm:
     def _delay(self, transfer: Transfer) -> float:
         return self.link_delay(self.prev, self.rank, transfer.nbytes) if self.link_delay is not None else 0.0
 
-    def _post_streamed(self, send, recv, phase: str, step: int, nbytes: int) -> Transfer:
+    def _post_streamed(self, send, recv, phase: str, step: int, nbytes: int, directions=("send", "recv")) -> Transfer:
         timeline = self.timeline
         timeline.comm_after_compute()  # the block to send is ready before the transfer may start
         with timeline.on_comm():
-            transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=timeline.mark(COMM), nbytes=nbytes)
+            transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=timeline.mark(COMM), nbytes=nbytes,
+                                directions=directions)  # fmt: skip
             try:
-                transfer.works = self._ops(send, recv)
+                transfer.works = self._exchange_ops(send, recv, directions)
             except RuntimeError as exc:
                 raise self._stall(transfer, exc, "send") from None
             for work in transfer.works:
@@ -253,10 +275,11 @@ class RingComm:
                 raise self._stall(transfer, transfer.error, transfer.error_direction)
             if "send" not in transfer.events:
                 transfer.send_done = transfer.recv_done
+            if "recv" not in transfer.events:
+                transfer.recv_done = transfer.send_done
         else:
-            # gloo gives [send, recv]; a coalesced work stands for both.
-            directions = ("send", "recv") if len(transfer.works) == 2 else ("recv",)
-            for direction, work in zip(directions, transfer.works, strict=True):
+            # gloo gives one work per direction; a coalesced work stands for both.
+            for direction, work in zip(self._work_directions(transfer), transfer.works, strict=True):
                 try:
                     self._wait_work(work)
                 except BaseException as exc:

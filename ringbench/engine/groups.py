@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from ringbench.engine.plan import PairPlan, SubBlock, pair_plan
 from ringbench.kernels.base import MaskKind
-from ringbench.vocab import Layout, Mask
+from ringbench.vocab import Layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ def _coalesce(blocks: list[SubBlock]) -> list[SubBlock]:
 
 
 @lru_cache(maxsize=4096)
-def block_plan(mask: Mask, layout: Layout, seq: int, world: int, q_members: tuple[int, ...],
+def block_plan(mask, layout: Layout, seq: int, world: int, q_members: tuple[int, ...],
                k_members: tuple[int, ...]) -> PairPlan:  # fmt: skip
     """The plan of a query block of ``q_members``' shards against a key block of ``k_members``' shards.
 

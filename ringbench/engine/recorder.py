@@ -15,6 +15,20 @@ import math
 from ringbench.engine.timeline import HostTimeline
 
 
+class LayerRecorder:
+    """A recorder's view for one attention layer: every span recorded through it carries ``layer`` (a strategy's
+    loops record spans without knowing the layer they run; the ring's own loops pass it)."""
+
+    def __init__(self, inner, layer: int) -> None:
+        self.inner, self.layer = inner, layer
+
+    def span(self, **fields) -> None:
+        self.inner.span(**({"layer": self.layer} | fields))
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 class NullRecorder:
     """Records nothing (the default): ring_attention inside a training program pays for no bookkeeping."""
 
@@ -47,10 +61,11 @@ class ListRecorder(NullRecorder):
         self._resolved = 0  # rows before this index hold nanoseconds
 
     def span(self, *, phase, step, kind, start, end, src=-1, dst=-1, nbytes=0, block=-1, pair="", flops=0.0, nccl=None,
-             exchange=""):  # fmt: skip
+             exchange="", layer=0):  # fmt: skip
         """``nccl``: a callable giving NCCL's own duration of the exchange in ms once it completed (or None).
         ``exchange``: what a send / recv / wait moved when the strategy says so (``kv``, ``dkv``, ``qkv``, ...);
-        "" lets the record infer it (the ring's K/V and dK/dV)."""
+        "" lets the record infer it (the ring's K/V and dK/dV). ``layer``: the attention layer of the iteration the
+        span belongs to (0 for a one-layer model)."""
         if self.iteration < 0:
             return
         self.rows.append(
@@ -71,6 +86,7 @@ class ListRecorder(NullRecorder):
                 "flops": flops,
                 "nccl_ms": nccl,
                 "exchange": exchange,
+                "layer": layer,
             }
         )
 

@@ -1,12 +1,14 @@
 """The float64 attention reference of ringbench: one implementation, streaming, restricted to a rank's rows.
 
-For one query row i and the keys j it may see (all, or j <= i under a causal mask), with c = D^-1/2:
+For one query row i and the keys j it may see (ringbench.engine.masks.MaskRule: all, j <= i under a causal mask, one
+document, a window: always an interval [lo_i, hi_i] of positions), with c = D^-1/2:
     s_ij = c q_i . k_j,   lse_i = log sum_j exp(s_ij),   p_ij = exp(s_ij - lse_i),   o_i = sum_j p_ij v_j.
 Online softmax over key tiles keeps a running max m_i, sum l_i = sum_j exp(s_ij - m_i) and acc_i = sum_j
 exp(s_ij - m_i) v_j; a tile with row max m' rescales by alpha = exp(m_i - m'):
     l_i <- alpha l_i + sum_tile exp(s_ij - m'),   acc_i <- alpha acc_i + sum_tile exp(s_ij - m') v_j,
-and at the end o_i = acc_i / l_i, lse_i = m_i + log l_i. Tiles run in ascending key order and the first holds key
-0, which every row sees, so m_i is finite from the first tile on (no -inf - -inf). Backward, with dO:
+and at the end o_i = acc_i / l_i, lse_i = m_i + log l_i. A tile in which a row sees nothing (documents, windows)
+leaves m_i = -inf; the update then subtracts 0 instead (m_safe), so exp(-inf - 0) = 0 and nothing is NaN. Every row
+sees at least its own key, so lse_i is finite at the end. Backward, with dO:
     dp_ij = dO_i . v_j,   delta_i = sum_j p_ij dp_ij = dO_i . o_i,   ds_ij = p_ij (dp_ij - delta_i),
     dq_i = c sum_j ds_ij k_j,   dk_j = c sum_i ds_ij q_i,   dv_j = sum_i p_ij dO_i.
 dq of a rank's rows streams over key tiles. dk, dv of its key rows need every query row's lse and delta, so the
@@ -28,8 +30,8 @@ import torch
 
 from ringbench.engine.inputs import CHUNK_TOKENS, token_block, token_rows
 from ringbench.engine.layout import token_positions
+from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.errors import bad_value
-from ringbench.vocab import Mask
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,51 +42,77 @@ class Block:
     positions: torch.Tensor  # (r,) on the compute device
     first: int
     last: int
+    lo: torch.Tensor | None = None  # (r,) first visible key position of each row (query blocks), on the device
+    hi: torch.Tensor | None = None  # (r,) last visible key position of each row
+    lo_max: int = 0  # every row sees [lo_max, hi_min] when that is not empty: a tile inside it needs no mask
+    hi_min: int = -1
+    lo_min: int = 0  # no row sees outside [lo_min, hi_max]
+    hi_max: int = -1
 
 
-KeyTiles = Callable[[int], Iterator[tuple[Block, torch.Tensor, torch.Tensor]]]  # limit -> (block, k, v) ascending
+# (lo, hi) -> (block, k, v) over key positions [lo, hi), ascending
+KeyTiles = Callable[[int, int], Iterator[tuple[Block, torch.Tensor, torch.Tensor]]]
 
 
-def blocks(positions: torch.Tensor, tile: int, device) -> list[Block]:
-    """Cut rows into tiles of ``tile`` rows; ``positions`` (R,) on the CPU."""
+def blocks(positions: torch.Tensor, tile: int, device, rule: MaskRule | None = None) -> list[Block]:
+    """Cut rows into tiles of ``tile`` rows; ``positions`` (R,) on the CPU. With ``rule`` (query rows) each tile
+    also carries its rows' visible key bounds."""
     out = []
     for lo in range(0, positions.numel(), tile):
         part = positions[lo : lo + tile]
-        out.append(Block(slice(lo, lo + part.numel()), part.to(device), int(part.min()), int(part.max())))
+        extra = {}
+        if rule is not None:
+            k_lo, k_hi = rule.key_bounds(part.numpy())
+            extra = dict(lo=torch.as_tensor(k_lo).to(device), hi=torch.as_tensor(k_hi).to(device),
+                         lo_max=int(k_lo.max()), hi_min=int(k_hi.min()), lo_min=int(k_lo.min()),
+                         hi_max=int(k_hi.max()))  # fmt: skip
+        out.append(Block(slice(lo, lo + part.numel()), part.to(device), int(part.min()), int(part.max()), **extra))
     return out
 
 
-def _scores(q, q_block: Block, k, k_block: Block, scale: float, causal: bool) -> torch.Tensor:
+def _scores(q, q_block: Block, k, k_block: Block, scale: float) -> torch.Tensor:
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, r, c)
-    if causal and k_block.last > q_block.first:  # partial block: some key follows some query
-        hidden = k_block.positions[None, :] > q_block.positions[:, None]  # (r, c)
+    if not (q_block.lo_max <= k_block.first and k_block.last <= q_block.hi_min):  # some key hidden from some row
+        keys = k_block.positions[None, :]
+        hidden = (keys < q_block.lo[:, None]) | (keys > q_block.hi[:, None])  # (r, c)
         scores = scores.masked_fill(hidden, float("-inf"))
     return scores
 
 
-def _visible(q_block: Block, k_block: Block, causal: bool) -> bool:
-    return not causal or k_block.first <= q_block.last
+def _visible(q_block: Block, k_block: Block) -> bool:
+    """Some row of the query block may see some key of the key tile (its keys are consecutive positions)."""
+    return (
+        q_block.lo_min <= k_block.last
+        and k_block.first <= q_block.hi_max
+        and bool(((q_block.lo <= k_block.last) & (q_block.hi >= k_block.first) & (q_block.lo <= q_block.hi)).any())
+    )
 
 
-def attend_rows(q, q_blocks: list[Block], key_tiles: KeyTiles, *, scale: float, causal: bool, seq: int, tick=None):
+def _key_span(q_blocks: list[Block]) -> tuple[int, int]:
+    """[lo, hi) of the key positions any of the rows sees."""
+    return min(b.lo_min for b in q_blocks), max(b.hi_max for b in q_blocks) + 1
+
+
+def attend_rows(q, q_blocks: list[Block], key_tiles: KeyTiles, *, scale: float, tick=None):
     """(out (B, H, R, D), lse (B, H, R)) of query rows ``q`` (B, H, R, D) by online softmax over key tiles.
 
-    Functional updates only, so autograd can differentiate it (``attention`` relies on that).
+    ``q_blocks`` come from ``blocks(..., rule=...)`` (they carry the rows' visible key bounds). Functional updates
+    only, so autograd can differentiate it (``attention`` relies on that).
     """
-    limit = max(b.last + 1 for b in q_blocks) if causal else seq
     m = [torch.full_like(q[:, :, b.rows, 0], -math.inf) for b in q_blocks]  # (B, H, r) running row max
     total = [torch.zeros_like(x) for x in m]
     acc = [torch.zeros_like(q[:, :, b.rows]) for b in q_blocks]
-    for step, (k_block, k, v) in enumerate(key_tiles(limit)):
+    for step, (k_block, k, v) in enumerate(key_tiles(*_key_span(q_blocks))):
         if tick is not None:
             tick(step)
         for i, q_block in enumerate(q_blocks):
-            if not _visible(q_block, k_block, causal):
+            if not _visible(q_block, k_block):
                 continue
-            scores = _scores(q[:, :, q_block.rows], q_block, k, k_block, scale, causal)  # (B, H, r, c)
+            scores = _scores(q[:, :, q_block.rows], q_block, k, k_block, scale)  # (B, H, r, c)
             m_new = torch.maximum(m[i], scores.detach().amax(-1))  # o is invariant to m: no gradient through it
-            alpha = torch.exp(m[i] - m_new)
-            probs = torch.exp(scores - m_new[..., None])
+            m_safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)  # a row that saw nothing
+            alpha = torch.exp(m[i] - m_safe)
+            probs = torch.exp(scores - m_safe[..., None])
             total[i] = alpha * total[i] + probs.sum(-1)
             acc[i] = alpha[..., None] * acc[i] + torch.matmul(probs, v)  # (B, H, r, D)
             m[i] = m_new
@@ -93,33 +121,32 @@ def attend_rows(q, q_blocks: list[Block], key_tiles: KeyTiles, *, scale: float, 
     return out, lse
 
 
-def grad_rows(q, dout, lse, delta, q_blocks, key_tiles: KeyTiles, *, scale, causal, seq, tick=None):
+def grad_rows(q, dout, lse, delta, q_blocks, key_tiles: KeyTiles, *, scale, tick=None):
     """dq (B, H, R, D) of query rows: c sum_j p_ij (dp_ij - delta_i) k_j, streaming over key tiles."""
-    limit = max(b.last + 1 for b in q_blocks) if causal else seq
     dq = torch.zeros_like(q)
-    for step, (k_block, k, v) in enumerate(key_tiles(limit)):
+    for step, (k_block, k, v) in enumerate(key_tiles(*_key_span(q_blocks))):
         if tick is not None:
             tick(step)
         for q_block in q_blocks:
-            if not _visible(q_block, k_block, causal):
+            if not _visible(q_block, k_block):
                 continue
             rows = q_block.rows
-            scores = _scores(q[:, :, rows], q_block, k, k_block, scale, causal)
+            scores = _scores(q[:, :, rows], q_block, k, k_block, scale)
             probs = torch.exp(scores - lse[:, :, rows, None])  # (B, H, r, c)
             dprobs = torch.matmul(dout[:, :, rows], v.transpose(-1, -2))
             dq[:, :, rows] += torch.matmul(probs * (dprobs - delta[:, :, rows, None]), k)
     return dq * scale
 
 
-def add_key_grads(dk, dv, k, v, k_blocks, q, dout, lse, delta, q_blocks, *, scale, causal) -> None:
+def add_key_grads(dk, dv, k, v, k_blocks, q, dout, lse, delta, q_blocks, *, scale) -> None:
     """dk += c sum_i ds_ij q_i and dv += sum_i p_ij dO_i for key rows ``k``, over the query rows given (in place)."""
     for k_block in k_blocks:
         keys = k_block.rows
         for q_block in q_blocks:
-            if not _visible(q_block, k_block, causal):
+            if not _visible_rows(q_block, k_block):
                 continue
             rows = q_block.rows
-            scores = _scores(q[:, :, rows], q_block, k[:, :, keys], k_block, scale, causal)
+            scores = _scores(q[:, :, rows], q_block, k[:, :, keys], k_block, scale)
             probs = torch.exp(scores - lse[:, :, rows, None])  # (B, H, r, c)
             dprobs = torch.matmul(dout[:, :, rows], v[:, :, keys].transpose(-1, -2))
             dscores = probs * (dprobs - delta[:, :, rows, None])
@@ -127,21 +154,39 @@ def add_key_grads(dk, dv, k, v, k_blocks, q, dout, lse, delta, q_blocks, *, scal
             dk[:, :, keys] += torch.matmul(dscores.transpose(-1, -2), q[:, :, rows]) * scale
 
 
-def attention(q, k, v, *, causal: bool, scale: float | None = None, tile: int = CHUNK_TOKENS) -> torch.Tensor:
+def _visible_rows(q_block: Block, k_block: Block) -> bool:
+    """Some query row sees some key of a key block whose positions need not be consecutive (a rank's rows)."""
+    if not (q_block.lo_min <= k_block.last and k_block.first <= q_block.hi_max):
+        return False
+    keys = k_block.positions
+    return bool(((keys[None, :] >= q_block.lo[:, None]) & (keys[None, :] <= q_block.hi[:, None])).any())
+
+
+def _tiles_of(lo: int, hi: int, tile: int, device) -> list[Block]:
+    """Key tiles over positions [lo, hi), aligned to multiples of ``tile``."""
+    start = max(0, lo) // tile * tile
+    return [Block(slice(a, min(a + tile, hi)), torch.arange(a, min(a + tile, hi), device=device), a,
+                  min(a + tile, hi) - 1) for a in range(start, hi, tile)]  # fmt: skip
+
+
+def attention(q, k, v, *, causal: bool = True, scale: float | None = None, tile: int = CHUNK_TOKENS,
+              rule: MaskRule | None = None) -> torch.Tensor:  # fmt: skip
     """Float64 attention of in-memory (B, H, S, D) tensors, token i at position i; autograd-capable.
 
-    The small-shape oracle behind ``ringbench.engine.api.reference_attention``: the same math as the streaming check.
+    ``rule``: the mask (a MaskRule of ringbench.engine.masks); without it, causal or none. The small-shape oracle
+    behind ``ringbench.engine.api.reference_attention``: the same math as the streaming check.
     """
     q, k, v = q.double(), k.double(), v.double()
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     seq = k.shape[-2]
+    rule = rule if rule is not None else mask_rule("causal" if causal else "none", "none", seq)
 
-    def tiles(limit: int):
-        for block in blocks(torch.arange(min(limit, seq)), tile, k.device):
+    def tiles(lo: int, hi: int):
+        for block in _tiles_of(lo, min(hi, seq), tile, k.device):
             yield block, k[:, :, block.rows], v[:, :, block.rows]
 
-    q_blocks = blocks(torch.arange(q.shape[-2]), tile, q.device)
-    out, _ = attend_rows(q, q_blocks, tiles, scale=scale, causal=causal, seq=seq)
+    q_blocks = blocks(torch.arange(q.shape[-2]), tile, q.device, rule)
+    out, _ = attend_rows(q, q_blocks, tiles, scale=scale)
     return out
 
 
@@ -158,35 +203,36 @@ class RankReference:
 
 def rank_reference(
     *, seed, batch, heads, head_dim, seq, dtype, mask, layout, world, rank, device=None, backward=True,
-    key_grads=True, rows=None, tile=None, group=None, tick=None,
+    key_grads=True, rows=None, tile=None, group=None, tick=None, docs="none",
 ) -> RankReference:  # fmt: skip
     """The float64 out, lse, dq of a rank's query rows and dk, dv of its key rows (inputs of ringbench.engine.inputs).
 
-    ``rows``: local row indices to restrict out/lse/dq to (then dk, dv are not computed). ``key_grads=False``
-    skips dk, dv (their full-sequence sweep is most of the cost). ``tile``/``group``: score tile and query group
-    sizes in tokens (defaults: ``default_sizes``).
+    ``mask``: a mode name or a MaskRule (which carries the documents; else ``docs``, a docs spec). ``rows``: local
+    row indices to restrict out/lse/dq to (then dk, dv are not computed). ``key_grads=False`` skips dk, dv (their
+    full-sequence sweep is most of the cost). ``tile``/``group``: score tile and query group sizes in tokens
+    (defaults: ``default_sizes``).
     """
-    causal = Mask.parse(mask, "mask") is not Mask.NONE
+    rule = mask_rule(mask, docs, seq)
     device = torch.device(device) if device is not None else torch.device("cpu")
     plan_tile, plan_group = _sizes(device, batch * heads, tile, group)
     scale = head_dim**-0.5
     gen = dict(seed=seed, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype)
-    positions = token_positions(layout, seq, world, rank)  # (R,) CPU
+    positions = token_positions(layout, seq, world, rank, rule)  # (R,) CPU
     q_positions = positions if rows is None else positions[torch.as_tensor(rows, dtype=torch.long)]
 
     def local(name: str, where: torch.Tensor) -> torch.Tensor:
         return token_rows(name=name, positions=where, float64=True, **gen).to(device)  # (B, H, R, D)
 
-    def key_tiles(limit: int):
-        for block in blocks(torch.arange(min(limit, seq)), plan_tile, device):
-            lo, hi = block.rows.start, block.rows.stop
-            yield block, token_block(name="k", lo=lo, hi=hi, device=device, **gen), \
-                token_block(name="v", lo=lo, hi=hi, device=device, **gen)  # fmt: skip
+    def key_tiles(lo: int, hi: int):
+        for block in _tiles_of(lo, min(hi, seq), plan_tile, device):
+            a, b = block.rows.start, block.rows.stop
+            yield block, token_block(name="k", lo=a, hi=b, device=device, **gen), \
+                token_block(name="v", lo=a, hi=b, device=device, **gen)  # fmt: skip
 
-    common = dict(scale=scale, causal=causal, seq=seq)
+    common = dict(scale=scale)
     with torch.no_grad():
         q = local("q", q_positions)
-        q_blocks = blocks(q_positions, plan_tile, device)
+        q_blocks = blocks(q_positions, plan_tile, device, rule)
         out, lse = attend_rows(q, q_blocks, key_tiles, tick=tick, **common)
         if not backward:
             return RankReference(out=out, lse=lse, dq=None, dk=None, dv=None)
@@ -199,14 +245,14 @@ def rank_reference(
         k, v = local("k", positions), local("v", positions)
         k_blocks = blocks(positions, plan_tile, device)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-        first = min(b.first for b in k_blocks) if causal else 0
-        for step, lo in enumerate(range(first // plan_group * plan_group, seq, plan_group)):
-            hi = min(lo + plan_group, seq)
+        first, last = rule.query_range(int(positions.min()), int(positions.max()))  # queries that see our keys
+        for step, lo in enumerate(range(first // plan_group * plan_group, last, plan_group)):
+            hi = min(lo + plan_group, last)
             q_g, dout_g = (token_block(name=n, lo=lo, hi=hi, device=device, **gen) for n in ("q", "dout"))
-            g_blocks = blocks(torch.arange(lo, hi), plan_tile, device)
+            g_blocks = blocks(torch.arange(lo, hi), plan_tile, device, rule)
             out_g, lse_g = attend_rows(q_g, g_blocks, key_tiles, **common)  # (B, H, G, D), (B, H, G)
             delta_g = (dout_g * out_g).sum(-1)
-            add_key_grads(dk, dv, k, v, k_blocks, q_g, dout_g, lse_g, delta_g, g_blocks, scale=scale, causal=causal)
+            add_key_grads(dk, dv, k, v, k_blocks, q_g, dout_g, lse_g, delta_g, g_blocks, scale=scale)
             if tick is not None:
                 tick(step)
     return RankReference(out=out, lse=lse, dq=dq, dk=dk, dv=dv)
@@ -246,13 +292,13 @@ def _unit_costs(device, batch_heads: int, head_dim: int, tile: int, dtype) -> tu
     gen = torch.Generator(device=device).manual_seed(0)
     q, k, v = (torch.randn((1, batch_heads, tile, head_dim), generator=gen, device=device, dtype=torch.float64)
                for _ in range(3))  # fmt: skip
-    block = Block(slice(0, tile), torch.arange(tile, device=device), 0, tile - 1)
+    block = blocks(torch.arange(tile), tile, device, mask_rule("causal", "none", tile))[0]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     best = math.inf
     for attempt in range(6):
         sync()
         start = time.perf_counter()
-        scores = _scores(q, block, k, block, 1.0, True)
+        scores = _scores(q, block, k, block, 1.0)
         torch.matmul(torch.exp(scores - scores.amax(-1, keepdim=True)), v)
         sync()
         best = best if attempt == 0 else min(best, time.perf_counter() - start)
@@ -326,7 +372,7 @@ def _error(got: torch.Tensor, want: torch.Tensor, rows: torch.Tensor | None) -> 
 
 def check_errors(
     *, out, grads, seed, batch, heads, head_dim, seq, dtype, mask, layout, world, rank, device=None,
-    budget_s=None, tick=None, tile=None, group=None,
+    budget_s=None, tick=None, tile=None, group=None, docs="none",
 ) -> CheckResult:  # fmt: skip
     """Compare the ring's ``out`` and ``grads`` = (dq, dk, dv) (this rank's local rows, (B, H, S/N, D), any dtype
     and device; grads None for a forward-only case) with the float64 reference, computed on ``device`` (default:
@@ -337,8 +383,9 @@ def check_errors(
     spaced sample of rows. NaN anywhere in out or grads still makes the error NaN.
     """
     device = torch.device(device) if device is not None else out.device
-    causal = Mask.parse(mask, "mask") is not Mask.NONE
-    positions = token_positions(layout, seq, world, rank)
+    rule = mask_rule(mask, docs, seq)
+    causal = rule.causal or rule.documents  # the cost estimate: a document mask sees no more than causal would
+    positions = token_positions(layout, seq, world, rank, rule)
     total = positions.numel()
     expected = (batch, heads, total, head_dim)
     for name, got in zip(("out", "dq", "dk", "dv"), (out, *(grads or ())), strict=False):
@@ -366,7 +413,7 @@ def check_errors(
             note = (f"sampled: {what} on {count} of {total} rows (evenly spaced){'; dk, dv not checked' if backward else ''}"
                     f": the full check (est. {estimated:.3g} s) exceeds budget_s={budget_s:g}")  # fmt: skip
     ref = rank_reference(
-        seed=seed, batch=batch, heads=heads, head_dim=head_dim, seq=seq, dtype=dtype, mask=mask, layout=layout,
+        seed=seed, batch=batch, heads=heads, head_dim=head_dim, seq=seq, dtype=dtype, mask=rule, layout=layout,
         world=world, rank=rank, device=device, backward=backward, key_grads=key_grads, rows=rows, tile=plan_tile,
         group=plan_group, tick=tick,
     )  # fmt: skip

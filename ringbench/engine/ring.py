@@ -1,4 +1,5 @@
 """The ring loops: forward and backward for the ``sync`` and ``double`` strategies, and the all-gather baseline.
+(The short ring, ``sync-short`` / ``double-short``, is ringbench/engine/short_ring.py; api.py chooses between them.)
 
 Forward, read as a sentence: post the exchange that brings the next block (double), compute on the block in hand
 and merge it into the (out, lse) accumulator, wait for the exchange, swap. ``sync`` instead exchanges first and
@@ -27,19 +28,20 @@ import torch
 import torch.distributed as dist
 
 from ringbench.engine.comm import RingComm, Transfer
+from ringbench.engine.masks import MaskRule
 from ringbench.engine.merge import merge_into
 from ringbench.engine.plan import PairPlan, pair_plan
 from ringbench.engine.recorder import NullRecorder
 from ringbench.engine.timeline import HostTimeline
 from ringbench.kernels.base import BlockKernel, block_flops, stats_dtype
-from ringbench.vocab import Buffer, Layout, Mask
+from ringbench.vocab import Buffer, Layout
 
 
 @dataclass(kw_only=True, slots=True)
 class RingContext:
     """What one rank needs to run the ring; built and validated by ringbench.engine.api."""
 
-    mask: Mask
+    mask: MaskRule
     layout: Layout
     buffer: Buffer
     ring: list[int]  # group ranks in ring order
@@ -54,6 +56,9 @@ class RingContext:
     comm: RingComm | None = None
     owns_comm: bool = False  # built for one call: close its watcher threads when the call is done
     loopback: bool = False  # a 1-rank ring still exchanges with itself (the one-device test of the transfer path)
+    layer: int = 0  # the attention layer this context runs (recorded with every span)
+    back_comm: RingComm | None = None  # the short ring: dK/dV go home to the predecessor (the reversed ring)
+    plans: dict = None  # owner rank -> PairPlan, filled on first use (the plan is fixed for the whole run)
 
     @property
     def world(self) -> int:
@@ -73,7 +78,12 @@ class RingContext:
         return self.ring[(self.position - step) % self.world]
 
     def plan(self, owner: int) -> PairPlan:
-        return pair_plan(self.mask, self.layout, self.seq, self.world, self.rank, owner)
+        if self.plans is None:
+            self.plans = {}
+        plan = self.plans.get(owner)
+        if plan is None:
+            plan = self.plans[owner] = pair_plan(self.mask, self.layout, self.seq, self.world, self.rank, owner)
+        return plan
 
     def prev(self) -> int:
         return self.ring[(self.position - 1) % self.world]
@@ -99,11 +109,10 @@ class _Rotation:
 
 
 def _plan_flops(plan: PairPlan, q: torch.Tensor, backward: bool) -> float:
+    """Useful FLOPs of a pair: its visible score entries (exact for document and window masks) at the kernels'
+    block_flops rate."""
     batch, heads, _, head_dim = q.shape
-    return sum(
-        block_flops(batch, heads, b.q_hi - b.q_lo, b.k_hi - b.k_lo, head_dim, b.mask.visible_fraction, backward)
-        for b in plan.blocks
-    )
+    return block_flops(batch, heads, 1, 1, head_dim, 1.0, backward) * plan.visible_pairs()
 
 
 def _record_compute(ctx: RingContext, phase: str, step: int, owner: int, plan: PairPlan, q, start) -> None:
@@ -111,30 +120,38 @@ def _record_compute(ctx: RingContext, phase: str, step: int, owner: int, plan: P
     if rec.enabled:
         flops = _plan_flops(plan, q, backward=phase == "bwd")
         rec.span(phase=phase, step=step, kind="compute", start=start, end=ctx.timeline.mark(), src=owner,
-                 dst=ctx.rank, block=owner, pair=plan.kind, flops=flops)  # fmt: skip
+                 dst=ctx.rank, block=owner, pair=plan.kind, flops=flops, layer=ctx.layer)  # fmt: skip
 
 
-def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start, wait_end) -> None:
+def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start, wait_end, comm: RingComm | None = None) -> None:
+    """The send / recv rows of an exchange (only the directions it had), and the wait row when it received.
+    ``comm``: the communicator that posted it (default: the ring's; the short ring's dK/dV go the other way)."""
     rec = ctx.recorder
     if not rec.enabled:
         return
+    comm = comm if comm is not None else ctx.comm
+    successor, predecessor = (comm.next, comm.prev) if comm is not None else (ctx.next(), ctx.prev())
     phase, step = transfer.phase, transfer.step
     for kind, end, src, dst in (
-        ("send", transfer.send_done, ctx.rank, ctx.next()),
-        ("recv", transfer.recv_done, ctx.prev(), ctx.rank),
+        ("send", transfer.send_done, ctx.rank, successor),
+        ("recv", transfer.recv_done, predecessor, ctx.rank),
     ):
-        rec.span(phase=phase, step=step, kind=kind, start=transfer.start, end=end, src=src, dst=dst,
-                 nbytes=transfer.nbytes, nccl=transfer.nccl_ms)  # fmt: skip
-    rec.span(phase=phase, step=step, kind="wait", start=wait_start, end=wait_end, src=ctx.prev(), dst=ctx.rank)
+        if kind in transfer.directions:
+            rec.span(phase=phase, step=step, kind=kind, start=transfer.start, end=end, src=src, dst=dst,
+                     nbytes=transfer.nbytes, nccl=transfer.nccl_ms, layer=ctx.layer)  # fmt: skip
+    if "recv" in transfer.directions:
+        rec.span(phase=phase, step=step, kind="wait", start=wait_start, end=wait_end, src=predecessor, dst=ctx.rank,
+                 layer=ctx.layer)  # fmt: skip
 
 
-def _wait(ctx: RingContext, transfer: Transfer, blocking: bool = False) -> torch.Tensor:
+def _wait(ctx: RingContext, transfer: Transfer, blocking: bool = False, comm: RingComm | None = None) -> torch.Tensor:
     """Wait for an exchange. ``blocking``: posted and waited for at once (sync), so the rank was blocked from
     the post on, including the time spent inside the post itself."""
+    comm = comm if comm is not None else ctx.comm
     start = transfer.start if blocking else (ctx.timeline.mark() if ctx.recorder.enabled else None)
-    buffer = ctx.comm.wait(transfer)
+    buffer = comm.wait(transfer)
     if ctx.recorder.enabled:
-        _record_transfer(ctx, transfer, start, ctx.timeline.mark())
+        _record_transfer(ctx, transfer, start, ctx.timeline.mark(), comm)
     return buffer
 
 
@@ -161,7 +178,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingCon
     acc_lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
     kv = _Rotation(torch.stack([k, v]))  # (2, B, H, L, D): one message per hop
     world, hops = ctx.world, ctx.hops
-    sync = ctx.buffer is Buffer.SYNC
+    sync = ctx.buffer.sync
     for step in range(world):
         ctx.recorder.on_step("fwd", step)
         pending = None
@@ -208,7 +225,7 @@ def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     kv = _Rotation(torch.stack([k, v]))  # (2, B, H, L, D)
     world, hops = ctx.world, ctx.hops
-    sync = ctx.buffer is Buffer.SYNC
+    sync = ctx.buffer.sync
     # dK/dV buffers, (2, B, H, L, D) each: ``contribution`` takes this step's compute; ``travelling`` holds the
     # accumulator being sent and the one being received. Step 0's contribution is sent as it is (nothing came
     # before it), after which a fresh buffer takes the contributions.
@@ -261,7 +278,9 @@ def _all_gather(ctx: RingContext, tensor: torch.Tensor, phase: str) -> list[torc
         parts[0].copy_(tensor)
         end = ctx.timeline.mark()
     nbytes = tensor.numel() * tensor.element_size() * (ctx.world - 1)
-    ctx.recorder.span(phase=phase, step=0, kind="collective", start=start, end=end, dst=ctx.rank, nbytes=nbytes)
+    ctx.recorder.span(
+        phase=phase, step=0, kind="collective", start=start, end=end, dst=ctx.rank, nbytes=nbytes, layer=ctx.layer
+    )
     return parts
 
 
@@ -292,7 +311,7 @@ def allgather_backward(dout, q, k, v, out, lse, ctx: RingContext):
             "all_reduce", lambda: dist.all_reduce(dkv_all, group=ctx.group, async_op=True), phase="bwd"
         )
         ctx.recorder.span(phase="bwd", step=ctx.world - 1, kind="collective", start=start, end=end, dst=ctx.rank,
-                          nbytes=dkv_all.numel() * dkv_all.element_size())  # fmt: skip
+                          nbytes=dkv_all.numel() * dkv_all.element_size(), layer=ctx.layer)  # fmt: skip
     ctx.recorder.end_phase("bwd")
     mine = dkv_all[ctx.rank]
     return dq.to(q.dtype), mine[0].to(k.dtype), mine[1].to(v.dtype)

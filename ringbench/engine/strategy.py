@@ -26,15 +26,16 @@ from ringbench.engine.alltoall import PeerComm
 from ringbench.engine.api import _check_tensors, _group_world_rank, build_context, ring_attention
 from ringbench.engine.comm import RingComm
 from ringbench.engine.groups import Groups
-from ringbench.engine.layout import check_divisible
-from ringbench.engine.recorder import NullRecorder
+from ringbench.engine.layout import as_layout, check_divisible, resolve_layout
+from ringbench.engine.masks import MaskRule, mask_rule
+from ringbench.engine.recorder import LayerRecorder, NullRecorder
 from ringbench.engine.ring import RingContext
 from ringbench.engine.subring import GroupRingContext, StepRecorder
 from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel
 from ringbench.orders import parse_placement
-from ringbench.vocab import Buffer, Layout, Mask, Strategy
+from ringbench.vocab import Buffer, Layout, Strategy
 
 
 def bind_flows(link_delay, flows):
@@ -101,7 +102,7 @@ class StrategyContext:
     """What one rank needs to run a grouped strategy (ulysses, hybrid:U, double-ring:W)."""
 
     strategy: Strategy
-    mask: Mask
+    mask: MaskRule
     layout: Layout
     buffer: Buffer
     groups: Groups
@@ -214,22 +215,29 @@ def build_strategy_context(
     timeline=None,
     loopback: bool = False,
     on_stall=None,
+    docs="none",
+    layer: int = 0,
 ):
     """Validate once and build the rank's context: a RingContext for ``ring`` / ``allgather``, else a
     StrategyContext with its communicators. ``placement``: a spec (ringbench.orders.parse_placement) or the ranks
-    in placement order."""
+    in placement order. ``mask``, ``docs``, ``layout`` and ``layer`` as ``build_context`` takes them: every mask the
+    plan can express applies to every strategy (a Ulysses block is plain attention over the full sequence)."""
     strategy = Strategy.parse(strategy, "strategy")
     if strategy.ordered:
         if strategy.kind == "allgather":
             buffer = "allgather"
         ctx = build_context(q, k, v, mask=mask, layout=layout, buffer=buffer, order=order, group=group, kernel=kernel,
                             scale=scale, timeout_s=timeout_s, recorder=recorder, link_delay=link_delay,
-                            timeline=timeline, loopback=loopback, on_stall=on_stall)  # fmt: skip
+                            timeline=timeline, loopback=loopback, on_stall=on_stall, docs=docs,
+                            layer=layer)  # fmt: skip
         if ctx.buffer is Buffer.ALLGATHER and ctx.comm is not None and link_delay is not None:
             _delay_collectives(ctx, link_delay, k)
         return ctx
     _check_tensors(q, k, v)
-    mask, layout, buffer = Mask.parse(mask, "mask"), Layout.parse(layout, "layout"), Buffer.parse(buffer, "buffer")
+    layout, buffer = as_layout(layout), Buffer.parse(buffer, "buffer")
+    if buffer.short:
+        raise UsageError(f"buffer={buffer.value!r} is not allowed with strategy={strategy.spec!r}; expected sync or "
+                         "double (the short ring is the ring's: it stops where the window is covered)")  # fmt: skip
     if buffer is Buffer.ALLGATHER:
         raise UsageError(f"buffer='allgather' is not allowed with strategy={strategy.spec!r}; expected sync or double "
                          "(allgather is a strategy of its own)")  # fmt: skip
@@ -242,10 +250,14 @@ def build_strategy_context(
     groups = Groups(tuple(validate_ring(ranks, world, "placement")), size)
     seq = q.shape[-2] * world
     check_divisible(layout, seq, world)
+    mask = mask_rule(mask, docs, seq)
+    layout = resolve_layout(layout, seq, world, mask)
     block_kernel = get_kernel(kernel)
     block_kernel.check(q.shape[-1], q.dtype, q.device)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     recorder = recorder if recorder is not None else NullRecorder()
+    if layer:
+        recorder = LayerRecorder(recorder, layer)
     timeline = timeline if timeline is not None else timeline_for(q.device)
     options = dict(timeout_s=timeout_s, watch=recorder.enabled, timeline=timeline, on_stall=on_stall)
     peer = cross = inner = None

@@ -65,7 +65,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-STEP_KEYS = ["case_id", "repeat", "iteration", "phase", "step"]
+STEP_KEYS = ["case_id", "repeat", "iteration", "layer", "phase", "step"]  # layer: each layer is a ring of its own
 LINK_KEYS = [*STEP_KEYS, "src", "dst", "ordinal"]
 EXCHANGES = ("kv", "dkv")
 
@@ -107,6 +107,15 @@ def transfer_window(recv_start, recv_end, send_start) -> tuple[np.ndarray, np.nd
     return start, transfer_ms, upstream_ms
 
 
+def with_layer(events: pd.DataFrame) -> pd.DataFrame:
+    """``events`` with a ``layer`` column (0 where a frame made without one lacks it, or holds null: one layer)."""
+    if "layer" not in events:
+        return events.assign(layer=0)
+    if events["layer"].isna().any():
+        return events.assign(layer=events["layer"].fillna(0).astype("int64"))
+    return events
+
+
 def _spans(events: pd.DataFrame, kind: str, prefix: str) -> pd.DataFrame:
     """Rows of one kind with an ordinal in posting order within (step keys, src, dst)."""
     labelled = ["exchange"] if "exchange" in events else []  # what moved, where the producer says (schema v3)
@@ -125,6 +134,7 @@ def transfers(events: pd.DataFrame) -> pd.DataFrame:
 
     A recv without a matching send (a truncated record) keeps NaN send times and is treated as posted in time.
     """
+    events = with_layer(events)
     recvs = _spans(events, "recv", "recv")
     sends = _spans(events, "send", "send").drop(columns=["send_bytes", "send_exchange"], errors="ignore")
     waits = _spans(events, "wait", "wait").drop(columns=["wait_bytes", "wait_exchange"], errors="ignore")
@@ -322,6 +332,7 @@ def critical_path_segments(
     """(critical_path's table, the path's segments): one segment per span the walk went through, with the
     resource it charged (``rank`` compute, ``link`` transfer; ``other``: a wait that did not bind, a collective),
     its ms on the path and its exposed ms (SEGMENT_COLUMNS)."""
+    events = with_layer(events)
     if xfers is None:
         xfers = transfers(events)
     steps = events[events["kind"].isin(["compute", "wait", "collective", "own", "sync", "post"])]

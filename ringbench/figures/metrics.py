@@ -12,7 +12,10 @@ definition is the one chosen.
   overlap          overlap efficiency = hidden / comm, with comm the exchanges' time from post to block in hand
                    (summed over ranks and steps) and hidden the part of it during which the rank was not blocked
   imbalance        max / mean over ranks of compute ms per iteration (median over iterations); predicted: the same
-                   ratio of FLOPs, what the mask plan alone implies
+                   ratio of the visible score entries the mask plan gives each rank (meta.json ``plans``; the
+                   ``flops`` column's FLOPs where the record has no plan), what the plan alone implies
+  bytes moved      per iteration: the bytes of every send and collective row, all ranks and phases; a case reports
+                   the median over its iterations
   tokens/s         batch x seq / median step time
   TFLOP/s          useful (non-masked) FLOPs per iteration / median step time
   transfer time    per received block: recv end - max(recv post, the sender's post); bandwidth = bytes / that
@@ -29,7 +32,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ringbench.figures.critical_path import DEFAULT_TOL_NS, critical_path, transfer_window  # noqa: F401 (transfer_window: a figure)
+from ringbench.figures.critical_path import (  # noqa: F401 (transfer_window: a figure)
+    DEFAULT_TOL_NS,
+    critical_path,
+    transfer_window,
+    with_layer,
+)
 
 ITER_KEYS = ["case_id", "repeat", "iteration"]
 ITERATION_COLUMNS = [*ITER_KEYS, "step_ms", "fwd_ms", "bwd_ms", "exposed_comm_ms", "gflop"]
@@ -59,10 +67,12 @@ CASE_FIGURES = (
     "exposed_comm_ms",
     "exposed_comm_frac",
 )
-COMM_STEP_KEYS = [*ITER_KEYS, "phase", "step", "rank"]
+COMM_STEP_KEYS = [*ITER_KEYS, "layer", "phase", "step", "rank"]
 COMM_STEP_COLUMNS = [*COMM_STEP_KEYS, "compute_ms", "comm_ms", "waited_ms", "hidden_ms"]
 RANK_WORK_COLUMNS = ["case_id", "rank", "gflop", "compute_ms"]
 IMBALANCE_COLUMNS = ["case_id", "imbalance", "predicted_imbalance", "slowest_rank", "busiest_rank"]
+BALANCE_RANK_COLUMNS = ["case_id", "rank", "predicted", "compute_ms", "predicted_share", "time_share"]
+LAYER_COLUMNS = ["case_id", "layer", "phase", "compute_ms", "waited_ms", "gflop", "bytes", "computed_pairs"]
 
 
 def _ms(frame: pd.DataFrame) -> pd.Series:
@@ -172,6 +182,7 @@ def comm_by_step(events: pd.DataFrame) -> pd.DataFrame:
     """Per (case, repeat, iteration, phase, step, rank): compute ms, comm ms (recv spans: post .. block in hand,
     plus collectives), waited ms (wait spans plus collectives: blocked) and hidden ms = max(comm - waited, 0)."""
     kinds = ["compute", "recv", "wait", "collective"]
+    events = with_layer(events)
     mask = events["kind"].isin(kinds).to_numpy()
     spans = events.loc[mask, [*COMM_STEP_KEYS, "kind"]]
     if spans.empty:
@@ -223,6 +234,89 @@ def imbalance(work: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return out.reset_index()[IMBALANCE_COLUMNS]
+
+
+def max_over_mean(values) -> float:
+    """The imbalance of per-rank figures: max / mean (1.0 is perfect balance; NaN when the mean is not > 0)."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    if not len(values) or not values.mean() > 0:
+        return float("nan")
+    return float(values.max() / values.mean())
+
+
+def rank_balance(events: pd.DataFrame, predicted: dict | None = None) -> pd.DataFrame:
+    """Per (case, rank): the predicted work (``predicted``: case id -> each rank's visible score entries from the
+    plan; cases without it take their GFLOP per iteration from the ``flops`` column) and the measured compute ms per
+    iteration (rank_work), each as its share of the case's total."""
+    work = rank_work(events)
+    rows = []
+    cases = list(dict.fromkeys([*work["case_id"].astype(str), *(predicted or {})]))
+    for case_id in cases:
+        mine = work[work["case_id"].astype(str) == case_id].set_index("rank")
+        plan = (predicted or {}).get(case_id)
+        ranks = range(len(plan)) if plan is not None else mine.index
+        for rank in ranks:
+            rows.append({
+                "case_id": case_id, "rank": int(rank),
+                "predicted": float(plan[rank]) if plan is not None else float(mine["gflop"].get(rank, np.nan)),
+                "compute_ms": float(mine["compute_ms"].get(rank, np.nan)) if len(mine) else float("nan"),
+            })  # fmt: skip
+    out = pd.DataFrame(rows, columns=BALANCE_RANK_COLUMNS[:4])
+    if out.empty:
+        return pd.DataFrame(columns=BALANCE_RANK_COLUMNS)
+    totals = out.groupby("case_id")[["predicted", "compute_ms"]].transform("sum")
+    out["predicted_share"] = out["predicted"] / totals["predicted"].where(totals["predicted"] > 0)
+    out["time_share"] = out["compute_ms"] / totals["compute_ms"].where(totals["compute_ms"] > 0)
+    return out[BALANCE_RANK_COLUMNS]
+
+
+def case_balance(per_rank: pd.DataFrame) -> pd.DataFrame:
+    """Per case, from rank_balance rows: ``imbalance`` (max / mean measured compute), ``predicted_imbalance``
+    (max / mean predicted work), the slowest rank (most compute ms) and the busiest one (most predicted work)."""
+    if per_rank.empty:
+        return pd.DataFrame(columns=IMBALANCE_COLUMNS)
+    rows = []
+    for case_id, group in per_rank.groupby("case_id", sort=False):
+        ms, work = group["compute_ms"].to_numpy(float), group["predicted"].to_numpy(float)
+        rows.append({
+            "case_id": case_id, "imbalance": max_over_mean(ms), "predicted_imbalance": max_over_mean(work),
+            "slowest_rank": int(group["rank"].iloc[int(np.nanargmax(ms))]) if np.isfinite(ms).any() else -1,
+            "busiest_rank": int(group["rank"].iloc[int(np.nanargmax(work))]) if np.isfinite(work).any() else -1,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=IMBALANCE_COLUMNS)
+
+
+def bytes_moved(events: pd.DataFrame) -> pd.DataFrame:
+    """Per case: ``bytes_moved``, the median over iterations of the bytes of every send and collective row (all
+    ranks, both phases, every layer); cases without such rows (untraced, one rank) are absent."""
+    rows = events.loc[events["kind"].isin(["send", "collective"]), [*ITER_KEYS, "bytes"]]
+    if rows.empty:
+        return pd.DataFrame(columns=["case_id", "bytes_moved"])
+    per_iter = rows.groupby(ITER_KEYS, observed=True)["bytes"].sum().astype(float)
+    return per_iter.groupby(level="case_id", observed=True).median().rename("bytes_moved").reset_index()
+
+
+def layer_figures(events: pd.DataFrame) -> pd.DataFrame:
+    """Per (case, layer, phase), medians over iterations of the sums over ranks: compute ms, waited ms, useful
+    GFLOP, bytes sent and computed (query rank, key rank) pairs: the analyses' split of an iteration by layer."""
+    events = with_layer(events)
+    spans = events[events["kind"].isin(["compute", "wait", "send", "collective"])]
+    if spans.empty:
+        return pd.DataFrame(columns=LAYER_COLUMNS)
+    spans = spans.assign(
+        ms=_ms(spans),
+        compute_ms=lambda f: np.where(f["kind"] == "compute", f["ms"], 0.0),
+        waited_ms=lambda f: np.where(f["kind"].isin(["wait", "collective"]), f["ms"], 0.0),
+        gflop=lambda f: np.where(f["kind"] == "compute", f["flops"], 0.0) / 1e9,
+        sent=lambda f: np.where(f["kind"].isin(["send", "collective"]), f["bytes"], 0).astype(float),
+        computed=lambda f: (f["kind"] == "compute").astype(float),
+    )
+    keys = ["case_id", "repeat", "iteration", "layer", "phase"]
+    per_iter = spans.groupby(keys, observed=True)[["compute_ms", "waited_ms", "gflop", "sent", "computed"]].sum()
+    out = per_iter.groupby(level=["case_id", "layer", "phase"], observed=True).median().reset_index()
+    out = out.rename(columns={"sent": "bytes", "computed": "computed_pairs"})
+    return out[LAYER_COLUMNS]
 
 
 # -- hops ----------------------------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ DEFAULT_AXES: dict[str, object] = {
     "impl": "ringbench",
     "strategy": "ring",
     "placement": "",
+    "docs": "none",
+    "layers": "1",
 }
 
 DEFAULT_META: dict[str, object] = {

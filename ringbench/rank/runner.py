@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from ringbench.engine.api import build_context
+from ringbench.engine.api import build_context, close_context
 from ringbench.engine.comm import RingStall
 from ringbench.engine.inputs import rank_shards
+from ringbench.engine.layout import resolve_layout
 from ringbench.engine.recorder import ListRecorder
-from ringbench.engine.reference import check_errors
 from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError
@@ -29,6 +29,7 @@ from ringbench.rank.autorate import rank_rate, round_down
 from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.faults import RankFaults, parse_fault
+from ringbench.rank.layers import check_layers, layer_rules
 from ringbench.rank.memory import TensorPeak, peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
 from ringbench.rank.scenario import Case, Scenario
@@ -174,31 +175,53 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     if progress is not None:
         progress.set_case(case_index)
     memory_method = reset_peak(device)
+    # Every layer's mask as a rule on this sequence; one sharding for all layers (doc-balanced balances their sum).
+    rules = layer_rules(case)
+    layout = resolve_layout(case.layout, case.seq, world, tuple(rules))
     # This rank's shards only, made on its device from (seed, token chunk): O(S/N) memory, the same global
     # tensors whatever the world size or layout.
     inputs = {"seed": settings.seed, "batch": case.batch, "heads": case.heads, "head_dim": case.head_dim,
-              "seq": case.seq, "dtype": case.dtype, "layout": case.layout, "world": world, "rank": rank}  # fmt: skip
-    q, k, v, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
-    q, k, v = (t.requires_grad_(case.backward) for t in (q, k, v))
+              "seq": case.seq, "dtype": case.dtype, "layout": layout, "world": world, "rank": rank}  # fmt: skip
+    q0, k0, v0, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
+    # Each layer attends over the same tokens through leaves of its own (views, no copies), so its gradients
+    # stay apart for the check; autograd runs the layers' backward rings in reverse order.
+    leaves = [tuple(t.detach().requires_grad_(case.backward) for t in (q0, k0, v0)) for _ in rules]
+    q, k, v = leaves[0]
 
     ring = case.ring
     recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings.trace, timeline=timeline)
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
-    ctx = build_strategy_context(
-        q, k, v, strategy=case.strategy, placement=ring if case.placement else "heads-first", mask=case.mask,
-        layout=case.layout, buffer=case.buffer, order=ring, kernel=kernel, timeout_s=settings.timeout,
-        recorder=recorder, link_delay=faults.link_delay(), timeline=timeline, loopback=settings.loopback,
-        on_stall=session.on_stall,
-    )  # fmt: skip
+    contexts = [
+        build_strategy_context(
+            *leaves[layer],
+            strategy=case.strategy,
+            placement=ring if case.placement else "heads-first",
+            mask=rule,
+            layout=layout,
+            buffer=case.buffer,
+            order=ring,
+            kernel=kernel,
+            timeout_s=settings.timeout,
+            recorder=recorder,
+            link_delay=faults.link_delay(),
+            timeline=timeline,
+            loopback=settings.loopback,
+            on_stall=session.on_stall,
+            layer=layer,
+        )
+        for layer, rule in enumerate(rules)
+    ]
+    ctx = contexts[0]
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
-        emulated_gflops = settings.emulated_auto_gflops or _calibrate_rate(_ring_twin(ctx, case, q, k, v, settings,
-                                                                                      timeline), session, q, k, v,
-                                                                           case.backward)  # fmt: skip
-        kernel = ctx.kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
+        twin = _ring_twin(ctx, q, k, v, rules[0], layout, settings, timeline)
+        emulated_gflops = settings.emulated_auto_gflops or _calibrate_rate(twin, session, q, k, v, case.backward)
+        kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
+        for layer_ctx in contexts:
+            layer_ctx.kernel = kernel
     profiled = settings.iters - 1 if profile_path is not None else None
     origin = None
-    out = grads = None
+    outs = grads = None
     # The attention's own tensors are counted in the last untimed iteration: what each strategy holds per rank,
     # inputs included (ringbench.rank.memory.TensorPeak).
     tensors = TensorPeak(device, q, k, v, dout)
@@ -217,12 +240,13 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
                 start = timeline.begin_iteration()
                 with capture.iteration(iteration) if capture is not None else contextlib.nullcontext(), \
                         tensors.counting(iteration == counted):  # fmt: skip
-                    out = attention(q, k, v, context=ctx)
+                    outs = [attention(*leaves[n], context=c) for n, c in enumerate(contexts)]
                     fwd_end = timeline.mark()
                     if case.backward:
-                        grads = torch.autograd.grad(out, (q, k, v), dout)
+                        flat = torch.autograd.grad(outs, [t for layer in leaves for t in layer], [dout] * len(outs))
+                        grads = [flat[3 * n : 3 * n + 3] for n in range(len(outs))]
                     end = timeline.mark()
-                _settle(ctx, timeline, settings.timeout, rank)
+                _settle(contexts, timeline, settings.timeout, rank)
                 recorder.capture = None
             if iteration >= 0:
                 # Iteration rows are kept even with tracing off: they carry the step times.
@@ -235,14 +259,13 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
             if hasattr(kernel, "settle"):
                 kernel.settle()
     finally:
-        if ctx.comm is not None:
-            ctx.comm.close()
+        for layer_ctx in contexts:
+            close_context(layer_ctx)
     peak = peak_mb(device)
     check = None
     if settings.check:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
-        check = check_errors(out=out.detach(), grads=grads, mask=case.mask, **inputs, device=device,
-                             budget_s=settings.check_budget_s, tick=tick)  # fmt: skip
+        check = check_layers(rules, outs, grads, inputs, device, settings.check_budget_s, tick)
     rows = recorder.rows
     clock = _on_reference_clock(rows, session, origin, settings)
     for row in rows:
@@ -340,21 +363,22 @@ def calibrate_auto(session: RankSession, cases: list[Case], settings: RunSetting
         # Cases that differ only in buffer strategy (or anything else the blocks do not depend on) compute the
         # same blocks: calibrated once.
         blocks = (case.batch, case.heads, case.head_dim, case.seq, case.dtype, case.layout, case.mask,
-                  tuple(case.ring), case.backward)  # fmt: skip
+                  tuple(case.ring), case.backward, case.docs, case.layers)  # fmt: skip
         if blocks in seen:
             continue
         seen.add(blocks)
         env = session.env
+        rules = layer_rules(case)
+        layout = resolve_layout(case.layout, case.seq, env.world, tuple(rules))
         q, k, v, _ = rank_shards(seed=settings.seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
-                                 seq=case.seq, dtype=case.dtype, layout=case.layout, world=env.world, rank=env.rank,
+                                 seq=case.seq, dtype=case.dtype, layout=layout, world=env.world, rank=env.rank,
                                  device=env.device)  # fmt: skip
-        ctx = build_context(q, k, v, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.ring,
+        ctx = build_context(q, k, v, mask=rules[0], layout=layout, buffer=case.buffer, order=case.ring,
                             kernel="torch", timeout_s=settings.timeout, timeline=session.timeline)  # fmt: skip
         try:
             rates.append(_calibrate_rate(ctx, session, q, k, v, case.backward))
         finally:
-            if ctx.comm is not None:
-                ctx.comm.close()
+            close_context(ctx)
     return min(rates) if rates else None
 
 
@@ -371,19 +395,21 @@ def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float
     return round_down(session.ops.min_float(rate))
 
 
-def _ring_twin(ctx, case: Case, q, k, v, settings: RunSettings, timeline):
+def _ring_twin(ctx, q, k, v, rule, layout, settings: RunSettings, timeline):
     """The ring context whose blocks ``emulated:auto`` is calibrated on (every strategy of a run gets the ring's
     rate: one rate per run)."""
     if not hasattr(ctx, "strategy"):
         return ctx
-    return build_context(q, k, v, mask=case.mask, layout=case.layout, buffer="sync", order="identity",
-                         kernel="torch", timeout_s=settings.timeout, timeline=timeline)  # fmt: skip
+    return build_context(q, k, v, mask=rule, layout=layout, buffer="sync", order="identity", kernel="torch",
+                         timeout_s=settings.timeout, timeline=timeline)  # fmt: skip
 
 
-def _settle(ctx, timeline, timeout_s: float, rank: int) -> None:
+def _settle(contexts, timeline, timeout_s: float, rank: int) -> None:
     """After the loop: wait, bounded, for the iteration's transfers and marks; name what never completed."""
-    if ctx.comm is not None:
-        ctx.comm.settle(timeout_s)
+    for ctx in contexts if isinstance(contexts, list) else [contexts]:
+        for comm in (ctx.comm, getattr(ctx, "back_comm", None)):  # a strategy's comm: its set of communicators
+            if comm is not None:
+                comm.settle(timeout_s)
     if timeline.settle(timeout_s):
         raise RingStall(f"rank {rank}: the device did not finish the iteration within {timeout_s:g} s")
 
@@ -403,7 +429,7 @@ def _row(iteration, phase, rank, ring, start, end) -> dict:
     return {
         "iteration": iteration, "phase": phase, "rank": rank, "ring_position": ring.index(rank), "step": -1,
         "kind": "iteration", "start_ns": start, "end_ns": end, "src": rank, "dst": rank, "bytes": 0,
-        "block": -1, "pair": "", "flops": 0.0, "nccl_ms": None,
+        "block": -1, "pair": "", "flops": 0.0, "nccl_ms": None, "layer": 0,
     }  # fmt: skip
 
 

@@ -22,10 +22,11 @@ from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement
 from ringbench.rank.faults import check_faults, parse_fault
-from ringbench.vocab import DTYPES, Buffer, Layout, Mask, Strategy
+from ringbench.rank.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
+from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec, Strategy
 
 AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl",
-        "strategy", "placement")  # fmt: skip
+        "strategy", "placement", "docs", "layers")  # fmt: skip
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 INT_AXES = ("world", "seq", "heads", "head_dim", "batch")
 SETTINGS = (
@@ -59,6 +60,11 @@ class Case:
     """Grouped strategies (hybrid, double ring): which ranks form the groups (ringbench.orders.parse_placement);
     "" for the others."""
 
+    docs: str = "none"
+    """The packed documents of a document mask (ringbench.engine.documents); ``none`` for the other masks."""
+    layers: str = "1"
+    """Attention layers per iteration (ringbench.rank.layers): a count, or a pattern of masks."""
+
     def __post_init__(self) -> None:
         # One canonical case per computation, so a sweep over strategy x buffer x order x placement runs each
         # once: allgather is the buffer of that name; Ulysses has no ring to double-buffer; only grouped
@@ -71,7 +77,9 @@ class Case:
             strategy = Strategy("allgather")
             object.__setattr__(self, "buffer", "allgather")
         elif self.buffer not in strategy.buffers():
-            object.__setattr__(self, "buffer", strategy.buffers()[0])
+            # a grouped strategy's rings are full rings: sync-short runs as sync, double-short as double
+            unshort = self.buffer.removesuffix("-short")
+            object.__setattr__(self, "buffer", unshort if unshort in strategy.buffers() else strategy.buffers()[0])
         object.__setattr__(self, "strategy", strategy.spec)
         if not strategy.grouped:
             object.__setattr__(self, "placement", "")
@@ -84,7 +92,8 @@ class Case:
     def case_id(self) -> str:
         """Readable and stable: the same axes give the same id in every run (resume and compare rely on it).
         ringbench's own engine is the default implementation and does not appear in the id; nor do the ring
-        strategies (ring, allgather: the buffer says which), so records made before strategies keep their ids."""
+        strategies (ring, allgather: the buffer says which), nor one layer without documents (the default workload),
+        so records made before strategies, documents and layers keep their ids."""
         impl = "" if self.impl == "ringbench" else f"-{self.impl}"
         strategy = "" if self.strategy in ("ring", "allgather") else f"-{self.strategy}"
         if self.placement:
@@ -93,8 +102,20 @@ class Case:
             f"w{self.world}-s{self.seq}-h{self.heads}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
             f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}{impl}{strategy}-{'fb' if self.backward else 'f'}"
         )
+        readable = slug
+        if self.docs != "none":
+            slug += f"-docs={self.docs}"
+            readable += "-docs-" + _short(self.docs)
+        if self.layers != "1":
+            slug += f"-layers={self.layers}"
+            readable += "-layers-" + _short(self.layers)
         digest = hashlib.sha1(slug.encode()).hexdigest()[:6]
-        return f"{slug.replace(':', '_')}-{digest}"
+        return f"{readable.replace(':', '_')}-{digest}"
+
+    @property
+    def layer_masks(self) -> tuple[str, ...]:
+        """The mask of each attention layer (one layer: the case's mask)."""
+        return layer_masks(self.layers, self.mask)
 
     @property
     def ring(self) -> list[int]:
@@ -109,6 +130,12 @@ class Case:
 
     def axes(self) -> dict:
         return dataclasses.asdict(self) | {"ring": format_ring(self.ring)}
+
+
+def _short(text: str, limit: int = 32) -> str:
+    """A spec as an id part: safe characters, at most ``limit`` of them (the digest keeps ids distinct)."""
+    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in text.replace(", ", "+").replace(" ", ""))
+    return safe[:limit]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,6 +163,12 @@ class Scenario:
     """ring, ulysses, hybrid:U, double-ring:W, allgather (ringbench/engine/strategy.py)."""
     placement: tuple[str, ...] = ("heads-first",)
     """Grouped strategies: heads-first, interleaved, or ranks in placement order (0-2-4-6-1-3-5-7)."""
+    docs: tuple[str, ...] = ("none",)
+    """Packed documents for the document masks (ringbench.engine.documents): lengths:..., file:PATH, lognormal:...,
+    uniform:...; masks without documents ignore the axis."""
+    layers: tuple[str, ...] = ("1",)
+    """Attention layers per iteration, each with its own mask (ringbench.rank.layers): 4, or 'window:4096 x5,
+    causal x1'."""
     backward: bool = True
     """Time the backward ring too."""
     iters: int = 10
@@ -157,6 +190,17 @@ class Scenario:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", tuple(DTYPE_ALIASES.get(str(d), d) for d in self.dtype))
+        # Canonical masks and layers (causal+window:64 -> window:64): case ids and the record compare them as
+        # strings. Malformed values are left for validate() to name.
+        for name, canon in (("mask", lambda v: MaskSpec.parse(v).text), ("layers", canonical_layers),
+                            ("docs", lambda v: str(v).strip())):  # fmt: skip
+            values = []
+            for value in getattr(self, name):
+                try:
+                    values.append(canon(value))
+                except (UsageError, TypeError, ValueError):
+                    values.append(value)
+            object.__setattr__(self, name, tuple(values))
         # One canonical spelling of each fault everywhere (slow-rank:3:1.50 -> slow-rank:3:1.5): the record, the
         # verdicts and the gate compare specs as strings. A malformed spec is left for validate() to name.
         canonical = []
@@ -168,10 +212,24 @@ class Scenario:
         object.__setattr__(self, "faults", tuple(canonical))
 
     def cases(self) -> list[Case]:
+        """The cartesian product of the axes, less what does not make a case: a mask without documents runs with
+        docs ``none`` (the axis does not change it), a document mask needs documents, doc-balanced needs a
+        document mask, and a layers pattern that names every layer's mask makes the mask axis irrelevant."""
         combos = itertools.product(*(getattr(self, axis) for axis in AXES))
         cases, seen = [], set()
         for values in combos:
-            case = Case(**dict(zip(AXES, values, strict=True)), backward=self.backward)
+            axes = dict(zip(AXES, values, strict=True))
+            if not uses_case_mask(axes["layers"]):
+                axes["mask"] = self.mask[0]
+            masks = layer_masks(axes["layers"], axes["mask"])
+            documented = any(needs_docs(m) for m in masks)
+            if not documented:
+                axes["docs"] = "none"
+            elif axes["docs"] == "none":
+                continue
+            if axes["layout"] == Layout.DOC_BALANCED.value and not all(needs_docs(m) for m in masks):
+                continue
+            case = Case(**axes, backward=self.backward)
             if case.case_id not in seen:
                 seen.add(case.case_id)
                 cases.append(case)
@@ -190,12 +248,13 @@ class Scenario:
         for value in self.dtype:
             if value not in DTYPES:
                 raise fail("dtype", value, "one of: " + ", ".join([*DTYPES, *DTYPE_ALIASES]))
-        for axis, choice in (("mask", Mask), ("layout", Layout), ("buffer", Buffer)):
+        for axis, choice in (("mask", MaskSpec), ("layout", Layout), ("buffer", Buffer)):
             for value in getattr(self, axis):
                 try:
                     choice.parse(value, axis)
                 except UsageError as exc:
                     raise UsageError(where + str(exc)) from None
+        validate_mask_axes(self, fail, where)
         for value in self.kernel:
             try:
                 kernel = get_kernel(value)
@@ -413,8 +472,24 @@ def _parse(text: str, source: str) -> Scenario:
             values[key] = _as_tuple(source, key, value) if key != "faults" or value else ()
         else:
             values[key] = value
-    for key in ("order", "kernel", "dtype", "mask", "layout", "buffer", "impl", "strategy", "placement", "faults"):
+    for key in (
+        "order",
+        "kernel",
+        "dtype",
+        "mask",
+        "layout",
+        "buffer",
+        "impl",
+        "strategy",
+        "placement",
+        "faults",
+        "docs",
+        "layers",
+    ):
         if key in values:
+            if key == "layers" and any(isinstance(v, bool) or not isinstance(v, (str, int)) for v in values[key]):
+                bad = next(v for v in values[key] if isinstance(v, bool) or not isinstance(v, (str, int)))
+                raise UsageError(f"{source}: " + str(bad_value("layers", bad, "a count or a pattern of masks")))
             values[key] = tuple(str(v) for v in values[key])
     return Scenario(**values, source=source).validate()
 

@@ -88,12 +88,31 @@ KEYS = (
     MetaKey("simulation", _DICT, frozenset({"simulate"}), "the simulator's calibration and model settings"),
     MetaKey("source", _TEXT, _ALL, "where the record came from: ringbench, simulator or profiler"),
     MetaKey("imported", _DICT, frozenset({"import"}), "the imported program: distributed info, trace files, hashes"),
+    MetaKey(
+        "plans",
+        _DICT,
+        frozenset({"run", "simulate"}),
+        "case id -> the mask plan's predictions: per layer the "
+        "mask, the pair-kind grid, each rank's visible score entries and kernel calls, the ring steps",
+    ),
+    MetaKey(
+        "docs",
+        _DICT,
+        frozenset({"run", "simulate"}),
+        "docs spec@seq -> the packed documents: count, mean, min, max and (up to 4096) the lengths",
+    ),
 )
 REGISTRY = {key.name: key for key in KEYS}
 
 
 class RunMeta(dict):
     """meta.json as read: a plain dict (it is JSON), with typed accessors for what consumers need."""
+
+    @property
+    def plans(self) -> dict:
+        """case id -> the mask plan's predictions (empty for records written before plans were kept)."""
+        value = self.get("plans")
+        return value if isinstance(value, dict) else {}
 
     @property
     def schema_version(self) -> int:

@@ -3,7 +3,8 @@
 Every producer (real runs, the simulator, imported traces) writes these tables and every consumer (analyses,
 reports, the CI gate) reads them. A feature that needs more data adds columns here; it never opens a side channel.
 
-Schema versions (readers accept every one of them; missing columns read as null, ``censored`` as false):
+Schema versions (readers accept every one of them; missing columns read as null, ``censored`` as false,
+``layer`` as 0):
   3 -- strategies beyond one ring: cases gain the ``strategy`` and ``placement`` axes and ``attn_mem_mb`` (the
        peak of the attention's own tensors per rank); events gain ``exchange`` (what a send / recv / wait moved:
        ``qkv``, ``out``, ``dout``, ``dqkv`` for the all-to-alls, ``kv`` / ``dkv`` where a strategy labels its ring
@@ -13,6 +14,10 @@ Schema versions (readers accept every one of them; missing columns read as null,
        another collective that is no rotation of the ring) and ``post`` (an exchange's post held back on one hop),
        and the column ``censored`` (send / recv rows whose end is an upper bound: nobody was waiting when the block
        completed). Imported traces write them.
+       Masks beyond one causal sequence: events gain ``layer`` (the attention layer of a multi-layer iteration, 0
+       for one layer); cases gain the ``docs`` and ``layers`` axes, the documents' ``docs_count``, ``docs_mean``,
+       ``docs_max``, the balance figure (``imbalance``, ``predicted_imbalance``), ``bytes_moved``, ``kernel_calls``
+       and ``ring_steps``.
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -84,11 +89,13 @@ EVENTS_SCHEMA = pa.schema(
         # send / recv rows: the end is an upper bound, not a measurement (a host-side trace saw the completion only
         # when its ranks came to take it, and neither was waiting). False elsewhere. Added in version 3.
         pa.field("censored", pa.bool_()),
+        # the attention layer of the iteration this span belongs to (0 for a one-layer model). Added in version 3.
+        pa.field("layer", pa.int32()),
     ]
 )
 EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)
 # What a column an older file (or a producer) lacks reads as: null, except these.
-EVENT_DEFAULTS = {"censored": False}
+EVENT_DEFAULTS = {"censored": False, "layer": 0}
 
 # Columns of the per-case summary table (cases.parquet / cases.csv / the `--json` cases list).
 CASE_AXES = (
@@ -107,6 +114,8 @@ CASE_AXES = (
     "impl",  # the ring-attention implementation (version 2; older records: ringbench)
     "strategy",  # ring, ulysses, hybrid:U, double-ring:W, allgather (version 3; older records: null = ring)
     "placement",  # grouped strategies: how ranks form groups (version 3; "" / null for the others)
+    "docs",  # the packed documents' spec (version 3; "none" without documents)
+    "layers",  # attention layers per iteration: a count or a pattern of masks (version 3; older records: 1)
 )
 CASE_COLUMNS = (
     "case_id",
@@ -136,7 +145,16 @@ CASE_COLUMNS = (
     "emulated_gflops",  # the emulated kernel's rate (emulated:auto: the rate it chose), NaN when not emulated
     "check_note",  # what the float64 check left out to stay in its time budget ("" when it checked everything)
     "attn_mem_mb",  # largest per-rank peak of the attention's own tensors, inputs included, MiB (version 3)
+    "docs_count",  # documents in the sequence (version 3; NaN without documents)
+    "docs_mean",  # their mean length, tokens
+    "docs_max",  # the longest, tokens
+    "imbalance",  # max / mean over ranks of measured compute ms per iteration (figures.metrics.imbalance)
+    "predicted_imbalance",  # max / mean over ranks of the plan's visible score entries (all layers)
+    "bytes_moved",  # median per iteration of the bytes all ranks sent (send and collective rows), NaN untraced
+    "kernel_calls",  # block-kernel calls per iteration, all ranks, forward and backward, from the plan
+    "ring_steps",  # ring steps per phase and layer (N for the full ring; D + 1 for the short ring's deepest layer)
 )
+CASE_DEFAULTS = {"docs": "none", "layers": "1"}  # what an axis an older record lacks reads as
 
 
 def empty_events():

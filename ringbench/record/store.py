@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from ringbench.errors import UsageError
 from ringbench.record.atomic import atomic_write
 from ringbench.record.meta import RunMeta, read_meta
-from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENT_DEFAULTS, EVENTS_SCHEMA
+from ringbench.record.schema import CASE_COLUMNS, CASE_DEFAULTS, EVENT_COLUMNS, EVENT_DEFAULTS, EVENTS_SCHEMA
 
 EVENTS_FILE = "events.parquet"
 CASES_FILE = "cases.parquet"
@@ -54,8 +54,10 @@ def with_event_columns(events: pd.DataFrame) -> pd.DataFrame:
         events = events.assign(**{name: EVENT_DEFAULTS.get(name, float("nan")) for name in missing})
     for name, default in EVENT_DEFAULTS.items():
         column = events[name]
-        if column.dtype != bool:
+        if isinstance(default, bool) and column.dtype != bool:  # NaN (older producers) reads as the default
             events = events.assign(**{name: column.astype(object).where(column.notna(), default).astype(bool)})
+        elif column.isna().any():
+            events = events.assign(**{name: column.fillna(default)})
     return events[list(EVENT_COLUMNS)]
 
 
@@ -99,8 +101,8 @@ def load_run(run_dir: str | Path) -> RunData:
     if cases is None:
         cases = pd.DataFrame(columns=list(CASE_COLUMNS))
     missing = [name for name in CASE_COLUMNS if name not in cases]
-    if missing:  # a file written before these columns existed: they read as null
-        cases = cases.assign(**{name: float("nan") for name in missing})
+    if missing:  # a file written before these columns existed: they read as null (axes: their default)
+        cases = cases.assign(**{name: CASE_DEFAULTS.get(name, float("nan")) for name in missing})
     if meta.kind == "run" and meta.scenario is not None and "finished" not in meta and len(events):
         events = finished_events(events, cases)  # a sweep's folder that did not finish: its finished cases only
     return RunData(path=run_dir, events=events, cases=cases, meta=meta)

@@ -2,7 +2,8 @@
 
 The content model (sections, tables, cells) is model.py; this module assembles the page from it, in order: the
 label (INTERRUPTED, SIMULATED / EMULATED, faults), the answers block (the same one that ends ``ringbench run``), the verdict, the
-step time per case, the cases table, the cases that matter in detail (case_sections.py), overlap, numerics,
+step time per case, the cases table, the cases that matter in detail (case_sections.py), overlap, the mask
+plans and balance (plans.py), numerics,
 implementations, extra sections (placement, scale) and the run's metadata (run_info.py). Imports run one way:
 model <- sections <- content <- writer.
 """
@@ -29,6 +30,7 @@ from ringbench.report.model import (
     table,
 )
 from ringbench.report.placement import placement_section
+from ringbench.report.plans import plans_section
 from ringbench.report.run_info import run_section
 from ringbench.report.scale import scale_section
 from ringbench.vocab import TOLERANCE
@@ -56,6 +58,9 @@ def build_content(analysis: RunAnalysis) -> ReportContent:
     content.sections.append(_cases_section(analysis, cases, {c.anchor for c in detail.children}))
     if detail.children or detail.lines:
         content.sections.append(detail)
+    plans = plans_section(analysis, case_labels(run.cases) if len(run.cases) else {}, table)
+    if plans is not None:
+        content.sections.append(plans)
     content.sections += _run_level_sections(analysis)
     placement = placement_section(run, analysis.hops)
     if placement is not None:

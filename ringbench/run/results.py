@@ -21,7 +21,7 @@ import pandas as pd
 
 from ringbench.errors import UsageError
 from ringbench.figures.critical_path import clock_tolerance_ns
-from ringbench.figures.metrics import CASE_FIGURES, case_figures
+from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, rank_balance
 from ringbench.kernels import get_kernel
 from ringbench.rank.scenario import Case, Scenario
 from ringbench.record import store
@@ -100,15 +100,22 @@ class ResultsFolder:
 
     def add_case(self, case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> dict:
         """Store one finished case (events, its case row, what the ranks reported); returns the case row."""
-        events, row = summarize_case(case, per_rank, scenario, repeat)
+        plan = case_plan(case)
+        events, row = summarize_case(case, per_rank, scenario, repeat, plan=plan)
         with self.lock, shielded():
-            self._store(events, row, case, per_rank)
+            self._store(events, row, case, per_rank, plan)
         return row
 
-    def _store(self, events: pd.DataFrame, row: dict, case: Case, per_rank: list[dict]) -> None:
+    def _store(self, events: pd.DataFrame, row: dict, case: Case, per_rank: list[dict], plan) -> None:
         note = (per_rank[0].get("device_info") or {}).get("backend_note")
         if note and note not in self.notes:  # e.g. why ranks that see GPUs run gloo on the CPU
             self.notes.append(note)
+        if case.impl != "ringbench" and case.mask != "none":
+            note = (f"impl {case.impl!r}, mask {case.mask!r}: its per-step spans come from a profiler trace, which "
+                    "cannot tell which keys each block masked; their FLOPs count whole blocks and no plan predicts "
+                    "its balance")  # fmt: skip
+            if note not in self.notes:
+                self.notes.append(note)
         self.events.append(events)
         if len(self.cases):
             same = (self.cases["case_id"] == row["case_id"]) & (self.cases["repeat"] == row["repeat"])
@@ -119,6 +126,7 @@ class ResultsFolder:
         store.write_cases(self.run_dir, self.cases)
         _note_ranks(self.meta, case.world, per_rank)
         _note_case(self.meta, case, row)
+        note_plan(self.meta, case, plan)
         self.save_meta()
 
     def interrupt(self, state: dict) -> None:
@@ -135,11 +143,47 @@ class ResultsFolder:
         self.save_meta()
 
 
-def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> tuple[pd.DataFrame, dict]:
+def case_plan(case: Case) -> dict | None:
+    """What ringbench's mask plan predicts for ``case`` (ringbench.engine.plan_summary), None for another
+    implementation's case (its plan is its own)."""
+    if case.impl != "ringbench":
+        return None
+    from ringbench.engine.layout import resolve_layout
+    from ringbench.engine.plan_summary import plan_summary
+    from ringbench.rank.layers import layer_rules
+
+    rules = layer_rules(case)
+    layout = resolve_layout(case.layout, case.seq, case.world, tuple(rules))
+    return plan_summary(rules, layout, case.seq, case.world, case.ring, case.buffer, case.backward)
+
+
+def docs_summary(case: Case) -> dict | None:
+    """The documents of a document-mask case (count, mean, max, ...), None without documents."""
+    if case.docs == "none":
+        return None
+    from ringbench.engine.documents import documents
+
+    return documents(case.docs, case.seq).summary()
+
+
+def note_plan(meta: dict, case: Case, plan: dict | None) -> None:
+    """meta.json keeps each case's plan (per layer: mask, pair-kind grid, per-rank work and calls, ring steps) and
+    each docs spec's documents, so that analyses and reports read them from the record."""
+    if plan is not None:
+        meta.setdefault("plans", {})[case.case_id] = plan
+    docs = docs_summary(case)
+    if docs is not None:
+        meta.setdefault("docs", {})[f"{case.docs}@{case.seq}"] = docs
+
+
+def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat: int,
+                   plan: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
     """This case's events table and its summary row: the figures of ringbench/figures/metrics.py (medians over timed
-    iterations, with p10/p90), the numerical check, peak memory and the emulation's saturated kernel calls."""
+    iterations, with p10/p90), the numerical check, peak memory, the emulation's saturated kernel calls, and with
+    ``plan`` (case_plan) the balance against the plan's prediction."""
     rows = [row for result in per_rank for row in result["rows"]]
     events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    events["layer"] = events["layer"].fillna(0).astype("int64")
     residual = max(int(r.get("clock_residual_ns") or 0) for r in per_rank)
     tol_ns = clock_tolerance_ns(residual)
     sizes = pd.DataFrame([{"case_id": case.case_id, "batch": case.batch, "seq": case.seq}])
@@ -171,6 +215,7 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         "check_note": "; ".join(sorted({r["check_note"] for r in per_rank if r.get("check_note")})),
         "saturated_blocks": int(sum(int(r.get("saturated_blocks") or 0) for r in per_rank)),
         "emulated_blocks": int(sum(int(r.get("paced_blocks") or 0) for r in per_rank)),
+        **_plan_figures(case, events, plan),
     }
     return events, row
 
@@ -178,6 +223,25 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
 def _largest(values: list) -> float:
     numbers = [float(v) for v in values if v is not None and v == v]
     return max(numbers) if numbers else math.nan
+
+
+def _plan_figures(case: Case, events: pd.DataFrame, plan: dict | None) -> dict:
+    """The case row's documents, balance, bytes, kernel calls and ring steps (NaN what the record cannot say)."""
+    docs = docs_summary(case)
+    predicted = {case.case_id: plan["visible"]} if plan is not None else None
+    balance = case_balance(rank_balance(events, predicted))
+    balance = balance.iloc[0] if len(balance) else pd.Series(dtype=float)
+    moved = bytes_moved(events)
+    return {
+        "docs_count": float(docs["count"]) if docs else math.nan,
+        "docs_mean": float(docs["mean"]) if docs else math.nan,
+        "docs_max": float(docs["max"]) if docs else math.nan,
+        "imbalance": float(balance.get("imbalance", math.nan)),
+        "predicted_imbalance": float(balance.get("predicted_imbalance", math.nan)),
+        "bytes_moved": float(moved["bytes_moved"].iloc[0]) if len(moved) else math.nan,
+        "kernel_calls": float(plan["kernel_calls"]) if plan and plan.get("kernel_calls") is not None else math.nan,
+        "ring_steps": float(plan["ring_steps"]) if plan else math.nan,
+    }
 
 
 def _emulated_rate(per_rank: list[dict]) -> float:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.engine.api import reference_attention
+from ringbench.engine.api import close_context, reference_attention
 from ringbench.engine.layout import shard
+from ringbench.engine.masks import mask_rule
 from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.fmt import ring_text
 from ringbench.vocab import DTYPES, TOLERANCE
@@ -34,10 +35,14 @@ class CheckCase:
     head_dim: int = 8
     strategy: str = "ring"
     placement: str = "heads-first"
+    docs: str = "none"
+    """The docs spec of a document mask (ringbench.engine.documents)."""
 
     @property
     def name(self) -> str:
-        base = f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}"
+        docs = f"/{self.docs}" if self.docs != "none" else ""
+        shape = "" if self.seq_per_rank == 8 else f"/L{self.seq_per_rank}"
+        base = f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}{docs}{shape}"
         if self.strategy == "ring":
             return base
         return f"{self.strategy}@{self.placement}/{base}/b{self.batch}h{self.heads}d{self.head_dim}l{self.seq_per_rank}"
@@ -101,6 +106,54 @@ def strategy_cases(world: int, dtypes=("float64", "float32"), *, wide: bool = Fa
     return cases
 
 
+MASK_BUFFERS = ("sync", "double", "allgather", "sync-short", "double-short")
+
+
+def document_pack(seq: int, seed: int = 0) -> str:
+    """A docs spec of random lengths filling ``seq``: documents shorter than a chunk, one spanning several ranks."""
+    import random
+
+    rng = random.Random(seed)
+    lengths, total = [], 0
+    while total < seq:
+        length = rng.choice([1, 2, 3, 5, 7, 11]) if rng.random() < 0.8 else rng.randint(seq // 4, seq // 2)
+        length = min(length, seq - total)
+        lengths.append(length)
+        total += length
+    return "lengths:" + ",".join(map(str, lengths))
+
+
+def mask_cases(world: int, *, full: bool = False, dtypes=("float64", "float32"), seq_per_rank: int = 8,
+               kernels=("torch",)) -> list[CheckCase]:  # fmt: skip
+    """Exactness cases of the document and window masks: every mask x layout x buffer (the short ring included)
+    with ``full``; otherwise a covering set (every mask with every layout and every buffer at least once, orders
+    and dtypes in turn). Windows shorter than a rank's block (1, 3), between, and longer than S; a random document
+    pack with documents shorter than one chunk and one across ranks."""
+    seq = seq_per_rank * world
+    docs = document_pack(seq, seed=world)
+    masks = ("causal-document", "full-document", "window:1", "window:3", f"window:{seq_per_rank + 2}",
+             f"window:{2 * seq + 1}", "causal-document+window:5")  # fmt: skip
+    orders = ["identity", "reverse", "random:5"] + ([ring_text([0, *range(2, world), 1])] if world >= 3 else [])
+    orders = orders if world > 1 else ["identity"]  # one rank: every order is the same ring
+    out = []
+    for index, mask in enumerate(masks):
+        documented = "document" in mask
+        layouts = ["contiguous", "zigzag", "striped"] + (["doc-balanced"] if documented else [])
+        shape = dict(seq_per_rank=seq_per_rank, docs=docs if documented else "none")
+        if full:
+            for lay, buf, order, dtype, kernel in itertools.product(layouts, MASK_BUFFERS, orders[:2], dtypes,
+                                                                    kernels):  # fmt: skip
+                out.append(CheckCase(mask=mask, layout=lay, buffer=buf, order=order, dtype=dtype, kernel=kernel,
+                                     **shape))  # fmt: skip
+            continue
+        for n in range(max(len(layouts), len(MASK_BUFFERS))):
+            out.append(CheckCase(mask=mask, layout=layouts[(n + index) % len(layouts)],
+                                 buffer=MASK_BUFFERS[n % len(MASK_BUFFERS)], order=orders[(n + index) % len(orders)],
+                                 dtype=dtypes[(n + index) % len(dtypes)], kernel=kernels[n % len(kernels)],
+                                 **shape))  # fmt: skip
+    return out
+
+
 def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) -> tuple[float, float]:
     """(forward max abs error, backward max abs error) of this rank's rows for one case."""
     dtype = DTYPES[case.dtype]
@@ -113,12 +166,12 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
     ]
     q, k, v, grad = (t.to(dtype).to(torch.float64).to(device) for t in full)  # values exactly representable
     q_ref, k_ref, v_ref = (t.clone().requires_grad_() for t in (q, k, v))
-    ref_mask = "none" if case.mask == "none" else "causal"
-    ref = reference_attention(q_ref, k_ref, v_ref, mask=ref_mask)
+    rule = mask_rule(case.mask, case.docs, seq)
+    ref = reference_attention(q_ref, k_ref, v_ref, mask=rule)  # causal-naive computes the causal function
     ref_grads = torch.autograd.grad(ref, (q_ref, k_ref, v_ref), grad)
 
     def local(t: torch.Tensor) -> torch.Tensor:
-        return shard(t, case.layout, world, rank)
+        return shard(t, case.layout, world, rank, rule=rule)
 
     q_l, k_l, v_l = (local(t).to(dtype).requires_grad_() for t in (q, k, v))
     ctx = build_strategy_context(
@@ -127,7 +180,7 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
         v_l,
         strategy=case.strategy,
         placement=case.placement,
-        mask=case.mask,
+        mask=rule,
         layout=case.layout,
         buffer=case.buffer,
         order=case.order,
@@ -138,8 +191,7 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
     grads = torch.autograd.grad(out, (q_l, k_l, v_l), local(grad).to(dtype))
     fwd_err = (out.double() - local(ref.detach())).abs().max().item()
     bwd_err = max((g.double() - local(r)).abs().max().item() for g, r in zip(grads, ref_grads, strict=True))
-    if ctx.comm is not None:
-        ctx.comm.close()
+    close_context(ctx)
     return fwd_err, bwd_err
 
 
@@ -166,3 +218,31 @@ def run_selfcheck(world: int, cases: list[CheckCase], timeout_s: float = 60.0) -
 def within_tolerance(case: CheckCase, errors: tuple[float, float]) -> bool:
     fwd_tol, bwd_tol = TOLERANCE[case.dtype]
     return errors[0] <= fwd_tol and errors[1] <= bwd_tol
+
+
+def strategy_mask_cases(world: int, *, full: bool = False, dtypes=("float64", "float32"),
+                        seq_per_rank: int = 8) -> list[CheckCase]:  # fmt: skip
+    """The strategies (ulysses, hybrid, double ring) under the document and window masks: every strategy of
+    ``world`` with each of them, on the layouts that make sense (doc-balanced for the document masks); ``full``
+    takes every strategy x mask x layout x dtype, otherwise each strategy cycles through them."""
+    from ringbench.vocab import Strategy
+
+    seq = seq_per_rank * world
+    docs = document_pack(seq, seed=world + 1)
+    masks = ("causal-document", "full-document", "window:3", f"window:{seq_per_rank + 2}", "causal-document+window:5")
+    cells = []
+    for mask in masks:
+        layouts = ("contiguous", "zigzag", "striped") + (("doc-balanced",) if "document" in mask else ())
+        cells += [(mask, layout) for layout in layouts]
+    out = []
+    for n, spec in enumerate(strategy_specs(world)):
+        strategy = Strategy.parse(spec)
+        heads = 2 * strategy.ulysses_degree(world)
+        chosen = cells if full else [cells[(n + i) % len(cells)] for i in range(0, len(cells), 3)]
+        for i, (mask, layout) in enumerate(chosen):
+            for dtype in dtypes if full else (dtypes[(n + i) % len(dtypes)],):
+                out.append(CheckCase(strategy=spec, placement="interleaved" if (n + i) % 2 and strategy.grouped
+                                     else "heads-first", mask=mask, layout=layout, buffer=strategy.buffers()[i % len(
+                                         strategy.buffers())], dtype=dtype, heads=heads, seq_per_rank=seq_per_rank,
+                                     docs=docs if "document" in mask else "none"))  # fmt: skip
+    return out

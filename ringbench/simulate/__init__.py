@@ -10,9 +10,10 @@ scale (the scale view), legacy (SimConfig: a ring at given compute and link time
 """
 
 from ringbench.simulate.case import Cluster, SimCase
+from ringbench.simulate.case_result import CaseResult
 from ringbench.simulate.costs import DEFAULTS, Costs, LinkCost
 from ringbench.simulate.legacy import SimConfig, pair_work, simulate, simulate_run, write_simulated_run
-from ringbench.simulate.results import CaseResult, run_data, simulate_case, simulate_cases, write_run
+from ringbench.simulate.results import run_data, simulate_case, simulate_cases, write_run
 
 __all__ = [
     "DEFAULTS",

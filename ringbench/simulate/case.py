@@ -22,12 +22,13 @@ from ringbench.rank.faults import Fault, check_faults, parse_fault
 from ringbench.rank.scenario import Case
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
-from ringbench.simulate.plans import PairClasses, pair_classes
-from ringbench.vocab import DTYPES, Buffer, Layout, Mask
+from ringbench.simulate.plans import pair_classes
+from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 SIMULATED_KERNEL = "simulated"
 SIMULATED_FAULTS = ("slow-rank", "slow-host", "slow-link", "jitter")
+MAX_PAIR_TABLE = 16384  # ranks: document and window masks, and the short ring, keep a table of every rank pair
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -49,11 +50,11 @@ class SimCase:
     batch: int = 1
     dtype: str = "bfloat16"
     mask: str = "causal"
-    """none | causal | causal-naive."""
+    """none | causal | causal-naive | causal-document | full-document | window:W | causal-document+window:W."""
     layout: str = "zigzag"
-    """contiguous | zigzag | striped."""
+    """contiguous | zigzag | striped | doc-balanced."""
     buffer: str = "double"
-    """sync | double | allgather."""
+    """sync | double | allgather | sync-short | double-short."""
     order: str = "identity"
     """A ring order spec: identity, reverse, stride:K, random:SEED or 0-3-1-2."""
     backward: bool = True
@@ -70,6 +71,8 @@ class SimCase:
     """Grouped strategies: the placement spec (heads-first, interleaved, or ranks in placement order)."""
     kv_heads: int = 0
     """Key/value heads (grouped-query attention, modelled only: the engine has none); 0: as many as heads."""
+    docs: str = "none"
+    """The packed documents of a document mask (ringbench.engine.documents)."""
 
     def __post_init__(self) -> None:
         self._normalise_strategy()
@@ -77,10 +80,21 @@ class SimCase:
             _positive_int(name, getattr(self, name))
         if self.dtype not in DTYPES:
             raise bad_value("dtype", self.dtype, "one of: " + ", ".join(DTYPES))
-        Mask.parse(self.mask, "mask")
+        object.__setattr__(self, "mask", MaskSpec.parse(self.mask, "mask").text)
         Layout.parse(self.layout, "layout")
         Buffer.parse(self.buffer, "buffer")
         check_divisible(self.layout, self.seq, self.world)
+        spec = MaskSpec.parse(self.mask)
+        if (not spec.legacy or Buffer.parse(self.buffer).short) and self.world > MAX_PAIR_TABLE:
+            raise bad_value("world", self.world, f"at most {MAX_PAIR_TABLE:,} ranks for mask {self.mask!r} with buffer "
+                            f"{self.buffer!r}: their plan is a table of every rank pair (the masks none, causal, "
+                            "causal-naive on a full ring simulate at any size)")  # fmt: skip
+        if not MaskSpec.parse(self.mask).documents:
+            object.__setattr__(self, "docs", "none")
+        from ringbench.engine.layout import resolve_layout
+        from ringbench.engine.masks import mask_rule
+
+        resolve_layout(self.layout, self.seq, self.world, mask_rule(self.mask, self.docs, self.seq))
         if self.gflops is not None and not (math.isfinite(self.gflops) and self.gflops > 0):
             raise bad_value("gflops", self.gflops, "a finite rate > 0 (GFLOP/s)")
         faults = [parse_fault(spec) for spec in self.faults]
@@ -128,7 +142,7 @@ class SimCase:
         return Case(world=self.world, seq=self.seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
                     dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=self.order,
                     kernel=SIMULATED_KERNEL, backward=self.backward, strategy=self.strategy,
-                    placement=self.placement)  # fmt: skip
+                    placement=self.placement, docs=self.docs)  # fmt: skip
 
     def parsed_faults(self) -> list[Fault]:
         return [parse_fault(spec) for spec in self.faults]
@@ -143,8 +157,47 @@ class SimCase:
         size = DTYPE_BYTES[self.dtype] if lane == "kv" else (8 if self.dtype == "float64" else 4)
         return 2 * self.batch * self.heads * local * self.head_dim * size
 
-    def classes(self) -> PairClasses:
-        return pair_classes(self.mask, self.layout, self.seq, self.world)
+    @property
+    def legacy_mask(self) -> bool:
+        """none, causal or causal-naive: three pair classes by the sign of k - q (plans.py)."""
+        return MaskSpec.parse(self.mask).legacy
+
+    def classes(self):
+        """The pair classes: PairClasses (three, legacy masks) or a PairTable (documents, windows)."""
+        if self.legacy_mask:
+            return pair_classes(self.mask, self.layout, self.seq, self.world)
+        from ringbench.simulate.pair_table import pair_table
+
+        return pair_table(self.mask, self.layout, self.seq, self.world, self.docs)
+
+    def route(self):
+        """The short ring's route (sync-short / double-short), or None for the full ring."""
+        if not Buffer.parse(self.buffer).short:
+            return None
+        from ringbench.engine.short_ring import route_of
+
+        return route_of(self.visibility(), self.ring)
+
+    def visibility(self) -> np.ndarray:
+        """(N, N) visible score entries per (query rank, key rank)."""
+        classes = self.classes()
+        if hasattr(classes, "visible"):
+            return classes.visible()
+        q, k = np.meshgrid(np.arange(self.world), np.arange(self.world), indexing="ij")
+        index = classes.classify(q, k)
+        entries = np.array([sum(b.visible_pairs for b in c.blocks) for c in classes.classes])
+        return entries[index]
+
+    def per_rank(self, values: np.ndarray) -> np.ndarray:
+        """(N,) the sum over key ranks of a per-class figure (``values`` (K,)) for every query rank, without an
+        (N, N) table for the three sign classes."""
+        classes = self.classes()
+        matrix = getattr(classes, "matrix", None)
+        values = np.asarray(values, dtype=float)
+        if matrix is not None:
+            return values[matrix].sum(axis=1)
+        ranks = np.arange(self.world, dtype=float)  # rank q: q keys below, itself, N - 1 - q above
+        return ranks * values[0] + values[1] + (self.world - 1 - ranks) * values[2]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,14 +238,15 @@ def _shares(hosts: np.ndarray, src: np.ndarray, dst: np.ndarray, crosses: np.nda
     return np.where(crosses, counts[pair] if counts is not None else 1, 1).astype(float)
 
 
-def _lanes(case: SimCase, costs: Costs, cluster: Cluster, ring: np.ndarray) -> dict[str, Lane]:
-    """Per exchange kind: transfer and injected delay into each ring position."""
+def _lanes(case: SimCase, costs: Costs, cluster: Cluster, ring: np.ndarray, direction: int = 1,
+           names: tuple[str, ...] | None = None) -> dict[str, Lane]:  # fmt: skip
+    """Per exchange kind: transfer and injected delay into each ring position (from p - direction)."""
     world = case.world
-    src, dst = np.roll(ring, 1), ring  # the hop into position p
+    src, dst = np.roll(ring, direction), ring  # the hop into position p
     faults = case.parsed_faults()
     jitter = sum(f.ms for f in faults if f.kind == "jitter")
     slow_links = {(f.src, f.dst): f.ms for f in faults if f.kind == "slow-link"}
-    names = ("kv", "dkv") if case.backward else ("kv",)
+    names = names or (("kv", "dkv") if case.backward else ("kv",))
     lanes = {}
     local = costs.links["local"]
     for name in names:
@@ -237,8 +291,9 @@ def _slowdown(case: SimCase, cluster: Cluster, ring: np.ndarray) -> np.ndarray |
 def class_compute(case: SimCase, costs: Costs, phase: str) -> tuple[np.ndarray, np.ndarray]:
     """(compute ms, work ms) per pair class: call overheads plus each block's computed FLOPs at its kind's rate."""
     backward = phase == "bwd"
-    total, work = np.zeros(3), np.zeros(3)
-    for index, pair in enumerate(case.classes().classes):
+    classes = case.classes().classes
+    total, work = np.zeros(len(classes)), np.zeros(len(classes))
+    for index, pair in enumerate(classes):
         for block in pair.blocks:
             gflop = block_flops(case.batch, case.heads, 1, 1, case.head_dim, 1.0, backward) * block.work_pairs / 1e9
             ms = gflop * costs.ms_per_gflop(phase, block.kind, case.gflops)
@@ -248,7 +303,7 @@ def class_compute(case: SimCase, costs: Costs, phase: str) -> tuple[np.ndarray, 
 
 
 def class_flops(case: SimCase, phase: str) -> np.ndarray:
-    """(3,) useful FLOPs per pair class (the record's ``flops`` column)."""
+    """(K,) useful FLOPs per pair class (the record's ``flops`` column)."""
     backward = phase == "bwd"
     return np.array([c.flops(case.batch, case.heads, case.head_dim, backward, visible=True)
                      for c in case.classes().classes])  # fmt: skip
@@ -270,17 +325,54 @@ def phase_models(case: SimCase, costs: Costs, cluster: Cluster, rng: np.random.G
         {"compute": costs.compute_noise, "link": costs.link_noise},
     )
     slow = _slowdown(case, cluster, ring)
+    buffer = Buffer.parse(case.buffer)
+    classes = case.classes()
+    pairs = getattr(classes, "matrix", None)
+    route = case.route()
     models = {}
     for phase in case.phases:
         compute, work = class_compute(case, costs, phase)
-        host = costs.host(phase, "sync" if case.buffer == "sync" else "double")
+        base = "sync" if buffer.sync else "double"
+        host = costs.host(phase, base)
+        extra = {}
+        phase_lanes = {name: lanes[name] for name in (("kv", "dkv") if phase == "bwd" else ("kv",))}
+        if route is not None:
+            extra = _short_phase(case, costs, cluster, ring, route, phase, base)
+            phase_lanes = extra.pop("lanes", phase_lanes)
         models[phase] = PhaseModel(
-            phase=phase, buffer=case.buffer, ring=ring, compute_ms=compute, work_ms=work, slow=slow,
-            lanes={name: lanes[name] for name in (("kv", "dkv") if phase == "bwd" else ("kv",))},
+            phase=phase, buffer=base, ring=ring, compute_ms=compute, work_ms=work, slow=slow, lanes=phase_lanes,
             enter_ms=host["enter_ms"], pre_ms=host["pre_ms"], mid_ms=host["mid_ms"], post_ms=host["post_ms"],
-            noise=noise,
+            noise=noise, pairs=pairs, **extra,
         )  # fmt: skip
     return models
+
+
+def _short_phase(case: SimCase, costs: Costs, cluster: Cluster, ring: np.ndarray, route, phase: str,
+                 base: str) -> dict:  # fmt: skip
+    """The short ring (ringbench/engine/short_ring.py) as the engine's input: D + 1 steps, one-way exchanges, and
+    a backward that moves only dK/dV, to the predecessor, handling the block D - s behind at step s."""
+    world, depth = case.world, route.depth
+    positions = np.arange(world)
+    travel = np.asarray(route.travel)
+    extra: dict = {"steps": depth + 1}
+    if phase == "fwd":
+        # The exchange labelled s brings step s's block (sync) or step s + 1's (double): into p iff t_{p-k} >= k.
+        labels = []
+        for label in range(depth + 1):
+            k = label if base == "sync" else label + 1
+            labels.append(travel[(positions - k) % world] >= k if k >= 1 else np.zeros(world, bool))
+        extra["receiving"] = {"kv": np.array(labels)}
+        return extra
+    # Backward: after step s the successor sends the accumulator of the block D - s - 1 behind p: iff
+    # t_{p - (D - s) + 1} >= D - s.
+    labels = []
+    for label in range(depth + 1):
+        distance = depth - label
+        labels.append(travel[(positions - distance + 1) % world] >= distance if distance >= 1 else
+                      np.zeros(world, bool))  # fmt: skip
+    extra.update(reverse_blocks=True, direction=-1, receiving={"dkv": np.array(labels)}, dkv_posts=depth,
+                 lanes=_lanes(case, costs, cluster, ring, direction=-1, names=("dkv",)))  # fmt: skip
+    return extra
 
 
 def start_skew(case: SimCase, costs: Costs, rng: np.random.Generator) -> np.ndarray:
@@ -294,10 +386,45 @@ def start_skew(case: SimCase, costs: Costs, rng: np.random.Generator) -> np.ndar
     return skew - skew.min(axis=1, keepdims=True)
 
 
+def cases_like(run, iterations: int | None = None) -> list[SimCase]:
+    """The cases of a measured run, at the rates its emulated kernels ran (what the run really did)."""
+    faults = tuple(str(f) for f in run.meta.get("faults") or [])
+    cases = []
+    for row in run.cases.drop_duplicates("case_id").to_dict("records"):
+        if str(row.get("buffer")) not in ("sync", "double", "allgather", "sync-short", "double-short"):
+            continue
+        if str(row.get("layers") or "1") not in ("1", "nan"):
+            continue  # a multi-layer case: the simulator runs one layer
+        rate = row.get("emulated_gflops")
+        rate = float(rate) if rate is not None and rate == rate and float(rate) > 0 else None
+        if str(row.get("mask")) in ("unknown", "nan", "None"):
+            raise UsageError(f"like={str(run.path)!r}: the record does not say which mask its attention used (an "
+                             "imported trace); simulate its cases with --mask and --seq instead of --like")  # fmt: skip
+        cases.append(SimCase(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
+                             head_dim=int(row["head_dim"]), batch=int(row["batch"]), dtype=str(row["dtype"]),
+                             mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
+                             order=str(row["order"]), backward=bool(row["backward"]),
+                             iterations=iterations or int(row.get("iters") or 1), faults=faults,
+                             gflops=rate, docs=str(row.get("docs") or "none"), **_strategy_of(row)))  # fmt: skip
+    if not cases:
+        raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
+    return cases
+
+
+def _strategy_of(row: dict) -> dict:
+    """A measured case's strategy and placement (records from before strategies: the ring)."""
+    strategy = row.get("strategy")
+    if not isinstance(strategy, str) or not strategy:
+        return {}
+    placement = row.get("placement")
+    return {"strategy": strategy, "placement": placement if isinstance(placement, str) else ""}
+
+
 __all__ = [
     "SIMULATED_KERNEL",
     "Cluster",
     "SimCase",
+    "cases_like",
     "class_compute",
     "class_flops",
     "format_ring",

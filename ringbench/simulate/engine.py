@@ -149,9 +149,10 @@ class PhaseModel:
     ring: np.ndarray
     """(N,) ranks in ring order."""
     compute_ms: np.ndarray
-    """(3,) one step's compute per pair class (LESS, EQUAL, GREATER), call overheads included; 0 for skip."""
+    """(3,) one step's compute per pair class (LESS, EQUAL, GREATER), call overheads included; 0 for skip. With
+    ``pairs``: (K,), one entry per class of the pair table."""
     work_ms: np.ndarray
-    """(3,) the part of compute_ms a slow rank stretches (the kernel's arithmetic)."""
+    """(3,) or (K,): the part of compute_ms a slow rank stretches (the kernel's arithmetic)."""
     slow: np.ndarray | None
     """(N,) compute factor per position (slow-rank, slow-host), or None when every rank is healthy."""
     lanes: dict[str, Lane]
@@ -165,6 +166,19 @@ class PhaseModel:
     post_ms: float = 0.0
     """The step's last event to the next step's start."""
     noise: Noise = field(default_factory=Noise)
+    pairs: np.ndarray | None = None
+    """(N, N) pair class [query rank, key rank] of a document or window mask (simulate/pair_table.py); None: the
+    three classes of the sign of k - q."""
+    steps: int | None = None
+    """Ring steps of the phase (None: N; the short ring: D + 1)."""
+    reverse_blocks: bool = False
+    """The short ring's backward: at step s a position handles the block D - s behind it."""
+    direction: int = 1
+    """Exchanges move blocks from position p - direction to p (the short ring's backward: -1, to the predecessor)."""
+    receiving: dict | None = None
+    """lane -> (labels, N) bool: the exchange posted with that step label reaches position p (None: all do)."""
+    dkv_posts: int | None = None
+    """Backward: steps that post a dK/dV exchange (None: every step)."""
     _ring2: np.ndarray = field(init=False, repr=False)
     _identity: bool = field(init=False, repr=False)
     _memo: dict = field(init=False, repr=False, default_factory=dict)
@@ -179,8 +193,12 @@ class PhaseModel:
         return len(self.ring)
 
     @property
+    def n_steps(self) -> int:
+        return self.world if self.steps is None else self.steps
+
+    @property
     def hops(self) -> int:
-        return self.world - 1
+        return self.n_steps - 1
 
     @property
     def two_exchanges(self) -> bool:
@@ -188,8 +206,36 @@ class PhaseModel:
         rotates one message per step like the forward (the legacy SimConfig model)."""
         return self.phase == "bwd" and self.hops > 0 and "dkv" in self.lanes
 
+    @property
+    def kv_moves(self) -> bool:
+        """K/V blocks travel in this phase (the short ring's backward moves only dK/dV)."""
+        return "kv" in self.lanes
+
+    def distance(self, step: int) -> int:
+        """How many positions behind the block in hand at ``step`` was made."""
+        return self.n_steps - 1 - step if self.reverse_blocks else step
+
+    def receives(self, lane: str, label: int, window: Window) -> np.ndarray | None:
+        """(W,) bool: the ``lane`` exchange posted with step ``label`` reaches each position (None: all)."""
+        masks = (self.receiving or {}).get(lane)
+        if masks is None:
+            return None
+        row = masks[label]
+        return row if window.full else row[window.positions]
+
+    def pair_classes(self, step: int, window: Window) -> np.ndarray:
+        """(W,) the pair-table class of the block each position holds at ``step`` (``pairs`` models)."""
+        by_distance = self._memo.get("by_distance")
+        if by_distance is None:
+            by_distance = self._memo["by_distance"] = pair_diagonals(self.pairs, self.ring, self.n_steps)
+        row = by_distance[self.distance(step)]
+        return row if window.full else row[window.positions]
+
     def classes(self, step: int, window: Window) -> np.ndarray | None:
-        """(W,) bool: the block in hand belongs to a higher rank (class GREATER, else LESS); None at step 0."""
+        """(W,) bool: the block in hand belongs to a higher rank (class GREATER, else LESS); None at step 0.
+        With ``pairs``: (W,) int, the pair-table class."""
+        if self.pairs is not None:
+            return self.pair_classes(step, window)
         if step == 0:
             return None
         if self._identity:
@@ -203,6 +249,13 @@ class PhaseModel:
         broadcasts to (G, W), written into ``out`` (G, W) when given (no allocation on the large-ring pass)."""
         c, w = self.compute_ms, self.work_ms
         noise = self.noise.draw("compute", self.phase, "compute", step, window)
+        if self.pairs is not None:
+            cls = self.pair_classes(step, window)
+            result = c[cls][None, :]  # (1, W)
+            if self.slow is not None:
+                factor = self.slow if window.full else self.slow[window.positions]
+                result = result + (w[cls] * (factor - 1.0))[None, :]
+            return result if noise is None else np.multiply(result, noise, out=out)
         uniform = step == 0 or (c[0] == c[2] and w[0] == w[2])
         if uniform and self.slow is None:
             cls = EQUAL if step == 0 else 0
@@ -230,10 +283,36 @@ class PhaseModel:
         return np.multiply(result, noise, out=out)
 
 
-def _max_prev(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out[p] = max(x[p-1], x[p]) along the last axis (wrapping)."""
-    np.maximum(x[..., 1:], x[..., :-1], out=out[..., 1:])
-    np.maximum(x[..., :1], x[..., -1:], out=out[..., :1])
+_DIAGONALS: dict = {}
+
+
+def pair_diagonals(pairs: np.ndarray, ring: np.ndarray, steps: int) -> np.ndarray:
+    """(steps, N): [d, p] the class of the pair (position p, the block d positions behind it), for d < steps: the
+    table's diagonals on the ring, one strided copy (kept for the phases of one case)."""
+    key = (id(pairs), ring.tobytes(), steps)
+    found = _DIAGONALS.get(key)
+    if found is not None and found[0] is pairs:
+        return found[1]
+    n = len(ring)
+    at = pairs[np.ix_(ring, ring)]  # [query position, key position]
+    wide = np.concatenate([at, at], axis=1)  # (N, 2N): key position k is at column k and k + N
+    first = wide[:, n - steps + 1 :]
+    skew = np.lib.stride_tricks.as_strided(first, shape=(n, steps), strides=(first.strides[0] + first.strides[1],
+                                                                           first.strides[1]))  # fmt: skip
+    out = np.ascontiguousarray(skew[:, ::-1].T)  # [d, p] = at[p, (p - d) mod N]
+    _DIAGONALS.clear()
+    _DIAGONALS[key] = (pairs, out)
+    return out
+
+
+def _max_prev(x: np.ndarray, out: np.ndarray, direction: int = 1) -> np.ndarray:
+    """out[p] = max(x[p - direction], x[p]) along the last axis (wrapping): both ends of the exchange into p posted."""
+    if direction == 1:
+        np.maximum(x[..., 1:], x[..., :-1], out=out[..., 1:])
+        np.maximum(x[..., :1], x[..., -1:], out=out[..., :1])
+    else:
+        np.maximum(x[..., :-1], x[..., 1:], out=out[..., :-1])
+        np.maximum(x[..., -1:], x[..., :1], out=out[..., -1:])
     return out
 
 
@@ -314,7 +393,8 @@ class PhaseEngine:
     def _exchange(self, lane: Lane, post: np.ndarray, step: int, state: State, window: Window) -> Exchange:
         model = self.model
         tag = f"{lane.name}{step % 2}"  # the dK/dV exchange lives into the next step: alternate buffers
-        start = _max_prev(post, self._out(tag + ".start"))  # (G, W): both ends posted
+        direction = model.direction
+        start = _max_prev(post, self._out(tag + ".start"), direction)  # (G, W): both ends posted
         transfer = lane.uniform_ms
         if transfer is None:
             transfer = lane.transfer_ms if window.full else lane.transfer_ms[window.positions]
@@ -334,9 +414,17 @@ class PhaseEngine:
             recv = np.maximum(last, landed, out=self._out(tag + ".recv"))
             np.add(recv, extra, out=recv)  # the watcher stamps in posting order, then sleeps the delay
             state.last_recv = recv
+        reaches = model.receives(lane.name, step, window)
+        if reaches is not None:  # a one-way or absent exchange: nothing lands where nothing is received
+            landed = np.where(reaches, landed, -np.inf)
+            recv = np.where(reaches, recv, post)
         in_hand = self._out(tag + ".in_hand")
-        np.maximum(recv[..., :-1], landed[..., 1:], out=in_hand[..., :-1])  # own send done = successor landed
-        np.maximum(recv[..., -1:], landed[..., :1], out=in_hand[..., -1:])
+        if direction == 1:  # own send done = the receiver (successor) landed it
+            np.maximum(recv[..., :-1], landed[..., 1:], out=in_hand[..., :-1])
+            np.maximum(recv[..., -1:], landed[..., :1], out=in_hand[..., -1:])
+        else:
+            np.maximum(recv[..., 1:], landed[..., :-1], out=in_hand[..., 1:])
+            np.maximum(recv[..., :1], landed[..., -1:], out=in_hand[..., :1])
         return Exchange(lane.name, step, post, start, landed, recv, in_hand)
 
     def begin(self, origin: np.ndarray) -> State:
@@ -365,11 +453,12 @@ class PhaseEngine:
         compute = model.compute(step, window, out("compute"))
         exchanges: list[Exchange] = []
         hops = model.hops
-        kv = model.lanes["kv"]
+        kv = model.lanes.get("kv")
         backward = model.two_exchanges
+        posts_dkv = backward and (model.dkv_posts is None or step < model.dkv_posts)
         compute_start = np.add(t, model.pre_ms) if record else None
         if model.buffer == "sync":
-            if step >= 1 and hops:
+            if step >= 1 and hops and kv is not None:
                 ex = self._exchange(kv, t, step, state, window)
                 # blocks from the post; the exchange cannot complete before it was posted: in_hand >= t
                 ex.wait_start, ex.wait_end = t, ex.in_hand
@@ -377,7 +466,7 @@ class PhaseEngine:
                 t = ex.in_hand
                 if record:
                     compute_start = np.add(t, model.pre_ms)
-            if backward:
+            if posts_dkv:
                 post = np.add(t, self._plus(compute, "pre+mid", model.pre_ms + model.mid_ms), out=out("dkv.post"))
                 dkv = self._exchange(model.lanes["dkv"], post, step, state, window)
                 dkv.wait_start, dkv.wait_end = post, dkv.in_hand
@@ -387,7 +476,7 @@ class PhaseEngine:
                 busy = self._plus(compute, "pre+post", model.pre_ms + model.post_ms)
                 end = np.add(t, busy, out=out(f"start{(step + 1) % 2}"))
         else:
-            ex = self._exchange(kv, t, step, state, window) if step < hops else None
+            ex = self._exchange(kv, t, step, state, window) if step < hops and kv is not None else None
             t = np.add(t, self._plus(compute, "pre", model.pre_ms), out=out("computed"))
             if backward:
                 pending = state.pending
@@ -396,9 +485,11 @@ class PhaseEngine:
                     pending.wait_end = np.maximum(t, pending.in_hand, out=out("pending.wait"))
                     exchanges.append(pending)
                     t = pending.wait_end
-                post = np.add(t, model.mid_ms, out=out(f"dkv{step % 2}.post"))
-                state.pending = self._exchange(model.lanes["dkv"], post, step, state, window)
-                t = post
+                    state.pending = None
+                if posts_dkv:
+                    post = np.add(t, model.mid_ms, out=out(f"dkv{step % 2}.post"))
+                    state.pending = self._exchange(model.lanes["dkv"], post, step, state, window)
+                    t = post
             if ex is not None:
                 ex.wait_start, ex.wait_end = t, np.maximum(t, ex.in_hand, out=out("kv.wait"))
                 exchanges.append(ex)

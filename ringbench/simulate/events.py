@@ -14,8 +14,8 @@ import pandas as pd
 from ringbench.record.schema import EVENT_COLUMNS
 from ringbench.simulate.case import class_flops
 from ringbench.simulate.engine import StepCells
-from ringbench.simulate.plans import EQUAL, GREATER, LESS
 from ringbench.simulate.timeline import Timeline
+from ringbench.simulate.walk import class_index
 
 _INT32 = ("repeat", "iteration", "rank", "ring_position", "step", "src", "dst", "block")
 _INT64 = ("start_ns", "end_ns", "bytes")
@@ -78,36 +78,39 @@ class RowSink:
         events.insert(0, "case_id", case_id)
         events.insert(1, "repeat", repeat)
         events["nccl_ms"] = np.nan
+        events["layer"] = 0
         events = events.astype({**dict.fromkeys(_INT32, "int32"), **dict.fromkeys(_INT64, "int64")})
         return events.reindex(columns=list(EVENT_COLUMNS))
 
 
 def _cell_rows(sink: RowSink, phase: str, steps: list[StepCells], cols: np.ndarray, succ: np.ndarray,
                positions: np.ndarray) -> None:  # fmt: skip
-    """Every span of positions ``positions`` (columns ``cols`` of each step's cells, their successors at
-    ``succ``) in every iteration, for a list of steps at once."""
+    """Every span of positions ``positions`` (columns ``cols`` of each step's cells, the positions their sends go
+    to at ``succ``) in every iteration, for a list of steps at once. One-way exchanges (the short ring) leave out
+    the direction that did not happen: a send where nothing landed, a receive and its wait where nothing came."""
     world = len(sink.ring)
     ring = sink.ring
+    model = sink.timeline.models[phase]
+    direction = model.direction
     iterations = steps[0].end.shape[0] if steps else 0
     it = np.repeat(np.arange(iterations), len(cols))  # (G * K,) rows of one step, iteration-major
     pos = np.tile(positions, iterations)
-    rank, pred, nxt = ring[pos], ring[(pos - 1) % world], ring[(pos + 1) % world]
+    rank, pred, nxt = ring[pos], ring[(pos - direction) % world], ring[(pos + direction) % world]
     comp: dict[str, list] = {"step": [], "start": [], "ms": [], "cls": [], "it": [], "pos": []}
     lanes: dict[str, dict[str, list]] = {}
     for cells in steps:
-        if cells.step < world:
+        if cells.step < model.n_steps:
             comp["step"].append(np.full(len(it), cells.step))
             comp["start"].append(np.asarray(cells.compute_start)[:, cols].ravel())
             comp["ms"].append(np.asarray(cells.compute_ms)[:, cols].ravel())
-            greater = None if cells.greater is None else np.asarray(cells.greater)[cols]
-            cls = np.full(len(cols), EQUAL) if greater is None else np.where(greater, GREATER, LESS)
-            comp["cls"].append(np.tile(cls, iterations))
+            comp["cls"].append(np.tile(class_index(cells, cols), iterations))
         for ex in cells.exchanges:
-            out = lanes.setdefault(ex.lane, {k: [] for k in ("step", "post", "sent", "recv", "ws", "we")})
+            out = lanes.setdefault(ex.lane, {k: [] for k in ("step", "post", "sent", "recv", "ws", "we", "got")})
             out["step"].append(np.full(len(it), ex.step))
             out["post"].append(ex.post[:, cols].ravel())
             out["sent"].append(ex.landed[:, succ].ravel())
             out["recv"].append(ex.recv[:, cols].ravel())
+            out["got"].append(np.isfinite(ex.landed[:, cols]).ravel())
             out["ws"].append(ex.wait_start[:, cols].ravel())
             out["we"].append(ex.wait_end[:, cols].ravel())
     if comp["step"]:
@@ -115,7 +118,8 @@ def _cell_rows(sink: RowSink, phase: str, steps: list[StepCells], cols: np.ndarr
         step = np.concatenate(comp["step"])
         start, ms, cls = (np.concatenate(comp[k]) for k in ("start", "ms", "cls"))
         its, poss = np.tile(it, n), np.tile(pos, n)
-        owner = ring[(poss - step) % world]
+        distance = model.n_steps - 1 - step if model.reverse_blocks else step
+        owner = ring[(poss - distance) % world]
         on = ms > 0
         sink.add(iters=its[on], phase=phase, step=step[on], kind="compute", start=start[on], end=(start + ms)[on],
                  positions=poss[on], src=owner[on], dst=ring[poss[on]], block=owner[on], pair=sink.kinds[cls[on]],
@@ -125,13 +129,16 @@ def _cell_rows(sink: RowSink, phase: str, steps: list[StepCells], cols: np.ndarr
         step = np.concatenate(out["step"])
         its, poss = np.tile(it, n), np.tile(pos, n)
         r, pr, nx = np.tile(rank, n), np.tile(pred, n), np.tile(nxt, n)
-        nbytes = sink.timeline.models[phase].lanes[lane].nbytes
-        post = np.concatenate(out["post"])
-        common = {"iters": its, "phase": phase, "step": step, "positions": poss}
-        sink.add(**common, kind="send", start=post, end=np.concatenate(out["sent"]), src=r, dst=nx, nbytes=nbytes)
-        sink.add(**common, kind="recv", start=post, end=np.concatenate(out["recv"]), src=pr, dst=r, nbytes=nbytes)
-        sink.add(**common, kind="wait", start=np.concatenate(out["ws"]), end=np.concatenate(out["we"]), src=pr,
-                 dst=r)  # fmt: skip
+        nbytes = model.lanes[lane].nbytes
+        post, sent, got = np.concatenate(out["post"]), np.concatenate(out["sent"]), np.concatenate(out["got"])
+        sends = np.isfinite(sent)
+        ws, we, recv = (np.concatenate(out[k]) for k in ("ws", "we", "recv"))
+
+        for kind, keep, start, end, src, dst, size in (("send", sends, post, sent, r, nx, nbytes),
+                                                        ("recv", got, post, recv, pr, r, nbytes),
+                                                        ("wait", got, ws, we, pr, r, 0)):  # fmt: skip
+            sink.add(iters=its[keep], phase=phase, step=step[keep], positions=poss[keep], kind=kind,
+                     start=start[keep], end=end[keep], src=src[keep], dst=dst[keep], nbytes=size)  # fmt: skip
 
 
 def _iteration_rows(sink: RowSink, timeline: Timeline) -> None:
@@ -155,7 +162,7 @@ def full_events(timeline: Timeline, case_id: str, repeat: int = 0) -> pd.DataFra
     world = timeline.case.world
     cols = np.arange(world)
     for phase, steps in (timeline.full or {}).items():
-        _cell_rows(sink, phase, steps, cols, (cols + 1) % world, cols)
+        _cell_rows(sink, phase, steps, cols, (cols + timeline.models[phase].direction) % world, cols)
     return sink.frame(case_id, repeat)
 
 
@@ -169,7 +176,7 @@ def bounded_events(timeline: Timeline, path_rows: list[list[tuple]], case_id: st
         if kept:
             take = kept[0][0]
             cols = np.searchsorted(take, timeline.keep)
-            succ = np.searchsorted(take, (timeline.keep + 1) % world)
+            succ = np.searchsorted(take, (timeline.keep + timeline.models[phase].direction) % world)
             _cell_rows(sink, phase, [cells for _, cells in kept], cols, succ, timeline.keep)
     for g, rows in enumerate(path_rows):
         _path_rows(sink, timeline, g, rows)
@@ -184,14 +191,17 @@ def _path_rows(sink: RowSink, timeline: Timeline, g: int, rows: list[tuple]) -> 
     ring = sink.ring
     table = pd.DataFrame(rows, columns=["kind", "phase", "step", "position", "start", "end", "extra"])
     for (kind, phase), part in table.groupby(["kind", "phase"], sort=False):
+        model = timeline.models[phase]
+        direction = model.direction
         pos = part["position"].to_numpy(np.int64)
         step = part["step"].to_numpy(np.int64)
         iters = np.full(len(part), g)
-        rank, pred, nxt = ring[pos], ring[(pos - 1) % world], ring[(pos + 1) % world]
+        rank, pred, nxt = ring[pos], ring[(pos - direction) % world], ring[(pos + direction) % world]
         start, end = part["start"].to_numpy(float), part["end"].to_numpy(float)
         if kind == "compute":
             cls = part["extra"].to_numpy(np.int64)
-            owner = ring[(pos - step) % world]
+            distance = model.n_steps - 1 - step if model.reverse_blocks else step
+            owner = ring[(pos - distance) % world]
             sink.add(iters=iters, phase=phase, step=step, kind=kind, start=start, end=end, positions=pos, src=owner,
                      dst=rank, block=owner, pair=sink.kinds[cls], flops=sink.flops[phase][cls])  # fmt: skip
             continue

@@ -12,20 +12,20 @@ from __future__ import annotations
 import math
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ringbench.errors import UsageError
-from ringbench.figures.metrics import CASE_FIGURES, case_figures
-from ringbench.orders import format_ring
+from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, max_over_mean, rank_balance
 from ringbench.record.meta import write_meta
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
 from ringbench.record.store import RunData, write_cases, write_events
-from ringbench.simulate.case import SIMULATED_KERNEL, Cluster, SimCase, class_flops
+from ringbench.simulate.case import Cluster, SimCase, class_flops
+from ringbench.simulate.case_result import CaseResult, case_axes
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.events import bounded_events, full_events
 from ringbench.simulate.timeline import Timeline, simulate_timeline
@@ -34,20 +34,6 @@ MAX_EVENTS = 1_000_000
 """Above this many rows a case's events are bounded (docs/simulate.md, "Events at scale")."""
 SAMPLE_RANKS = 8
 NOTE = "simulated: not checked"
-
-
-@dataclass(kw_only=True)
-class CaseResult:
-    """One simulated case: its events, its cases row and what the JSON / scale view add."""
-
-    case: SimCase
-    events: pd.DataFrame
-    row: dict
-    bounded: bool
-    exposed_ms: list[float] = field(default_factory=list)
-    critical: dict = field(default_factory=dict)
-    """Where the critical path spent its time: the top ranks (compute) and hops (transfer), ms per iteration."""
-    profile: dict = field(default_factory=dict)
 
 
 def rows_estimate(case: SimCase) -> int:
@@ -112,20 +98,9 @@ def simulate_case(case: SimCase, costs: Costs, cluster: Cluster | None = None, *
                       profile=timeline.profile)  # fmt: skip
 
 
-def _axes(case: SimCase, repeat: int, case_id: str | None = None) -> dict:
-    ring = format_ring(case.ring)
-    return {
-        "case_id": case_id or case.case_id, "repeat": repeat, "world": case.world, "seq": case.seq, "heads": case.heads,
-        "head_dim": case.head_dim, "batch": case.batch, "dtype": case.dtype, "mask": case.mask,
-        "layout": case.layout, "buffer": case.buffer, "order": case.order, "kernel": SIMULATED_KERNEL,
-        "impl": "ringbench", "backward": case.backward, "ring": ring, "emulated": True, "faults": ";".join(case.faults),
-        "iters": case.iterations, "warmup": 0, "strategy": case.strategy, "placement": case.placement,
-    }  # fmt: skip
-
-
 def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, repeat: int, bounded: bool,
          case_id: str | None = None) -> dict:  # fmt: skip
-    axes = _axes(case, repeat, case_id)
+    axes = case_axes(case, repeat, case_id)
     if not bounded:
         figures = case_figures(events, pd.DataFrame([axes]), by=("case_id", "repeat")).iloc[0]
         values = {name: float(figures[name]) for name in CASE_FIGURES}
@@ -136,7 +111,79 @@ def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, 
         "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": True, "status": "ok",
         "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_blocks": 0, "emulated_gflops": float(rate), "check_note": NOTE,
         "attn_mem_mb": _predicted_memory(case),
-    }  # fmt: skip
+    } | plan_figures(case, timeline, events, bounded, case_id or case.case_id)  # fmt: skip
+
+
+@lru_cache(maxsize=64)
+def _pair_counts(case: SimCase) -> np.ndarray:
+    """How many (query rank, key rank) pairs fall in each pair class."""
+    classes = case.classes()
+    matrix = getattr(classes, "matrix", None)
+    if matrix is not None:
+        return np.bincount(matrix.ravel(), minlength=len(classes.classes)).astype(float)
+    pairs = case.world * (case.world - 1) / 2  # k < q, k == q, k > q
+    return np.array([pairs, case.world, pairs])
+
+
+@lru_cache(maxsize=64)
+def plan_entry(case: SimCase) -> dict:
+    """meta.json's ``plans`` entry of a simulated case (one layer): as ringbench.engine.plan_summary writes it."""
+    from ringbench.engine.plan_summary import GRID_LIMIT
+
+    classes = case.classes()
+    entries = np.array([sum(b.visible_pairs for b in c.blocks) for c in classes.classes])
+    visible = case.per_rank(entries)
+    counts = _pair_counts(case)
+    route = case.route()
+    hops = route.blocks_moved() if route is not None else case.world * (case.world - 1)
+    layer = {"mask": case.mask, "visible": [float(x) for x in visible],
+             "skipped_pairs": int(counts[entries == 0].sum()), "ring_steps": route.depth + 1 if route else case.world,
+             "block_hops": int(hops)}  # fmt: skip
+    calls = np.array([len(c.blocks) for c in classes.classes])
+    if case.world <= GRID_LIMIT:
+        q, k = np.meshgrid(np.arange(case.world), np.arange(case.world), indexing="ij")
+        index = classes.classify(q, k)
+        kinds = np.array(classes.kinds(), dtype=object)
+        layer["grid"] = kinds[index].tolist()
+        layer["calls"] = [int(x) for x in calls[index].sum(axis=1)]
+    total_calls = float(calls @ _pair_counts(case)) * len(case.phases)
+    return {"layers": [layer], "visible": layer["visible"], "kernel_calls": int(total_calls),
+            "ring_steps": layer["ring_steps"]}  # fmt: skip
+
+
+def plan_figures(case: SimCase, timeline: Timeline, events: pd.DataFrame, bounded: bool, case_id: str) -> dict:
+    """The case row's balance, bytes, kernel calls and ring steps (the figures of ringbench/figures/metrics.py;
+    a bounded record's from the model: every rank's compute and every exchange, which its events do not all hold)."""
+    plan = plan_entry(case)
+    route = case.route()
+    docs = None
+    if case.docs != "none":
+        from ringbench.engine.documents import documents
+
+        docs = documents(case.docs, case.seq)
+    if not bounded:
+        balance = case_balance(rank_balance(events, {case_id: plan["visible"]}))
+        imbalance = float(balance["imbalance"].iloc[0]) if len(balance) else math.nan
+        moved = bytes_moved(events)
+        moved_bytes = float(moved["bytes_moved"].iloc[0]) if len(moved) else math.nan
+    else:
+        compute = sum(case.per_rank(timeline.models[phase].work_ms) for phase in case.phases)  # (N,) ms of arithmetic
+        imbalance = max_over_mean(compute)
+        hops = route.blocks_moved() if route is not None else case.world * (case.world - 1)
+        moved_bytes = float(hops * case.block_bytes("kv"))
+        if case.backward:
+            back = hops if route is not None else case.world * case.world  # the full ring's dK/dV: N hops each
+            moved_bytes += (0 if route is not None else hops * case.block_bytes("kv")) + back * case.block_bytes("dkv")
+    return {
+        "docs_count": float(docs.count) if docs else math.nan,
+        "docs_mean": float(docs.mean) if docs else math.nan,
+        "docs_max": float(docs.max) if docs else math.nan,
+        "imbalance": imbalance,
+        "predicted_imbalance": max_over_mean(plan["visible"]),
+        "bytes_moved": moved_bytes,
+        "kernel_calls": float(plan["kernel_calls"]),
+        "ring_steps": float(plan["ring_steps"]),
+    }
 
 
 def _predicted_memory(case: SimCase) -> float:
@@ -152,8 +199,7 @@ def _bounded_figures(case: SimCase, timeline: Timeline) -> dict:
                 for ph in case.phases}  # fmt: skip
     exposed = np.array([p.exposed_ms for p in timeline.paths])
     median_step = float(np.median(step))
-    pairs = case.world * (case.world - 1) / 2  # every (q, k) pair once per phase: k < q, k == q, k > q
-    gflop = sum(float(class_flops(case, ph) @ np.array([pairs, case.world, pairs])) for ph in case.phases) / 1e9
+    gflop = sum(float(class_flops(case, ph) @ _pair_counts(case)) for ph in case.phases) / 1e9
     step_s = median_step / 1e3
     return {
         "step_ms": median_step,
@@ -243,6 +289,9 @@ def run_data(results: Sequence[CaseResult], costs: Costs, *, run_id: str, path: 
     }
     if topology is not None and topology.world <= 4096:
         meta["topology"] = topology.to_dict()
+    plans = {r.case.case_id: plan_entry(r.case) for r in results if r.case.world <= 4096}
+    if plans:
+        meta["plans"] = plans
     return RunData(path=Path(path) if path else Path(run_id), events=events, cases=cases, meta=meta)
 
 

@@ -50,9 +50,8 @@ def fit_strategy_overheads(full_run, costs, cal) -> dict[str, float]:
     ring's costs) / its events per iteration, floored at 0. Noted in the calibration."""
     import numpy as np
 
-    from ringbench.simulate.case import Cluster
+    from ringbench.simulate.case import Cluster, cases_like
     from ringbench.simulate.strategy_results import strategy_case
-    from ringbench.simulate.sweep import cases_like
 
     rows = full_run.cases.drop_duplicates("case_id")
     if "strategy" not in rows or rows["strategy"].map(is_ring).all():

@@ -17,6 +17,7 @@ import pandas as pd
 from ringbench.figures.metrics import CASE_FIGURES, case_figures
 from ringbench.record.schema import EVENT_COLUMNS
 from ringbench.simulate.case import class_flops
+from ringbench.simulate.case_result import CaseResult, case_axes
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.strategies import StrategyTimeline, predicted_memory_mb, simulate_strategy
 
@@ -42,12 +43,10 @@ def _events(case, timeline: StrategyTimeline, costs: Costs, repeat: int) -> pd.D
 
 
 def strategy_case(case, costs: Costs, cluster, *, repeat: int = 0):
-    """Simulate one strategy case into its (iteration-only) events and case row (a results.CaseResult)."""
-    from ringbench.simulate.results import CaseResult, _axes
-
+    """Simulate one strategy case into its (iteration-only) events and case row (a CaseResult)."""
     timeline = simulate_strategy(case, costs, cluster)
     events = _events(case, timeline, costs, repeat)
-    axes = _axes(case, repeat)
+    axes = case_axes(case, repeat)
     figures = case_figures(events, pd.DataFrame([axes]), by=("case_id", "repeat")).iloc[0]
     values = {name: float(figures[name]) for name in CASE_FIGURES}
     exposed = float(np.median(timeline.exposed_ms))

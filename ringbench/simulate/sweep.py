@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringbench.errors import UsageError, bad_value
+from ringbench.errors import bad_value
 from ringbench.rank.scenario import Scenario
 from ringbench.record.store import RunData, load_run
 from ringbench.simulate.calibrate import Calibration, calibrate
-from ringbench.simulate.case import Cluster, SimCase
+from ringbench.simulate.case import Cluster, SimCase, cases_like
+from ringbench.simulate.case_result import CaseResult
 from ringbench.simulate.costs import DEFAULTS, Costs
-from ringbench.simulate.results import MAX_EVENTS, CaseResult, run_data, simulate_case, write_run
+from ringbench.simulate.results import MAX_EVENTS, run_data, simulate_case, write_run
 from ringbench.simulate.scale import scale_view
 
 
@@ -83,43 +84,18 @@ def cases_from_scenario(scenario: Scenario, iterations: int) -> list[SimCase]:
     """One SimCase per point of the sweep (the kernel axis collapses: the simulator has one)."""
     cases, seen = [], set()
     for case in scenario.cases():
+        if case.layers != "1":
+            raise bad_value("layers", case.layers, "1 for the simulator (it runs one attention layer: simulate each "
+                            "layer's mask as a case of its own)")  # fmt: skip
         sim = SimCase(world=case.world, seq=case.seq, heads=case.heads, head_dim=case.head_dim, batch=case.batch,
                       dtype=case.dtype, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order,
                       backward=scenario.backward, iterations=iterations, faults=tuple(scenario.faults),
-                      seed=scenario.seed, strategy=case.strategy, placement=case.placement)  # fmt: skip
+                      seed=scenario.seed, strategy=case.strategy, placement=case.placement,
+                      docs=case.docs)  # fmt: skip
         if sim.case_id not in seen:
             seen.add(sim.case_id)
             cases.append(sim)
     return cases
-
-
-def cases_like(run: RunData, iterations: int | None = None) -> list[SimCase]:
-    """The cases of a measured run, at the rates its emulated kernels ran (what the run really did)."""
-    faults = tuple(str(f) for f in run.meta.get("faults") or [])
-    cases = []
-    for row in run.cases.drop_duplicates("case_id").to_dict("records"):
-        if str(row.get("buffer")) not in ("sync", "double", "allgather"):
-            continue
-        rate = row.get("emulated_gflops")
-        rate = float(rate) if rate is not None and rate == rate and float(rate) > 0 else None
-        cases.append(SimCase(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
-                             head_dim=int(row["head_dim"]), batch=int(row["batch"]), dtype=str(row["dtype"]),
-                             mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
-                             order=str(row["order"]), backward=bool(row["backward"]),
-                             iterations=iterations or int(row.get("iters") or 1), faults=faults,
-                             gflops=rate, **_strategy_of(row)))  # fmt: skip
-    if not cases:
-        raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
-    return cases
-
-
-def _strategy_of(row: dict) -> dict:
-    """A measured case's strategy and placement (records from before strategies: the ring)."""
-    strategy = row.get("strategy")
-    if not isinstance(strategy, str) or not strategy:
-        return {}
-    placement = row.get("placement")
-    return {"strategy": strategy, "placement": placement if isinstance(placement, str) else ""}
 
 
 def _cluster(request: SimRequest, like: RunData | None) -> Cluster:

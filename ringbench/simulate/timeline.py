@@ -69,7 +69,8 @@ class Timeline:
 
 def _steps_per_phase(model: PhaseModel) -> int:
     """Ring steps, plus one pseudo-step for the backward's final dK/dV wait with double buffering."""
-    return model.world + int(model.two_exchanges and model.buffer == "double")
+    final = model.two_exchanges and model.buffer == "double" and model.dkv_posts is None
+    return model.n_steps + int(final)
 
 
 def _final_cells(step: int, end: np.ndarray, last: Exchange) -> StepCells:
@@ -141,7 +142,7 @@ def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = Non
     if bounded:
         keep = np.unique(np.asarray(keep if keep is not None else [], dtype=np.int64) % world)
         out.keep = keep
-        take = np.unique(np.concatenate([keep, (keep + 1) % world]))
+        take = np.unique(np.concatenate([keep, (keep + 1) % world, (keep - 1) % world]))
         # The kept positions' cells come from a small window around them (3 positions each side: exact for
         # one step of up to two exchanges, and the successor's landing), run beside the lean whole-ring pass.
         around = np.unique((take[:, None] + np.arange(-3, 4)[None, :]).ravel() % world)
@@ -169,7 +170,7 @@ def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = Non
         kept_cells: list[tuple[np.ndarray, StepCells]] = []
         full_cells: list[StepCells] = []
         checkpoints[phase] = {}
-        for step in range(world):
+        for step in range(model.n_steps):
             if bounded and step % every == 0:
                 checkpoints[phase][step] = _copy_state(state)
             if bounded and wanted[step]:
@@ -185,11 +186,11 @@ def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = Non
             if not bounded:
                 full_cells.append(cells)
         end, last = engine.finish(state)
-        finals[phase] = _final_cells(world, end, last) if last is not None else None
+        finals[phase] = _final_cells(model.n_steps, end, last) if last is not None else None
         if finals[phase] is not None:
             if not bounded:
                 full_cells.append(finals[phase])
-            elif wanted[world]:
+            elif wanted[model.n_steps]:
                 kept_cells.append((take, _take_cells(finals[phase], take)))
         if out.full is not None:
             out.full[phase] = full_cells
@@ -210,9 +211,11 @@ def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = Non
         source = RecomputeSource(engines, checkpoints, finals, world, every)
     else:
         source = FullSource(out.full, world)
+    directions = {phase: models[phase].direction for phase in phases}
     for g in range(iterations):
         rows: list[tuple] | None = [] if bounded else None
-        out.paths.append(walk(source, phases, out.phase_end, out.phase_start[phases[0]], g, world, steps, rows))
+        out.paths.append(walk(source, phases, out.phase_end, out.phase_start[phases[0]], g, world, steps, rows,
+                              directions=directions))  # fmt: skip
         out.path_rows.append(rows or [])
     return out
 

@@ -67,7 +67,8 @@ class RecomputeSource:
         return 2 if model.two_exchanges else 1  # exchanges per step: how far a step moves information
 
     def cells(self, phase: str, step: int, g: int, position: int) -> tuple[StepCells, int, int]:
-        if step >= self.world:  # the backward's final dK/dV wait (kept for the whole ring)
+        steps = self.engines[phase].model.n_steps
+        if step >= steps:  # the backward's final dK/dV wait (kept for the whole ring)
             return self.finals[phase], g, position
         base = step - step % self.every
         key = (phase, g)
@@ -80,7 +81,7 @@ class RecomputeSource:
                 whole = len(window.positions) == self.world
                 if index is not None and (whole or reach <= index < len(window.positions) - reach):
                     return cells[step], 0, index
-        last = min(base + self.every, self.world)
+        last = min(base + self.every, steps)
         radius = self._reach(phase) * (last - base) + 2
         window = Window.around(self.world, position, radius, np.array([g]))
         state = self.checkpoints[phase][base].take(window.positions)
@@ -120,8 +121,21 @@ def _blocking(cells: StepCells, g: int, i: int) -> list[tuple[float, float, obje
     return spans
 
 
+def class_index(cells: StepCells, column):
+    """The pair class of the block at ``column`` (an index or an array of them): the pair table's class, or the
+    three sign classes (EQUAL at step 0)."""
+    greater = cells.greater
+    if greater is None:
+        return EQUAL if np.isscalar(column) else np.full(len(column), EQUAL)
+    value = np.asarray(greater)[column]
+    if np.asarray(greater).dtype != bool:
+        return value
+    return (GREATER if value else LESS) if np.isscalar(column) else np.where(value, GREATER, LESS)
+
+
 def walk(source, phases: list[str], ends: dict[str, np.ndarray], origin: np.ndarray, g: int, world: int,
-         steps_per_phase: dict[str, int], rows: list | None = None) -> PathResult:  # fmt: skip
+         steps_per_phase: dict[str, int], rows: list | None = None,
+         directions: dict[str, int] | None = None) -> PathResult:  # fmt: skip
     """The critical path of iteration ``g``: ``ends[phase]`` (G, N) are the phases' ends, ``origin`` (G, N) the
     iteration's starts; ``phases`` in time order; ``steps_per_phase`` counts a final pseudo-step (the backward's
     last dK/dV wait) when there is one. ``rows``: when a list, the path's spans are appended to it as
@@ -133,6 +147,7 @@ def walk(source, phases: list[str], ends: dict[str, np.ndarray], origin: np.ndar
     compute_ms: dict[int, float] = defaultdict(float)
     link_ms: dict[tuple[int, int], float] = defaultdict(float)
     for phase in reversed(phases):
+        direction = (directions or {}).get(phase, 1)
         step = steps_per_phase[phase] - 1
         while step >= 0:
             cells, gi, i = source.cells(phase, step, g, p)
@@ -145,12 +160,11 @@ def walk(source, phases: list[str], ends: dict[str, np.ndarray], origin: np.ndar
                     compute_ms[p] += span_end - span_start
                     t = span_start
                     if rows is not None:
-                        cls = EQUAL if cells.greater is None else (GREATER if cells.greater[i] else LESS)
-                        rows.append(("compute", phase, cells.step, p, span_start, span_end, cls))
+                        rows.append(("compute", phase, cells.step, p, span_start, span_end, int(class_index(cells, i))))
                     continue
                 if rows is not None:
-                    _exchange_rows(rows, what, phase, gi, i, p, world, span_start)
-                jump = _follow(what, gi, i, p, world, span_start, span_end, result, link_ms)
+                    _exchange_rows(rows, what, phase, gi, i, p, world, span_start, direction)
+                jump = _follow(what, gi, i, p, world, span_start, span_end, result, link_ms, direction)
                 if jump is None:
                     t = span_start
                     continue
@@ -163,28 +177,32 @@ def walk(source, phases: list[str], ends: dict[str, np.ndarray], origin: np.ndar
     return result
 
 
-def _exchange_rows(rows: list, ex: Exchange, phase: str, g: int, i: int, p: int, world: int, ws: float) -> None:
-    """The wait of position p on ``ex`` and, when the exchange bound it, the transfer that did (both ends)."""
+def _exchange_rows(rows: list, ex: Exchange, phase: str, g: int, i: int, p: int, world: int, ws: float,
+                   direction: int = 1) -> None:  # fmt: skip
+    """The wait of position p on ``ex`` and, when the exchange bound it, the transfer that did (both ends).
+    ``direction``: blocks move from p - direction to p (the short ring's backward: -1)."""
     width = ex.recv.shape[1]
-    prv, nxt = (i - 1) % width, (i + 1) % width
+    prv, nxt = (i - direction) % width, (i + direction) % width
     step, lane = ex.step, ex.lane
     rows.append(("wait", phase, step, p, ws, float(ex.wait_end[g, i]), lane))
     recv, sent = float(ex.recv[g, i]), float(ex.landed[g, nxt])
     if max(recv, sent) <= ws + TOL_MS:
         return
-    if sent > recv:  # p's own send to its successor finished last
+    if sent > recv:  # p's own send finished last
         rows.append(("send", phase, step, p, float(ex.post[g, i]), sent, lane))
-        rows.append(("recv", phase, step, (p + 1) % world, float(ex.post[g, nxt]), float(ex.recv[g, nxt]), lane))
+        rows.append(("recv", phase, step, (p + direction) % world, float(ex.post[g, nxt]), float(ex.recv[g, nxt]),
+                     lane))  # fmt: skip
     else:
         rows.append(("recv", phase, step, p, float(ex.post[g, i]), recv, lane))
-        rows.append(("send", phase, step, (p - 1) % world, float(ex.post[g, prv]), float(ex.landed[g, i]), lane))
+        rows.append(("send", phase, step, (p - direction) % world, float(ex.post[g, prv]), float(ex.landed[g, i]),
+                     lane))  # fmt: skip
 
 
 def _follow(ex: Exchange, g: int, i: int, p: int, world: int, ws: float, we: float,
-            result: PathResult, link_ms) -> tuple[int, float, int] | None:  # fmt: skip
+            result: PathResult, link_ms, direction: int = 1) -> tuple[int, float, int] | None:  # fmt: skip
     """A wait on ``ex``: None when it did not bind, else (position, time, step) where the walk continues."""
     n_w = ex.recv.shape[1]
-    nxt, prv = (i + 1) % n_w, (i - 1) % n_w
+    nxt, prv = (i + direction) % n_w, (i - direction) % n_w
     recv, sent = float(ex.recv[g, i]), float(ex.landed[g, nxt])
     link_end = max(recv, sent)
     if link_end <= ws + TOL_MS:
@@ -192,12 +210,12 @@ def _follow(ex: Exchange, g: int, i: int, p: int, world: int, ws: float, we: flo
     by_send = sent > recv
     if by_send:
         moved_from = float(ex.start[g, nxt])
-        peer, peer_post, own_post = (p + 1) % world, float(ex.post[g, nxt]), float(ex.post[g, i])
-        link_ms[(p, (p + 1) % world)] += max(sent - moved_from, 0.0)
+        peer, peer_post, own_post = (p + direction) % world, float(ex.post[g, nxt]), float(ex.post[g, i])
+        link_ms[(p, (p + direction) % world)] += max(sent - moved_from, 0.0)
     else:
         moved_from = float(ex.start[g, i])
-        peer, peer_post, own_post = (p - 1) % world, float(ex.post[g, prv]), float(ex.post[g, i])
-        link_ms[((p - 1) % world, p)] += max(recv - moved_from, 0.0)
+        peer, peer_post, own_post = (p - direction) % world, float(ex.post[g, prv]), float(ex.post[g, i])
+        link_ms[((p - direction) % world, p)] += max(recv - moved_from, 0.0)
     result.exposed_ms += min(max(min(link_end, we) - max(ws, moved_from), 0.0), we - ws)
     if peer_post > own_post:
         return peer, peer_post, ex.step

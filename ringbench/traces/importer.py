@@ -162,7 +162,11 @@ def reconstruct(
     world = check_ranks([r.file for r in ranks])  # and every rank of it
     if not any(len(r.compute) for r in ranks):
         raise _no_compute(ranks, compute_patterns)
-    notes: list[str] = []
+    # A profiler trace holds shapes, not masks: say so rather than assume causal anywhere downstream.
+    notes: list[str] = [
+        "mask unknown: a profiler trace does not say which keys the attention masked (causal, "
+        "documents, a window), so compute spans count whole blocks and no mask plan predicts balance"
+    ]
     messages = {r.file.rank: r.messages for r in ranks}
     ring, ring_method = ring_order(messages, world)
     if ring_method.startswith("rank order"):

@@ -26,7 +26,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from ringbench.traces.kineto import (
+from ringbench.traces.trace_format import (
     ARG_OPS,
     COMM_ARG_KEYS,
     COMM_PREFIXES,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ringbench.traces.kineto import (
+from ringbench.traces.trace_format import (
     ARG_OPS,
     COMM_ARG_KEYS,
     COMM_PREFIXES,

@@ -112,7 +112,7 @@ def number_steps(exchanges: pd.DataFrame, compute: pd.DataFrame, world: int) -> 
 
 
 def _row(**fields) -> dict:
-    base = dict(src=-1, dst=-1, bytes=0, block=-1, pair="", flops=0.0, nccl_ms=np.nan, censored=False)
+    base = dict(src=-1, dst=-1, bytes=0, block=-1, pair="", flops=0.0, nccl_ms=np.nan, censored=False, layer=0)
     return base | fields
 
 

@@ -1,0 +1,175 @@
+"""Models with several attention layers: the ``layers`` axis, from a spec to one mask per layer.
+
+An iteration runs L attention layers in sequence, forward through all and backward through all (in reverse, as
+autograd does), each layer a ring of its own with its own mask. The spec is either a count or a pattern:
+
+  4                                 4 layers, each with the case's mask (the ``mask`` axis)
+  window:4096 x5, causal x1         5 sliding-window layers, then 1 causal one (a 5 local : 1 global model)
+  window:512, causal                alternating (x1 when no count is given)
+  window:4096 x3, mask x1           ``mask`` stands for the case's mask axis value, so a pattern can sweep it
+
+Masks are canonical (ringbench.vocab.MaskSpec); a pattern is written back in its canonical form
+(``window:4096 x5, causal x1``), which case ids and records use. The default is ``1``: one layer, as before.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ringbench.errors import UsageError, bad_value
+from ringbench.vocab import MaskSpec
+
+LAYERS_HELP = (
+    "a count L >= 1 (each layer with the case's mask) or a pattern of masks with repeat counts, e.g. "
+    "'window:4096 x5, causal x1' ('mask' stands for the case's mask)"
+)
+MAX_LAYERS = 256
+_ITEM = re.compile(r"^(?P<mask>.*?)(?:\s*[x×]\s*(?P<count>\d+))?$")
+
+
+def parse_layers(spec: object, field: str = "layers") -> tuple[str, ...]:
+    """The layers as a tuple of mask names per layer; ``mask`` (the case's mask) where the pattern says so."""
+    if isinstance(spec, bool):
+        raise bad_value(field, spec, LAYERS_HELP)
+    if isinstance(spec, int):
+        spec = str(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise bad_value(field, spec, LAYERS_HELP)
+    text = spec.strip()
+    if text.isdigit():
+        count = int(text)
+        if not 1 <= count <= MAX_LAYERS:
+            raise bad_value(field, spec, f"a count from 1 to {MAX_LAYERS}, or {LAYERS_HELP}")
+        return ("mask",) * count
+    layers: list[str] = []
+    for item in text.split(","):
+        match = _ITEM.match(item.strip())
+        name = match.group("mask").strip() if match else ""
+        count = int(match.group("count")) if match and match.group("count") else 1
+        if not name or count < 1:
+            raise bad_value(field, spec, LAYERS_HELP)
+        if name != "mask":
+            try:
+                name = MaskSpec.parse(name, "mask").text
+            except UsageError:
+                raise bad_value(field, spec, f"{LAYERS_HELP}; {name!r} is not a mask") from None
+        layers.extend([name] * count)
+        if len(layers) > MAX_LAYERS:
+            raise bad_value(field, spec, f"at most {MAX_LAYERS} layers")
+    return tuple(layers)
+
+
+def canonical_layers(spec: object) -> str:
+    """The canonical text of a layers spec: ``1``, ``4``, or ``window:4096 x5, causal x1``."""
+    layers = parse_layers(spec)
+    if all(name == "mask" for name in layers):
+        return str(len(layers))
+    runs: list[list] = []
+    for name in layers:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return ", ".join(f"{name} x{count}" for name, count in runs)
+
+
+def layer_masks(spec: object, mask: str) -> tuple[str, ...]:
+    """The mask of every layer of a case whose ``mask`` axis value is ``mask``."""
+    return tuple(mask if name == "mask" else name for name in parse_layers(spec))
+
+
+def uses_case_mask(spec: object) -> bool:
+    """False for a pattern that names every layer's mask (the case's mask axis then does not matter)."""
+    return "mask" in parse_layers(spec)
+
+
+def needs_docs(mask: str) -> bool:
+    """The mask reads the docs axis (a malformed one is left for its own check to name)."""
+    try:
+        return MaskSpec.parse(mask, "mask").documents
+    except UsageError:
+        return False
+
+
+def validate_mask_axes(self, fail, where: str) -> None:
+    """A scenario's layers, documents and the layouts that need them: each bad value named in one line
+    (``fail(field, value, allowed)`` makes the error, ``where`` prefixes the scenario file)."""
+    from ringbench.engine.documents import check_docs
+    from ringbench.vocab import Layout
+
+    patterns = []
+    for value in self.layers:
+        try:
+            patterns.append(layer_masks(value, "mask"))
+        except UsageError as exc:
+            raise UsageError(where + str(exc)) from None
+    masks = {m if m != "mask" else case_mask for p in patterns for m in p for case_mask in self.mask}
+    documented = sorted(m for m in masks if needs_docs(m))
+    real_docs = [d for d in self.docs if d != "none"]
+    for spec in self.docs:
+        if not isinstance(spec, str):
+            raise fail("docs", spec, "a docs spec: none, lengths:..., file:PATH, lognormal:... or uniform:...")
+        for seq in self.seq:
+            try:
+                check_docs(spec, seq)
+            except UsageError as exc:
+                raise UsageError(where + str(exc) + (f" (seq={seq})" if len(self.seq) > 1 else "")) from None
+    if documented and not real_docs:
+        raise fail(
+            "mask",
+            documented[0],
+            "a mask without documents, or documents given with docs (--docs): "
+            "lengths:L1,L2,..., file:PATH, lognormal:MEAN:SIGMA:SEED or uniform:MIN:MAX:SEED",
+        )
+    if Layout.DOC_BALANCED.value in self.layout and not documented:
+        shown = ", ".join(sorted(masks)) or "causal"
+        raise fail(
+            "layout",
+            "doc-balanced",
+            f"a layout other than doc-balanced with mask {shown}: doc-balanced "
+            "balances packed documents (masks causal-document, full-document, causal-document+window:W)",
+        )
+    if self.cases() == [] and self.world:
+        raise fail("mask", ", ".join(self.mask), "masks, docs and layouts that make at least one case")
+
+
+def layer_rules(case) -> list:
+    """The MaskRule of every layer of ``case`` (a ringbench.rank.scenario.Case; ringbench.engine.masks)."""
+    from ringbench.engine.masks import mask_rule
+
+    return [mask_rule(mask, case.docs, case.seq) for mask in case.layer_masks]
+
+
+def check_layers(rules, outs, grads, inputs: dict, device, budget_s: float, tick):
+    """The float64 check of every layer (each distinct mask once: layers with one mask compute the same), the
+    worst errors over them, and the budget shared out."""
+    from ringbench.engine.reference import CheckResult, check_errors
+
+    first = {}
+    for layer, rule in enumerate(rules):
+        first.setdefault(rule, layer)
+    results = []
+    for rule, layer in first.items():
+        layer_grads = grads[layer] if grads is not None else None
+        results.append(check_errors(out=outs[layer].detach(), grads=layer_grads, mask=rule, **inputs, device=device,
+                                    budget_s=budget_s / len(first), tick=tick))  # fmt: skip
+    if len(results) == 1:
+        return results[0]
+    worst = min(results, key=lambda r: len(r.grads))  # the gradients every layer's check covered
+    notes = sorted({r.note for r in results if r.note})
+
+    def worst_of(values) -> float:  # NaN wins: a NaN anywhere fails the check
+        values = list(values)
+        return math.nan if any(math.isnan(x) for x in values) else max(values)
+
+    return CheckResult(
+        fwd_err=worst_of(r.fwd_err for r in results), bwd_err=worst_of(r.bwd_err for r in results),
+        sampled=any(r.sampled for r in results), rows_checked=min(r.rows_checked for r in results),
+        rows_total=worst.rows_total, grads=worst.grads, estimated_s=sum(r.estimated_s for r in results),
+        note="; ".join(notes),
+    )  # fmt: skip
+
+
+__all__ = ["LAYERS_HELP", "canonical_layers", "check_layers", "layer_masks", "layer_rules", "needs_docs",
+           "parse_layers", "uses_case_mask", "validate_mask_axes"]  # fmt: skip
