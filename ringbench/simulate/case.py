@@ -18,11 +18,12 @@ from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
 from ringbench.orders import format_ring, parse_order
-from ringbench.rank.faults import Fault, check_faults, parse_fault
+from ringbench.rank.faults import Fault, check_fault_hops, check_faults, parse_fault
 from ringbench.rank.scenario import Case
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
 from ringbench.simulate.plans import PairClasses, pair_classes
+from ringbench.topology.linkmodel import ring_links
 from ringbench.vocab import DTYPES, Buffer, Layout, Mask
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
@@ -63,6 +64,9 @@ class SimCase:
     """Canonical fault specs: slow-rank:R:F, slow-host:H:F, slow-link:S:D:MS, jitter:MS."""
     gflops: float | None = None
     """Nominal compute rate for this case (e.g. the rate an emulated run chose); None: the costs' rate."""
+    kernel: str = ""
+    """The measured kernel this case predicts (``--like``: ``torch``, ``emulated:1``), which picks the compute
+    model (real or emulated) of a calibration; empty: the costs' own compute model."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -76,11 +80,25 @@ class SimCase:
         check_divisible(self.layout, self.seq, self.world)
         if self.gflops is not None and not (math.isfinite(self.gflops) and self.gflops > 0):
             raise bad_value("gflops", self.gflops, "a finite rate > 0 (GFLOP/s)")
+        if not isinstance(self.kernel, str):
+            raise bad_value("kernel", self.kernel, "a kernel name (torch, emulated:1, ...) or empty")
         faults = [parse_fault(spec) for spec in self.faults]
         check_faults(faults, self.world)
         for fault in faults:
             if fault.kind not in SIMULATED_FAULTS:
                 raise bad_value("fault", fault.spec, "one of " + ", ".join(SIMULATED_FAULTS) + " (simulated kinds)")
+        check_fault_hops(faults, self.ring, self.order, buffer=self.buffer)
+
+    @property
+    def family(self) -> str | None:
+        """The compute model this case predicts: ``emulated``, ``real``, or None (the costs' own)."""
+        if self.gflops is not None:
+            return "emulated"
+        if self.kernel:
+            from ringbench.kernels import get_kernel
+
+            return "emulated" if get_kernel(self.kernel).emulated else "real"
+        return None
 
     @property
     def ring(self) -> list[int]:
@@ -138,50 +156,50 @@ class Cluster:
             raise bad_value("world", case.world, f"{self.topology.world}, the number of devices in the topology")
         if self.emulate_links and self.topology is None:
             raise UsageError("emulate_links=True is not allowed without a topology; pass --topology FILE")
-        hosts = int(self.hosts(case.world).max()) + 1
-        for fault in case.parsed_faults():
+        host_of = self.hosts(case.world)
+        hosts = int(host_of.max()) + 1
+        faults = case.parsed_faults()
+        for fault in faults:
             if fault.kind == "slow-host" and fault.host >= hosts:
                 raise bad_value("fault", fault.spec, f"a host in 0..{hosts - 1} ({hosts} hosts)")
-
-
-def _shares(hosts: np.ndarray, src: np.ndarray, dst: np.ndarray, crosses: np.ndarray) -> np.ndarray:
-    """Per hop: how many ring hops cross from its source host to its destination host (1 inside a host)."""
-    pair = hosts[src] * (int(hosts.max()) + 1) + hosts[dst]
-    counts = np.bincount(pair[crosses], minlength=int(pair.max()) + 1) if crosses.any() else None
-    return np.where(crosses, counts[pair] if counts is not None else 1, 1).astype(float)
+        for fault in faults:  # a slow rank on a slow host: two factors on one rank, refused like two slow-ranks
+            for other in faults:
+                if fault.kind == "slow-rank" and other.kind == "slow-host" and host_of[fault.rank] == other.host:
+                    raise UsageError(
+                        f"fault={fault.spec!r} is not allowed together with {other.spec!r}: both slow rank "
+                        f"{fault.rank} (on host {other.host}); give slow-rank faults for that host's ranks instead "
+                        f"(slow-rank:{fault.rank}:{fault.factor * other.factor:g} for both factors)"
+                    )
 
 
 def _lanes(case: SimCase, costs: Costs, cluster: Cluster, ring: np.ndarray) -> dict[str, Lane]:
-    """Per exchange kind: transfer and injected delay into each ring position."""
+    """Per exchange kind: transfer and injected delay into each ring position (the hop from p - 1)."""
     world = case.world
     src, dst = np.roll(ring, 1), ring  # the hop into position p
     faults = case.parsed_faults()
     jitter = sum(f.ms for f in faults if f.kind == "jitter")
     slow_links = {(f.src, f.dst): f.ms for f in faults if f.kind == "slow-link"}
     names = ("kv", "dkv") if case.backward else ("kv",)
-    lanes = {}
     local = costs.links["local"]
+    links = None
+    if cluster.topology is not None and world > 1:
+        # Real links: the calibrated cost of a class where the calibration measured it, else the topology's own;
+        # emulated links: the topology's cost as a delay after the local transfer (what RankFaults injects).
+        calibrated = None if cluster.emulate_links else {
+            name: (cost.latency_us, cost.bandwidth_gbps) for name, cost in costs.links.items() if name != "local"
+        }  # fmt: skip
+        links = ring_links(cluster.topology, ring, calibrated)
+    lanes = {}
     for name in names:
         nbytes = case.block_bytes(name)
         transfer = np.full(world, local.ms(nbytes))
         delay = np.zeros(world)
-        topology = cluster.topology
-        if topology is not None and world > 1:
-            from ringbench.topology import LinkKind
-
-            links = [topology.link(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
-            net = np.array([link.kind is LinkKind.NET for link in links])
-            shares = _shares(cluster.hosts(world), src, dst, net)
-            for p, link in enumerate(links):
-                latency_us, bandwidth = topology.cost_model.latency_bandwidth(link)
-                calibrated = None if cluster.emulate_links else costs.link(link.label)
-                if calibrated is not None:
-                    latency_us, bandwidth = calibrated.latency_us, calibrated.bandwidth_gbps
-                cost_ms = (latency_us + nbytes / (bandwidth / shares[p] * 1e3)) / 1e3
-                if cluster.emulate_links:
-                    delay[p] += cost_ms  # what RankFaults.link_delay injects after the local transfer
-                else:
-                    transfer[p] = cost_ms
+        if links is not None:
+            cost_ms = links.into(links.transfer_us(nbytes)) / 1e3
+            if cluster.emulate_links:
+                delay += cost_ms
+            else:
+                transfer = cost_ms
         for (a, b), ms in slow_links.items():
             delay[(src == a) & (dst == b)] += ms
         lanes[name] = Lane(name=name, nbytes=nbytes, transfer_ms=transfer,

@@ -184,9 +184,8 @@ class PhaseModel:
 
     @property
     def two_exchanges(self) -> bool:
-        """The backward's second exchange (the dK/dV accumulator) runs; without a ``dkv`` lane the backward
-        rotates one message per step like the forward (the legacy SimConfig model)."""
-        return self.phase == "bwd" and self.hops > 0 and "dkv" in self.lanes
+        """The backward's second exchange (the dK/dV accumulator) runs (every backward of a ring of 2 or more)."""
+        return self.phase == "bwd" and self.hops > 0
 
     def classes(self, step: int, window: Window) -> np.ndarray | None:
         """(W,) bool: the block in hand belongs to a higher rank (class GREATER, else LESS); None at step 0."""
