@@ -73,7 +73,7 @@ def test_recommend_predicts_what_emulated_links_measure(tmp_path):
     assert figures["communication_speedup"] == pytest.approx(measured, rel=0.25), figures
 
 
-TWO_BY_FOUR = """name: two-host-4x2-1gbps
+TWO_BY_FOUR = """name: two-host-4x2-slow-net
 intra: NV4
 inter: NET
 hosts:
@@ -86,8 +86,9 @@ class_costs:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("current", ["0-4-1-5-2-6-3-7", "stride:2", "0-1-4-5-2-3-6-7"])
+@pytest.mark.parametrize("current", ["0-4-1-5-2-6-3-7", "stride:2", "0-4-1-5-2-3-6-7"])
 def test_three_two_host_orders_predicted_within_a_quarter(tmp_path, current):
+    """2 hosts x 4 GPUs: NET hops shared 4, 2 and 3 ways (benchmarks/validate_recommend.py prints the figures)."""
     topology = tmp_path / "two_by_four.yaml"
     topology.write_text(TWO_BY_FOUR)
     figures = check_order(tmp_path, topology, current, 8)

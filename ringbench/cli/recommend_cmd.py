@@ -123,8 +123,10 @@ def render(recommendation, topology, out, prediction=None) -> None:
             f"Every hop: {styled(r.worst_hop_class)}, {r.worst_hop_us:,.0f} us per {r.message_bytes / 2**20:g} MiB message."
         )
     elif r.hops:
+        shared = any(hop.share > 1 for hop in (*r.hops, *r.current_hops))
+        sharing = ", NET hops sharing a host pair's link" if shared else ""
         print_(
-            f"Communication per ring step (slowest hop, NIC sharing priced): current {r.current_step_us:,.0f} us -> "
+            f"Communication per ring step (slowest hop{sharing}): current {r.current_step_us:,.0f} us -> "
             f"recommended {r.step_us:,.0f} us; predicted speedup of communication per ring step "
             f"×{r.predicted_speedup:.2f} ({r.predicted_step_change_pct:+.0f}%), at {r.message_bytes / 2**20:g} MiB per hop."
         )

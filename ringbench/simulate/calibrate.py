@@ -9,7 +9,8 @@ compute   every compute span is one pair of the mask plan (plans.py): its kernel
 links     each received block's transfer (recv end - max(both posts), ringbench.figures.critical_path.transfers),
           less the delay the run injected (emulated links, slow-link, half a jitter), divided by its NIC share:
           latency + bytes / bandwidth fitted on the medians per message size, per link class when the run has a
-          topology with real links, else as ``local``; one message size: the latency is a prior (0).
+          topology with real links, else as ``local``; one message size: the link's nominal bandwidth is the
+          prior (the topology's class, or LOOPBACK_GBPS by backend) and the rest of its time the latency.
 host      per phase and buffer the medians of the gaps between a step's events (engine.PhaseModel: enter,
           pre, mid, post); what the run did not measure: the other buffer's, then the other phase's figures.
 noise     the coefficient of variation of compute spans and of transfers around their case medians (robust:
@@ -175,6 +176,27 @@ def _recorded_work(row, spans: pd.DataFrame) -> pd.DataFrame:
                          **{f"gflop_{kind}": flops / 1e9 if kind == "full" else 0.0 for kind in KINDS}})  # fmt: skip
 
 
+def _per_core(run, rows: pd.DataFrame, cal: Calibration) -> pd.DataFrame:
+    """Real compute of ranks that shared a CPU's cores, as one rank per core would run it: divided by ranks / cores
+    (a prior: the ranks take turns evenly while they compute). The simulator stretches it back by the share of the
+    machine it predicts (Cluster.cpu_cores)."""
+    from ringbench.simulate.sweep import run_cores
+
+    cores = run_cores(run)
+    if not cores:
+        return rows
+    worlds = run.cases.drop_duplicates("case_id").set_index("case_id")["world"].astype(float)
+    share = np.maximum(1.0, rows["case_id"].map(worlds).to_numpy(float) / cores)
+    if (share <= 1.0).all():
+        return rows
+    cal.sources.append(CostSource(cost="compute.cores", determined=False,
+                                  how=f"real compute of up to {int(worlds.max())} ranks on {cores} CPU cores: the "
+                                  f"spans divided by ranks / cores (up to x{share.max():g}; the ranks take turns "
+                                  "evenly while they compute)",
+                                  hint=f"calibrate on at most {cores} ranks (one core each)"))  # fmt: skip
+    return rows.assign(ms=rows["ms"].to_numpy(float) / share)
+
+
 def _seq_hint(run) -> str:
     """The run that would add a block size: the calibration run with another --seq (or `ringbench calibrate`)."""
     seqs = sorted({int(v) for v in run.cases["seq"]}) if "seq" in run.cases else []
@@ -312,12 +334,19 @@ def _fit_links(run, cal: Calibration) -> dict[str, LinkCost]:
             cal.sources.append(CostSource(cost=f"link.{label}", determined=True,
                                           how=f"latency and bandwidth fitted on {len(sizes)} message sizes "
                                           f"({what})"))  # fmt: skip
-        else:  # one message size: latency and bandwidth are not separable; all of it is bandwidth
-            slope, intercept = float(sizes.iloc[0]) / float(sizes.index[0]), 0.0
-            cal.notes.append(f"{label}: one message size ({int(sizes.index[0]):,} B): latency folded into bandwidth")
-            cal.sources.append(CostSource(cost=f"link.{label}", determined=False,
-                                          how=f"latency 0: one message size ({int(sizes.index[0]):,} B) measured on the "
-                                          f"{what}, its whole time taken as bandwidth",
+        else:  # one message size: latency and bandwidth are not separable; the link's nominal bandwidth is the prior
+            nbytes, ms = float(sizes.index[0]), float(sizes.iloc[0])
+            nominal, named = _nominal_gbps(run, label)
+            if ms > nbytes / (nominal * 1e6):  # slower than the nominal link: the rest is latency
+                slope, intercept = 1.0 / (nominal * 1e6), ms - nbytes / (nominal * 1e6)
+                how = (f"the {named} ({nominal:g} GB/s), the rest of the one measured message size "
+                       f"({int(nbytes):,} B, {ms:.3g} ms on the {what}) taken as latency")  # fmt: skip
+            else:  # faster than nominal: all of it is bandwidth
+                slope, intercept = ms / nbytes, 0.0
+                how = (f"latency 0: one message size ({int(nbytes):,} B) measured on the {what}, faster than the "
+                       f"{named}: its whole time taken as bandwidth")  # fmt: skip
+            cal.notes.append(f"{label}: one message size ({int(nbytes):,} B): latency and bandwidth not separable")
+            cal.sources.append(CostSource(cost=f"link.{label}", determined=False, how=how,
                                           hint="two message sizes (two --seq values) separate latency from "
                                           "bandwidth"))  # fmt: skip
         links[str(label)] = LinkCost(latency_us=intercept * 1e3, bandwidth_gbps=1.0 / (slope * 1e6))
@@ -327,6 +356,23 @@ def _fit_links(run, cal: Calibration) -> dict[str, LinkCost]:
     if "local" not in links:
         links["local"] = min(links.values(), key=lambda c: c.ms(1 << 20))
     return links
+
+
+LOOPBACK_GBPS = {"gloo": 5.0, "nccl": 25.0}
+"""Nominal bandwidth of the local transport without a topology, the prior when a run has one message size: round
+figures (TCP loopback on one host; one NVLink or a PCIe Gen4 x16 link), not measurements of any machine."""
+
+
+def _nominal_gbps(run, label: str) -> tuple[float, str]:
+    """The nominal bandwidth of a link class: the topology's class cost, or the local transport's by backend."""
+    topology = _topology(run)
+    if label != "local" and topology is not None:
+        for row in topology.links:
+            for link in row:
+                if link is not None and link.label == label:
+                    return topology.cost_model.latency_bandwidth(link)[1], f"topology's nominal {label} bandwidth"
+    backend = str(run.meta.get("backend") or "gloo")
+    return LOOPBACK_GBPS.get(backend, LOOPBACK_GBPS["gloo"]), f"nominal {backend} loopback bandwidth"
 
 
 def _allgather_link(run, cal: Calibration) -> LinkCost | None:
@@ -518,6 +564,8 @@ def calibrate(run) -> Calibration:
         real = family_rows["real"]["case_id"].nunique()
         cal.notes.append(f"the run mixes real and emulated compute: {real} real-kernel case(s) calibrate the real "
                          "kernels' costs, the emulated cases the emulated model's")  # fmt: skip
+    if "real" in family_rows:
+        family_rows["real"] = _per_core(run, family_rows["real"], cal)
     hint = _seq_hint(run)
     fitted = {}
     for name, rows in family_rows.items():

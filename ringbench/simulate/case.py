@@ -142,6 +142,13 @@ class Cluster:
     ``ringbench run --topology FILE --emulate-links``."""
     gpus_per_host: int = 8
     """Without a topology: ranks per host, in rank order (what ``slow-host`` counts)."""
+    cpu_cores: int | None = None
+    """CPU cores the ranks share in all (a CPU run on one machine, what ``--like`` of such a run predicts): real
+    compute then stretches by ranks / cores where ranks outnumber cores (they take turns); None: a device per rank."""
+
+    def core_share(self, world: int) -> float:
+        """How many ranks share one core while they compute (1.0 with a device per rank)."""
+        return max(1.0, world / self.cpu_cores) if self.cpu_cores else 1.0
 
     def hosts(self, world: int) -> np.ndarray:
         """(N,) host index of each rank (hosts in order of first appearance)."""
@@ -254,9 +261,11 @@ def phase_models(case: SimCase, costs: Costs, cluster: Cluster, rng: np.random.G
         {"compute": costs.compute_noise, "link": costs.link_noise},
     )
     slow = _slowdown(case, cluster, ring)
+    share = cluster.core_share(case.world) if case.family == "real" else 1.0  # emulated compute sleeps: no contention
     models = {}
     for phase in case.phases:
         compute, work = class_compute(case, costs, phase)
+        compute, work = compute * share, work * share
         host = costs.host(phase, "sync" if case.buffer == "sync" else "double")
         models[phase] = PhaseModel(
             phase=phase, buffer=case.buffer, ring=ring, compute_ms=compute, work_ms=work, slow=slow,

@@ -165,11 +165,18 @@ def extrapolation(calibration, cases: Sequence, cluster=None, costs=None) -> lis
                 "was not measured)")),
             assumed=not emulated,
         ))  # fmt: skip
-    if cov.get("oversubscribed"):
+    real = not emulated or any(case.family == "real" for case in cases)
+    cores = getattr(cluster, "cpu_cores", None)
+    if real and (cov.get("oversubscribed") or cores):
+        measured_cores = (f"real compute on up to {max(cov.get('worlds', [0]))} ranks sharing "
+                          f"{cov.get('cpu_count')} CPU cores" if cov.get("oversubscribed") else "a core per rank")  # fmt: skip
+        shares = sorted({cluster.core_share(case.world) for case in cases}) if cores else [1.0]
+        predicted = f"{max(case.world for case in cases)} ranks on {cores} cores" if cores else "a device per rank"
         out.append(Extrapolation(
-            aspect="cores", measured=f"real compute on {max(cov.get('worlds', [0]))} ranks sharing "
-            f"{cov.get('cpu_count')} CPU cores", predicted="one device per rank",
-            treatment="the measured per-rank rate (a rank's share of the cores) is a device's", assumed=True,
+            aspect="cores", measured=measured_cores, predicted=predicted,
+            treatment=("real compute per core, stretched by the ranks sharing a core "
+                       f"(x{', x'.join(f'{v:g}' for v in shares)}): the ranks take turns evenly while they compute"),
+            assumed=True,
         ))  # fmt: skip
 
     # Block sizes per mask kind (what the kernel's rate was measured at) and the kinds' efficiencies.

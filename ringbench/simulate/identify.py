@@ -165,6 +165,10 @@ def fit_phase(part: pd.DataFrame, phase: str, *, emulated: bool, seq_hint: str) 
                                   "fitted with the call cost assumed")  # fmt: skip
     predicted = calls * call + sum((work[k] * efficiency.get(k, 0.0) for k in kinds), np.zeros_like(b))
     residual = float(np.median(np.abs(predicted - b) / np.clip(b, 1e-9, None))) if len(b) else float("nan")
+    for kind in [k for k, v in efficiency.items() if v <= 0]:  # the call cost explained the spans: no rate left
+        sources[:] = [src for src in sources if src.cost != f"compute.{phase}.efficiency.{kind}"]
+        efficiency_source(kind, False, "the other kinds' rate: the fit left no time to these blocks' FLOPs (the "
+                          "call cost explains their spans)")  # fmt: skip
     efficiency = {k: v for k, v in efficiency.items() if v > 0}
     return PhaseFit(call_ms=call, efficiency=efficiency, sources=sources, spans=len(part), groups=len(med),
                     median_rel_residual=residual, sizes=sizes)  # fmt: skip
@@ -202,7 +206,7 @@ def complete(fits: dict[str, PhaseFit], *, emulated: bool) -> tuple[dict[str, di
         measured = {k: v for k, v in fit.efficiency.items() if v > 0}
         fill = 1.0 if emulated or not measured else float(np.mean(list(measured.values())))
         for kind in KINDS:
-            if kind not in measured:
+            if kind not in measured and _source(fit, f"compute.{phase}.efficiency.{kind}") is None:
                 how = "the emulated kernel's nominal rate" if emulated else "the measured mask kinds' mean rate"
                 fit.sources.append(CostSource(cost=f"compute.{phase}.efficiency.{kind}", determined=False,
                                               how=f"{how} (no {kind} blocks measured)",

@@ -126,7 +126,17 @@ def _cluster(request: SimRequest, like: RunData | None) -> Cluster:
         topology = Topology.from_dict(like.meta["topology"], "meta.json:topology")
         emulate = emulate or bool(like.meta.get("emulated_links"))
     return Cluster(topology=topology, emulate_links=emulate and topology is not None,
-                   gpus_per_host=request.gpus_per_host)  # fmt: skip
+                   gpus_per_host=request.gpus_per_host, cpu_cores=run_cores(like) if like is not None else None)  # fmt: skip
+
+
+def run_cores(run: RunData) -> int | None:
+    """The CPU cores a CPU run's ranks shared (cores x hosts), or None (a GPU run, or not recorded)."""
+    meta = run.meta
+    if meta.device_kind != "cpu" or not meta.cpu_count:
+        return None
+    worlds = [int(w) for w in run.cases["world"]] if len(run.cases) else [1]
+    hosts = len(meta.ranks(max(worlds)).get("hosts") or [None])
+    return int(meta.cpu_count) * max(1, hosts)
 
 
 def resolve_costs(request: SimRequest) -> tuple[Costs, Calibration | None]:

@@ -126,12 +126,17 @@ class CostModel:
         latency, bandwidth = self.latency_bandwidth(link)
         return latency + self.message_bytes / (bandwidth * 1e3)  # bytes / (GB/s * 1e9) s = bytes / (GB/s * 1e3) us
 
-    def describe(self) -> str:
-        """One line stating the model, for reports and `--json`."""
+    def describe(self, labels: set[str] | None = None) -> str:
+        """One line stating the model, for reports and `--json`; ``labels``: the topology's link classes, so that
+        the line speaks only of links it has (None: every class)."""
         source = "nominal class defaults" if not self.overrides() else "class costs overridden by the topology"
+        kinds = {label.rstrip("0123456789") for label in labels} if labels is not None else {"NET", "SYS", "PXB"}
+        sharing = (", share = the ring's NET hops between the same two hosts (they share that network link)"
+                   if "NET" in kinds else "")  # fmt: skip
+        shared = [text for kind, text in (("SYS", "several hops on one socket link"),
+                                          ("PXB", "PCIe switches shared by several hops")) if kind in kinds]  # fmt: skip
+        unpriced = f"; contention of {' or '.join(shared)} is not modelled" if shared else ""
         return (
-            f"communication per ring step = the slowest hop's latency + M x share / bandwidth, M = "
-            f"{self.message_bytes} bytes, share = the ring's NET hops between the same two hosts (they share that "
-            f"network link); {source}, measured link costs where given; other contention (several hops on one "
-            "socket link or PCIe switch) is not modelled"
+            f"communication per ring step = the slowest hop's latency + M{' x share' if sharing else ''} / bandwidth, "
+            f"M = {self.message_bytes} bytes{sharing}; {source}, measured link costs where given{unpriced}"
         )

@@ -323,7 +323,7 @@ def recommend(
         step_us=found_step,
         current_step_us=current_step,
         predicted_speedup=current_step / found_step if found_step > 0 else 1.0,
-        model=topology.cost_model.describe(),
+        model=topology.cost_model.describe(set(topology.class_counts())),
         message_bytes=topology.cost_model.message_bytes,
         all_equivalent=all_equivalent,
         equivalence_reason=_equivalence_reason(topology) if all_equivalent else "",
