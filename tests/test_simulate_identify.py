@@ -87,11 +87,8 @@ def test_one_emulated_case_takes_the_nominal_rate_and_scales_to_twice_the_world(
     truth = simulate_case(bigger, fast_link).row["step_ms"]
     predicted = simulate_case(bigger, calibration.costs).row["step_ms"]
     assert predicted == pytest.approx(truth, rel=0.03)
-    link = sources["link.local"]  # one message size: a prior against the nominal loopback bandwidth
-    assert not link.determined and "nominal gloo loopback" in link.how and "two message sizes" in link.hint
-    slow = calibrate(load_run(_record(tmp_path / "slow-link", [_case()], "emulated:20")))  # 0.3 ms + 0.5 GB/s
-    local = slow.costs.links["local"]
-    assert local.bandwidth_gbps == pytest.approx(5.0) and local.latency_us == pytest.approx(824 - 52, rel=0.02)
+    link = sources["link.local"]  # one message size: latency 0, a stated prior
+    assert not link.determined and link.how.startswith("latency 0") and "two message sizes" in link.hint
     assert not sources["compute.bwd.call_ms"].determined and "forward" in sources["compute.bwd.call_ms"].how
 
 

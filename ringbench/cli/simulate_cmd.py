@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, TopologyOption, cli_errors
 from ringbench.fmt import duration, json_value, number
+from ringbench.simulate.costs import DEFAULTS
 
 AXES_PANEL = "Sweep axes (repeatable; the cartesian product is simulated)"
 MODEL_PANEL = "Costs and cluster"
@@ -127,6 +128,11 @@ def assumed_lines(calibration) -> list[str]:
 
 def caveat_line(outcome) -> str | None:
     """One line when any cost of the prediction came from a prior (never a prediction without it)."""
+    if outcome.calibration is None:
+        given = "the rate given (--compute-tflops) and " if outcome.costs.gflops != DEFAULTS.gflops else ""
+        return (f"caveat: no calibration: {given}the documented default costs (400 TFLOP/s, 10 us per kernel call, "
+                "5 us host gaps, 100 GB/s links), not a measurement of any machine; `ringbench calibrate` and "
+                "--from RUN_DIR price a real one")  # fmt: skip
     assumed = [item.aspect for item in outcome.assumptions if item.assumed]
     if not assumed:
         return None

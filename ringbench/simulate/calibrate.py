@@ -6,13 +6,10 @@ compute   every compute span is one pair of the mask plan (plans.py): its kernel
           run determines them (identify.py), with stated priors where it does not. The nominal ms per GFLOP is
           the emulated kernel's (1000 / its rate) or, for real kernels, the run's own median. Ranks slowed by an
           injected fault are left out; every rank's ratio to the fit is reported (a slow rank shows up there).
-links     each received block's transfer (recv end - max(both posts), ringbench.figures.critical_path.transfers),
-          less the delay the run injected (emulated links, slow-link, half a jitter), divided by its NIC share:
-          latency + bytes / bandwidth fitted on the medians per message size, per link class when the run has a
-          topology with real links, else as ``local``; one message size: the link's nominal bandwidth is the
-          prior (the topology's class, or LOOPBACK_GBPS by backend) and the rest of its time the latency.
-host      per phase and buffer the medians of the gaps between a step's events (engine.PhaseModel: enter,
-          pre, mid, post); what the run did not measure: the other buffer's, then the other phase's figures.
+links     (calibrate_links.py) each received block's transfer, less the delay the run injected, its bytes times
+          its NIC share: latency + bytes / bandwidth per message size and link class; one size: latency 0 (a prior)
+host      (calibrate_host.py) the medians of the gaps between a step's events per phase and buffer; what the run
+          did not measure: the other buffer's, then the other phase's figures
 noise     the coefficient of variation of compute spans and of transfers around their case medians (robust:
           1.4826 x MAD / median), the ranks' spread of iteration starts, the barrier's gap.
 
@@ -32,7 +29,9 @@ import pandas as pd
 from ringbench.errors import UsageError
 from ringbench.kernels.base import block_flops
 from ringbench.rank.faults import parse_fault
-from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, KINDS, PHASES, Costs, LinkCost
+from ringbench.simulate.calibrate_host import host_steps
+from ringbench.simulate.calibrate_links import fit_links, host_index, run_topology
+from ringbench.simulate.costs import DEFAULTS, KINDS, PHASES, Costs
 from ringbench.simulate.identify import CostSource, PhaseFit, complete, fit_phase
 from ringbench.simulate.plans import pair_classes
 from ringbench.vocab import Layout, Mask
@@ -243,260 +242,6 @@ def _rank_factors(table: pd.DataFrame, efficiency: dict, call_ms: dict) -> dict[
     return {int(r): float(v) for r, v in ratio.groupby(table["rank"]).median().items()}
 
 
-def _hop_table(run, xfers: pd.DataFrame) -> pd.DataFrame:
-    """Per transfer, from the link model of the run's topology (topology/linkmodel.py): its class, its NIC share
-    and the delay an emulated link injected after it (us); ``local`` / 1 / 0 without a topology."""
-    out = pd.DataFrame({"link_class": "local", "share": 1.0, "emulated_us": 0.0}, index=xfers.index)
-    topology = _topology(run)
-    if topology is None:
-        return out
-    from ringbench.topology.linkmodel import ring_links
-
-    emulated = bool(run.meta.get("emulated_links"))
-    for case_id, part in xfers.groupby("case_id", sort=False):
-        ring = _ring_of(run, case_id)
-        if ring is None or len(ring) != topology.world or len(ring) < 2:
-            continue
-        links = ring_links(topology, ring)
-        hop = {(int(a), int(b)): p for p, (a, b) in enumerate(zip(links.src, links.dst, strict=True))}
-        position = [hop.get((int(a), int(b))) for a, b in zip(part["src"], part["dst"], strict=True)]
-        known = [p is not None for p in position]
-        index = part.index[known]
-        position = np.array([p for p in position if p is not None], dtype=np.int64)
-        if emulated:  # the transport is local; the topology's cost was a delay after it
-            out.loc[index, "emulated_us"] = links.transfer_us(part.loc[index, "bytes"].to_numpy(float)[:, None]
-                                                              )[np.arange(len(position)), position]  # fmt: skip
-        else:
-            out.loc[index, "link_class"] = [links.labels[p] for p in position]
-            out.loc[index, "share"] = links.shares[position]
-    return out
-
-
-def _injected_ms(run, xfers: pd.DataFrame, hops: pd.DataFrame) -> np.ndarray:
-    """Per transfer: the delay the run added after it (emulated links, slow-link, half a jitter), ms."""
-    extra = hops["emulated_us"].to_numpy(float) / 1e3
-    for spec in run.meta.get("faults") or []:
-        fault = parse_fault(spec)
-        if fault.kind == "slow-link":
-            extra = extra + np.where((xfers["src"] == fault.src) & (xfers["dst"] == fault.dst), fault.ms, 0.0)
-        elif fault.kind == "jitter":
-            extra = extra + fault.ms / 2
-    return extra
-
-
-def _topology(run):
-    document = run.meta.get("topology")
-    if not document:
-        return None
-    from ringbench.topology import Topology
-
-    return Topology.from_dict(document, "meta.json:topology")
-
-
-def _hosts(topology) -> np.ndarray:
-    names = [d.host for d in topology.devices]
-    order = {name: i for i, name in enumerate(dict.fromkeys(names))}
-    return np.array([order[n] for n in names])
-
-
-def _ring_of(run, case_id: str) -> np.ndarray | None:
-    rows = run.cases.loc[run.cases["case_id"] == case_id, "ring"]
-    if rows.empty:
-        return None
-    return np.array([int(r) for r in str(rows.iloc[0]).split("-")])
-
-
-def _fit_links(run, cal: Calibration) -> dict[str, LinkCost]:
-    from ringbench.figures.critical_path import transfers
-
-    xfers = transfers(run.events)
-    xfers = xfers[xfers["transfer_ms"].notna() & (xfers["bytes"] > 0)]
-    if xfers.empty:
-        gathered = _allgather_link(run, cal)
-        if gathered is not None:
-            return {"local": gathered}
-        cal.notes.append("no transfers: links keep the defaults")
-        cal.sources.append(CostSource(cost="link.local", determined=False, how="the documented default (no "
-                                      "transfers recorded)", hint="calibrate on a run of 2 or more ranks"))  # fmt: skip
-        return dict(DEFAULTS.links)
-    hops = _hop_table(run, xfers)
-    base = xfers["transfer_ms"].to_numpy() - _injected_ms(run, xfers, hops)
-    # A NET hop sharing its host pair's link moved bytes x share at the link's own bandwidth (topology/linkmodel.py).
-    xfers = xfers.assign(base_ms=np.clip(base, 1e-6, None), link_class=hops["link_class"],
-                         moved=xfers["bytes"] * hops["share"])  # fmt: skip
-    links = {}
-    for label, part in xfers.groupby("link_class", sort=True):
-        sizes = part.groupby("moved")["base_ms"].median()
-        what = "loopback transport" if label == "local" else f"{label} links"
-        if len(sizes) >= 2:
-            slope, intercept = np.polyfit(sizes.index.to_numpy(float), sizes.to_numpy(), 1)
-            slope, intercept = max(slope, 1e-15), max(intercept, 0.0)
-            cal.sources.append(CostSource(cost=f"link.{label}", determined=True,
-                                          how=f"latency and bandwidth fitted on {len(sizes)} message sizes "
-                                          f"({what})"))  # fmt: skip
-        else:  # one message size: latency and bandwidth are not separable; the link's nominal bandwidth is the prior
-            nbytes, ms = float(sizes.index[0]), float(sizes.iloc[0])
-            nominal, named = _nominal_gbps(run, label)
-            if ms > nbytes / (nominal * 1e6):  # slower than the nominal link: the rest is latency
-                slope, intercept = 1.0 / (nominal * 1e6), ms - nbytes / (nominal * 1e6)
-                how = (f"the {named} ({nominal:g} GB/s), the rest of the one measured message size "
-                       f"({int(nbytes):,} B, {ms:.3g} ms on the {what}) taken as latency")  # fmt: skip
-            else:  # faster than nominal: all of it is bandwidth
-                slope, intercept = ms / nbytes, 0.0
-                how = (f"latency 0: one message size ({int(nbytes):,} B) measured on the {what}, faster than the "
-                       f"{named}: its whole time taken as bandwidth")  # fmt: skip
-            cal.notes.append(f"{label}: one message size ({int(nbytes):,} B): latency and bandwidth not separable")
-            cal.sources.append(CostSource(cost=f"link.{label}", determined=False, how=how,
-                                          hint="two message sizes (two --seq values) separate latency from "
-                                          "bandwidth"))  # fmt: skip
-        links[str(label)] = LinkCost(latency_us=intercept * 1e3, bandwidth_gbps=1.0 / (slope * 1e6))
-        cal.link_fit[str(label)] = {"transfers": len(part), "sizes": [int(s) for s in sizes.index],
-                                    "median_ms": [float(v) for v in sizes], "latency_us": intercept * 1e3,
-                                    "bandwidth_gbps": 1.0 / (slope * 1e6)}  # fmt: skip
-    if "local" not in links:
-        links["local"] = min(links.values(), key=lambda c: c.ms(1 << 20))
-    return links
-
-
-LOOPBACK_GBPS = {"gloo": 5.0, "nccl": 25.0}
-"""Nominal bandwidth of the local transport without a topology, the prior when a run has one message size: round
-figures (TCP loopback on one host; one NVLink or a PCIe Gen4 x16 link), not measurements of any machine."""
-
-
-def _nominal_gbps(run, label: str) -> tuple[float, str]:
-    """The nominal bandwidth of a link class: the topology's class cost, or the local transport's by backend."""
-    topology = _topology(run)
-    if label != "local" and topology is not None:
-        for row in topology.links:
-            for link in row:
-                if link is not None and link.label == label:
-                    return topology.cost_model.latency_bandwidth(link)[1], f"topology's nominal {label} bandwidth"
-    backend = str(run.meta.get("backend") or "gloo")
-    return LOOPBACK_GBPS.get(backend, LOOPBACK_GBPS["gloo"]), f"nominal {backend} loopback bandwidth"
-
-
-def _allgather_link(run, cal: Calibration) -> LinkCost | None:
-    """The local link from a run's all-gather collectives (the all-gather baseline: no ring transfers): a ring
-    all-gather moves N - 1 blocks, so one block's transfer is (end - the last rank's start) / (N - 1)."""
-    events = run.events
-    coll = events[(events["kind"] == "collective") & (events["phase"] == "fwd") & (events["bytes"] > 0)]
-    if coll.empty:
-        return None
-    worlds = run.cases.drop_duplicates("case_id").set_index("case_id")["world"]
-    keys = ["case_id", "repeat", "iteration", "step"]
-    per = coll.groupby(keys).agg(start=("start_ns", "max"), end=("end_ns", "max"), nbytes=("bytes", "first"))
-    hops = per.index.get_level_values("case_id").map(worlds).to_numpy(float) - 1
-    per = per[hops > 0].assign(block_ms=lambda f: (f["end"] - f["start"]) / 1e6 / hops[hops > 0])
-    if per.empty:
-        return None
-    sizes = per.groupby("nbytes")["block_ms"].median()
-    ms, nbytes = float(sizes.iloc[-1]), float(sizes.index[-1])
-    cal.sources.append(CostSource(cost="link.local", determined=False,
-                                  how=f"latency 0, bandwidth from the all-gather collectives ({len(per)} measured, "
-                                  "a ring estimate of N - 1 blocks each)",
-                                  hint="calibrate on a ring buffer (--buffer double or sync) for per-step transfers"))  # fmt: skip
-    cal.link_fit["local"] = {"transfers": len(per), "sizes": [int(nbytes)], "median_ms": [ms], "latency_us": 0.0,
-                             "bandwidth_gbps": nbytes / (max(ms, 1e-9) * 1e6), "from": "allgather"}  # fmt: skip
-    return LinkCost(latency_us=0.0, bandwidth_gbps=nbytes / (max(ms, 1e-9) * 1e6))
-
-
-def _host_steps(run, sources: list[CostSource]) -> dict:
-    """Per phase and buffer: medians of enter, pre, mid and post (engine.PhaseModel), priors where not measured."""
-    from ringbench.figures.critical_path import transfers
-
-    events = run.events
-    xfers = transfers(events)
-    keys = ["case_id", "repeat", "iteration", "phase", "rank"]
-    comp = events[events["kind"] == "compute"][[*keys, "step", "start_ns", "end_ns"]]
-    it = events[events["kind"] == "iteration"][[*keys, "start_ns"]].rename(columns={"start_ns": "phase_ns"})
-    buffers = run.cases.drop_duplicates("case_id").set_index("case_id")["buffer"]
-    posts = xfers.rename(columns={"dst": "rank"})[[*keys, "step", "exchange", "recv_start_ns", "wait_end_ns"]]
-    out = {phase: {b: {} for b in ("sync", "double")} for phase in PHASES}
-    for (case_id, phase), part in comp.groupby(["case_id", "phase"], sort=False):
-        buffer = str(buffers.get(case_id, "double"))
-        if buffer not in ("sync", "double"):
-            continue
-        kv = posts[(posts["case_id"] == case_id) & (posts["phase"] == phase) & (posts["exchange"] == "kv")]
-        dkv = posts[(posts["case_id"] == case_id) & (posts["phase"] == phase) & (posts["exchange"] == "dkv")]
-        merged = part.merge(kv, on=[*keys, "step"], how="left")
-        values = out[phase][buffer]
-        first = merged[merged["step"] == 0].merge(it, on=keys)  # step 0: double posts first, sync computes first
-        enter = first["recv_start_ns"] if buffer == "double" else first["start_ns"]
-        values.setdefault("enter_ms", []).extend(((enter - first["phase_ns"]) / 1e6).dropna().tolist())
-        if buffer == "double":
-            pre = merged["start_ns"] - merged["recv_start_ns"]
-            nxt = kv.assign(step=kv["step"] - 1)[[*keys, "step", "recv_start_ns"]]
-            after = kv.merge(nxt, on=[*keys, "step"], suffixes=("", "_next"))
-            post = after["recv_start_ns_next"] - after["wait_end_ns"]
-        else:
-            pre = merged["start_ns"] - merged["wait_end_ns"]
-            ends = part[[*keys, "step", "end_ns"]]
-            if phase == "bwd" and not dkv.empty:
-                ends = dkv[[*keys, "step", "wait_end_ns"]].rename(columns={"wait_end_ns": "end_ns"})
-            nxt = kv.assign(step=kv["step"] - 1)[[*keys, "step", "recv_start_ns"]]
-            post = ends.merge(nxt, on=[*keys, "step"])
-            post = post["recv_start_ns"] - post["end_ns"]
-        if phase == "bwd" and not dkv.empty:
-            if buffer == "double":  # dK/dV post after the previous dK/dV wait (or the compute at step 0)
-                prev = dkv.assign(step=dkv["step"] + 1)[[*keys, "step", "wait_end_ns"]]
-                mid = part.merge(dkv[[*keys, "step", "recv_start_ns"]], on=[*keys, "step"]).merge(
-                    prev, on=[*keys, "step"], how="left"
-                )
-                anchor = mid["wait_end_ns"].where(mid["wait_end_ns"].notna(), mid["end_ns"])
-                mid = mid["recv_start_ns"] - np.maximum(anchor, mid["end_ns"])
-            else:
-                mid = part.merge(dkv[[*keys, "step", "recv_start_ns"]], on=[*keys, "step"])
-                mid = mid["recv_start_ns"] - mid["end_ns"]
-            values.setdefault("mid_ms", []).extend((mid / 1e6).dropna().tolist())
-        values.setdefault("pre_ms", []).extend((pre / 1e6).dropna().tolist())
-        values.setdefault("post_ms", []).extend((post / 1e6).dropna().tolist())
-    measured: dict[tuple[str, str], dict[str, float]] = {}
-    for phase in PHASES:
-        for buffer in ("sync", "double"):
-            got = out[phase][buffer]
-            if not got.get("pre_ms"):
-                continue
-            values = {name: float(max(np.median(got[name]), 0.0)) for name in HOST_STEPS if got.get(name)}
-            if buffer == "sync" and "enter_ms" in values:  # sync's step 0 computes first: enter holds pre too
-                values["enter_ms"] = max(values["enter_ms"] - values["pre_ms"], 0.0)
-            measured[(phase, buffer)] = values
-    return _complete_host(measured, sources)
-
-
-def _complete_host(measured: dict[tuple[str, str], dict[str, float]], sources: list[CostSource]) -> dict:
-    """Every (phase, buffer): measured gaps, else the other buffer's, then the other phase's (stated priors)."""
-    host: dict = {phase: {} for phase in PHASES}
-    for phase in PHASES:
-        for buffer in ("sync", "double"):
-            other_phase = "bwd" if phase == "fwd" else "fwd"
-            other_buffer = "double" if buffer == "sync" else "sync"
-            order = [(phase, buffer), (phase, other_buffer), (other_phase, buffer), (other_phase, other_buffer)]
-            found = next((key for key in order if key in measured), None)
-            values = dict(measured.get(found, {}))
-            if "mid_ms" not in values:  # only a backward has the gap before its dK/dV post
-                mid = next((measured[key]["mid_ms"] for key in order if "mid_ms" in measured.get(key, {})), None)
-                values["mid_ms"] = (
-                    mid if mid is not None else values.get("pre_ms", DEFAULTS.host(phase, buffer)["mid_ms"])
-                )
-            host[phase][buffer] = {name: values.get(name, DEFAULTS.host(phase, buffer)[name]) for name in HOST_STEPS}
-            cost = f"host.{phase}.{buffer}"
-            if found == (phase, buffer):
-                sources.append(
-                    CostSource(cost=cost, determined=True, how="medians of the gaps between a step's events")
-                )
-            else:
-                how = (f"the {_phase_name(found[0])} {found[1]} figures ({_phase_name(phase)} {buffer} not measured)"
-                       if found is not None else "the documented defaults (nothing measured)")  # fmt: skip
-                sources.append(CostSource(cost=cost, determined=False, how=how,
-                                          hint=f"calibrate on a run with --buffer {buffer}"
-                                          + (" and the backward" if phase == "bwd" else "")))  # fmt: skip
-    return host
-
-
-def _phase_name(phase: str) -> str:
-    return "forward" if phase == "fwd" else "backward"
-
-
 def _ratios(values: pd.Series, by: pd.Series) -> np.ndarray:
     med = values.groupby(by).transform("median")
     return (values / med.where(med > 0)).dropna().to_numpy(float)
@@ -541,8 +286,8 @@ def calibrate(run) -> Calibration:
     cal = Calibration(costs=DEFAULTS)
     table = _compute_table(run)
     world = int(run.cases["world"].max())
-    topology = _topology(run)
-    slow = _slow_ranks(run, world, _hosts(topology) if topology is not None else None)
+    topology = run_topology(run)
+    slow = _slow_ranks(run, world, host_index(topology) if topology is not None else None)
     if slow:
         cal.excluded.append(f"ranks {sorted(slow)} (injected slow-rank / slow-host faults): not in the compute fit")
     saturated = _saturated_cases(run)
@@ -577,8 +322,8 @@ def calibrate(run) -> Calibration:
         fitted[name] = (gflops, efficiency, call_ms, fit_rows, rows)
     gflops, efficiency, call_ms, fit_rows, rows = fitted[primary]
     cal.rank_factors = _rank_factors(rows.assign(nominal=rows["nominal"].fillna(1e3 / gflops)), efficiency, call_ms)
-    links = _fit_links(run, cal)
-    host = _host_steps(run, cal.sources)
+    links = fit_links(run, cal)
+    host = host_steps(run, cal.sources)
     source = str(run.meta.get("run_id") or run.path)
     for name, (gflops, efficiency, call_ms, fit_rows, _) in fitted.items():
         costs = Costs(gflops=gflops, efficiency=efficiency, call_ms=call_ms, host_ms=host, links=links,
