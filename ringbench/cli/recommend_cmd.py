@@ -88,9 +88,13 @@ def prediction_lines(prediction) -> list[str]:
 
 def _kv_bytes(run, world: int) -> int | None:
     """The K/V block one rank sends per ring step in the run's first case on ``world`` ranks (bytes)."""
+    from ringbench.errors import UsageError
     from ringbench.simulate.sweep import cases_like
 
-    cases = [case for case in cases_like(run, 1) if case.world == world]
+    try:
+        cases = [case for case in cases_like(run, 1) if case.world == world]
+    except UsageError:  # no case the simulator can state (an imported ring's own layout, say)
+        return None
     return cases[0].block_bytes("kv") if cases else None
 
 
@@ -192,7 +196,7 @@ def register(app: typer.Typer) -> None:
                 nbytes = _kv_bytes(measured, loaded.world)  # the run's own K/V block, not the reference message
                 loaded = loaded.with_message_bytes(nbytes) if nbytes else loaded
             result = recommend_order(loaded, current)
-            if measured is not None and not result.all_equivalent:
+            if measured is not None and not result.all_equivalent and _kv_bytes(measured, loaded.world):
                 from ringbench.simulate.orders import predict_orders
 
                 prediction = predict_orders(measured, loaded, [result.current_order, result.order])
