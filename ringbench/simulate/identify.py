@@ -137,8 +137,9 @@ def fit_phase(part: pd.DataFrame, phase: str, *, emulated: bool, seq_hint: str) 
                     fixed[kind] = 1.0
                     efficiency_source(kind, False, "1.0: the emulated kernel's nominal rate")
             groups = [g for g in groups if g[0] not in fixed]
-        elif len(kinds) > 1:  # real kernels: one time per computed FLOP for every kind
-            groups = [list(kinds)]
+        elif len(kinds) > 1 and not determined(np.column_stack([work[k] for k in kinds])).all():
+            groups = [list(kinds)]  # real kernels: one time per computed FLOP for every kind, when even without a
+            # call cost the kinds cannot be told apart (else: each kind its own rate, the call cost the prior)
     columns = [calls] + [sum(work[k] for k in group) for group in groups]
     known = determined(np.column_stack(columns))
     rhs = b - sum((work[k] * v for k, v in fixed.items()), np.zeros_like(b))
