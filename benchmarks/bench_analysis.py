@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_analysis.py                 # 1M events, timings per stage
     .venv/bin/python benchmarks/bench_analysis.py --events 200000 --detection 20
 
-8 ranks, double buffering, forward and backward: 59 events per rank per iteration, so ~2,120 iterations. The
+8 ranks, double buffering, forward and backward (the engine's backward: a dK/dV exchange per step too): 84 events
+per rank per iteration, so ~1,490 iterations. The
 report's trace is capped (whole iterations up to 100k spans); the timeline figure draws one iteration.
 ``--detection N`` also measures the straggler detection rate over N randomised trials (ringbench.experiments.detection).
 """
@@ -25,7 +26,8 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=8)
     parser.add_argument("--detection", type=int, default=0, help="also run N detection trials")
     args = parser.parse_args()
-    per_iteration = args.world * (1 + 2 * (args.world + 3 * (args.world - 1)))  # iteration + fwd/bwd spans
+    n = args.world  # per rank: an iteration row per phase, N compute spans each, send/recv/wait of N - 1 K/V
+    per_iteration = n * (2 + 2 * n + 6 * (n - 1) + 3 * n)  # exchanges per phase and of N dK/dV ones (backward)
     iterations = max(1, round(args.events / per_iteration))
     cfg = SimConfig(world=args.world, iterations=iterations, jitter=0.03, slow_rank=3, slow_factor=1.5, seed=1)
     with tempfile.TemporaryDirectory() as tmp:

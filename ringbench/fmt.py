@@ -87,3 +87,22 @@ def p_text(p: float, alpha: float) -> str:
 def ring_text(ring: Iterable[int]) -> str:
     """Ranks in ring order as ``0-1-2-3`` (the form ``--order`` accepts)."""
     return "-".join(str(int(rank)) for rank in ring)
+
+
+def duration(ms: object, missing: str = "–") -> str:
+    """A time given in ms, in the unit that reads best: ``35.2 us``, ``12.4 ms``, ``3.54 s``, ``8.60 min``,
+    ``11.1 h``, ``3.2 d``, with three significant digits (never "39923221.896 ms")."""
+    if is_missing(ms):
+        return missing
+    value = float(ms)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0 ms"
+    units = ((1.0, 1e-3, "us"), (1e3, 1.0, "ms"), (60e3, 1e3, "s"), (3600e3, 60e3, "min"), (86400e3, 3600e3, "h"))
+    for limit, divisor, unit in units:
+        scaled = value / divisor
+        digits = 2 if abs(scaled) < 10 else 1 if abs(scaled) < 100 else 0
+        if abs(round(scaled, digits)) < limit / divisor:
+            return f"{scaled:,.{digits}f} {unit}"
+    return f"{value / 86400e3:,.1f} d"

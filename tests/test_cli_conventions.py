@@ -23,7 +23,7 @@ def test_results_go_to_stdout_and_json_owns_it():
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
 
 
-@pytest.mark.parametrize("command", ["run", "analyze", "report", "compare", "topo", "recommend", "probe", "import",
+@pytest.mark.parametrize("command", ["run", "simulate", "calibrate", "analyze", "report", "compare", "topo", "recommend", "probe", "import",
                                      "check-timeline", "baseline"])  # fmt: skip
 def test_every_command_has_short_help_and_names_values_not_types(command):
     result = invoke(command, "-h")

@@ -91,6 +91,14 @@ def test_resume_runs_only_missing_cases(tmp_path):
         (["--fault", "slow-link:1:1:5"], "a link joins two different ranks"),
         (["--timeout", "nan"], "timeout=nan is not allowed"),
         (["--buffer", "allgather", "--fault", "crash:1:2"], "step 0 with buffer allgather"),
+        # a fault that cannot act is refused, per case, naming the hops the ring uses
+        (
+            ["--world", "8", "--fault", "slow-link:1:4:20"],
+            "the ring never sends 1 -> 4 (rank 1 sends to 2); its hops are 0->1, 1->2",
+        ),
+        (["--order", "identity", "--order", "reverse", "--fault", "slow-link:0:1:5"], "with order reverse on 4 ranks"),
+        (["--buffer", "allgather", "--fault", "slow-link:0:1:5"], "not allowed with buffer allgather"),
+        (["--fault", "slow-rank:1:2", "--fault", "slow-rank:1:1.5"], "give one fault (slow-rank:1:3 for both factors)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):

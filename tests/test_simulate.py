@@ -185,3 +185,24 @@ def test_useful_flops_per_iteration_do_not_depend_on_the_record(mask, layout):
     case = SimCase(world=5, seq=5 * 32, heads=2, head_dim=32, dtype="float32", mask=mask, layout=layout)
     full = simulate_case(case, QUIET)
     assert full.row["tflops"] == pytest.approx(simulate_case(case, QUIET, max_events=10).row["tflops"], rel=1e-6)
+
+
+def test_synthetic_errors_are_labelled_in_the_record_itself(tmp_path):
+    from ringbench.simulate.given import SYNTHETIC_NOTE
+
+    made_up = simulate_run(SimConfig(world=2, iterations=2, synthetic_errors=True, case_id="made-up"))
+    row = made_up.cases.iloc[0]
+    assert row["fwd_max_abs_err"] > 0 and row["check_note"] == SYNTHETIC_NOTE
+    assert made_up.meta["simulation"]["synthetic_errors"] is True and made_up.meta["simulated"] is True
+    plain = simulate_run(SimConfig(world=2, iterations=2, case_id="plain")).cases.iloc[0]
+    assert np.isnan(plain["fwd_max_abs_err"]) and plain["check_note"] == "simulated: not checked"
+
+
+def test_simconfig_runs_the_simulators_model_with_the_engines_backward():
+    """SimConfig states given times for the one model: a K/V block in link_ms, the backward's dK/dV exchange too."""
+    events, cases = simulate(SimConfig(world=4, iterations=1, compute_ms=2.0, link_ms=1.0, buffer="sync"))
+    xfers = transfers(events)
+    kv = xfers[(xfers["phase"] == "fwd")]
+    assert kv["transfer_ms"].to_numpy() == pytest.approx(1.0, abs=1e-6)
+    assert set(xfers.loc[xfers["phase"] == "bwd", "exchange"]) == {"kv", "dkv"}
+    assert cases["kernel"].eq("simulated").all()

@@ -109,6 +109,9 @@ def test_scale_view_and_orders_on_a_topology(tmp_path):
     (["--emulate-links"], "emulate_links"),
     (["--world", "8", "--topology", str(TOPOLOGY)], "world"),
     (["--world", "8", "--fault", "slow-host:3:2", "--gpus-per-host", "4"], "slow-host:3:2"),
+    (["--world", "8", "--fault", "slow-link:1:4:20"], "never sends 1 -> 4"),
+    (["--world", "8", "--fault", "slow-rank:1:2", "--fault", "slow-host:0:1.5", "--gpus-per-host", "4"],
+     "both slow rank 1 (on host 0)"),
 ])  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(args, field, tmp_path):
     result = CliRunner().invoke(app, ["simulate", *args, "--out", str(tmp_path)])

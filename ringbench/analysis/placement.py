@@ -151,25 +151,14 @@ def strategy_traffic(run, topology, case_ids: list[str]) -> tuple[StrategyTraffi
 
 
 def shared_hop_costs(topology, ring) -> tuple[list[int], list[float]]:
-    """Per hop of ``ring``: how many ring hops share its network link, and its cost with that sharing (us).
+    """Per hop of ``ring``: how many ring hops share its network link, and its cost with that sharing (us), at the
+    topology's reference message: the link model of `ringbench.topology.linkmodel` (what `--emulate-links` injects,
+    what the simulator and `recommend` price)."""
+    from ringbench.topology.linkmodel import ring_links
 
-    NET hops that cross from the same host to the same host at once share that host's network link, so each gets
-    the bandwidth divided by their number (the rule `RankFaults` applies to emulated links); other hops are priced
-    alone.
-    """
-    from ringbench.topology.links import LinkKind
-
-    world = len(ring)
-    hosts = [device.host for device in topology.devices]
-    pairs = [(hosts[ring[p]], hosts[ring[(p + 1) % world]]) for p in range(world)] if world > 1 else []
-    shares, costs = [], []
-    for p, pair in enumerate(pairs):
-        link = topology.link(ring[p], ring[(p + 1) % world])
-        share = pairs.count(pair) if link.kind is LinkKind.NET else 1
-        latency_us, bandwidth_gbps = topology.cost_model.latency_bandwidth(link)
-        shares.append(share)
-        costs.append(latency_us + topology.cost_model.message_bytes / (bandwidth_gbps / share * 1e3))
-    return shares, costs
+    links = ring_links(topology, ring)
+    costs = links.transfer_us(topology.cost_model.message_bytes)
+    return [int(share) for share in links.shares], [float(cost) for cost in costs]
 
 
 def _hop_stats(events: pd.DataFrame) -> pd.DataFrame:

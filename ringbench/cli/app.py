@@ -125,6 +125,7 @@ def _root(
 COMMAND_MODULES = (
     "run_cmd",
     "simulate_cmd",
+    "calibrate_cmd",
     "analyze_cmd",
     "report_cmd",
     "compare_cmd",

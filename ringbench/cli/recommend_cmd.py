@@ -23,11 +23,38 @@ MAX_HOP_ROWS = 32
 
 
 def _hop_cell(hop) -> str:
-    return f"{hop.src}→{hop.dst} {styled(hop.link_class)} {hop.cost_us:,.0f} us"
+    shared = f" ×{hop.share} shared" if hop.share > 1 else ""
+    return f"{hop.src}→{hop.dst} {styled(hop.link_class)}{shared} {hop.shared_us:,.0f} us"
+
+
+# What each class's hops cross, in words (only ever said of a class the ring's hops have).
+_CROSSES = {"NET": "the network link between two hosts", "SYS": "the inter-socket link",
+            "NODE": "host bridges of one NUMA node", "PHB": "the PCIe host bridge", "PXB": "PCIe switches",
+            "PIX": "a PCIe switch"}  # fmt: skip
+
+
+def _why_total(r) -> str:
+    """Why a lower total helps when the worst hop stays: the hops that were dropped, named by their own class."""
+    before, after = r.hop_class_counts(current=True), r.hop_class_counts()
+    fewer = [label for label in before if before[label] > after.get(label, 0) and label in _CROSSES]
+    if not fewer:
+        return "."
+    label = max(fewer, key=lambda name: before[name] - after.get(name, 0))
+    priced = "their sharing is priced" if label == "NET" else "sharing of that link is not priced"
+    return f": {before[label]} -> {after.get(label, 0)} {label} hops crossing {_CROSSES[label]} ({priced})."
 
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{styled(label)}×{count}" for label, count in sorted(counts.items()))
+
+
+def _measured_run(run_dir: Path):
+    """The run when it is measured and has per-step spans (what the simulator calibrates on), else None."""
+    from ringbench.record.store import load_run
+
+    run = load_run(run_dir)
+    spans = "kind" in run.events and bool((run.events["kind"] == "compute").any())
+    return run if spans and not run.meta.get("simulated") else None
 
 
 def _run_ring(run_dir: Path) -> str | None:
@@ -39,7 +66,39 @@ def _run_ring(run_dir: Path) -> str | None:
     return str(rings[0]) if len(rings) == 1 else None
 
 
-def render(recommendation, topology, out) -> None:
+def prediction_lines(prediction) -> list[str]:
+    """The step-time prediction from a measured run (SIMULATED), beside the run's own measurement."""
+    lines = []
+    for ring, ms in prediction.step_ms.items():
+        measured = prediction.measured_ms.get(ring)
+        seen = f" (measured {measured:,.1f} ms)" if measured is not None else ""
+        lines.append(f"  {ring}: {ms:,.1f} ms{seen}")
+    rings = list(prediction.step_ms)
+    head = (f"Predicted step time (SIMULATED: the simulator calibrated on {prediction.run_id}, "
+            f"{prediction.cases} case(s), {'emulated' if prediction.emulated_links else 'real'} links as the run had them)")  # fmt: skip
+    if len(rings) == 2:
+        head += f": ×{prediction.speedup(rings[0], rings[1]):.2f} for the recommended ring"
+    lines.insert(0, head + ":")
+    if prediction.assumed:
+        lines.append(f"  caveat: {len(prediction.assumed)} of the calibration's costs are priors, not measured "
+                     "(`ringbench simulate --from RUN_DIR` lists them)")  # fmt: skip
+    lines.extend(f"  note: {note}" for note in prediction.notes)
+    return lines
+
+
+def _kv_bytes(run, world: int) -> int | None:
+    """The K/V block one rank sends per ring step in the run's first case on ``world`` ranks (bytes)."""
+    from ringbench.errors import UsageError
+    from ringbench.simulate.sweep import cases_like
+
+    try:
+        cases = [case for case in cases_like(run, 1) if case.world == world]
+    except UsageError:  # no case the simulator can state (an imported ring's own layout, say)
+        return None
+    return cases[0].block_bytes("kv") if cases else None
+
+
+def render(recommendation, topology, out, prediction=None) -> None:
     r = recommendation
     print_ = out.console.print if not out.quiet else (lambda *a, **k: None)
     print_(f"Topology: {topology.describe()}")
@@ -68,24 +127,30 @@ def render(recommendation, topology, out) -> None:
             f"Every hop: {styled(r.worst_hop_class)}, {r.worst_hop_us:,.0f} us per {r.message_bytes / 2**20:g} MiB message."
         )
     elif r.hops:
+        shared = any(hop.share > 1 for hop in (*r.hops, *r.current_hops))
+        sharing = ", NET hops sharing a host pair's link" if shared else ""
         print_(
-            f"Worst hop: current {styled(r.current_worst_hop_class)} ({r.current_worst_hop_us:,.0f} us) -> "
-            f"recommended {styled(r.worst_hop_class)} ({r.worst_hop_us:,.0f} us); "
-            f"predicted speedup of communication per ring step ×{r.predicted_speedup:.2f} "
-            f"({r.predicted_step_change_pct:+.0f}%)."
+            f"Communication per ring step (slowest hop{sharing}): current {r.current_step_us:,.0f} us -> "
+            f"recommended {r.step_us:,.0f} us; predicted speedup of communication per ring step "
+            f"×{r.predicted_speedup:.2f} ({r.predicted_step_change_pct:+.0f}%), at {r.message_bytes / 2**20:g} MiB per hop."
+        )
+        print_(
+            f"Worst hop alone: current {styled(r.current_worst_hop_class)} ({r.current_worst_hop_us:,.0f} us) -> "
+            f"recommended {styled(r.worst_hop_class)} ({r.worst_hop_us:,.0f} us)."
         )
         if r.total_us < r.current_total_us * (1 - 1e-9):
             print_(
                 f"Total over hops: {r.current_total_us:,.0f} -> {r.total_us:,.0f} us "
                 f"({(r.total_us / r.current_total_us - 1) * 100:+.0f}%; hop classes {_counts(r.hop_class_counts(current=True))}"
-                f" -> {_counts(r.hop_class_counts())})"
-                + (
-                    ": the worst hop stays, but fewer slow hops share links such as the inter-socket one."
-                    if r.worst_hop_us >= r.current_worst_hop_us * (1 - 1e-9)
-                    else "."
-                )
+                f" -> {_counts(r.hop_class_counts())})" + _why_total(r)
             )
         print_(f"[dim]Model: {r.model}.[/]")
+        if prediction is None and r.predicted_speedup > 1 + 1e-9:
+            print_("The step time gains that much only where communication is exposed; `ringbench recommend RUN_DIR` "
+                   "predicts step times from a measured run.")  # fmt: skip
+    if prediction is not None:
+        for line in prediction_lines(prediction):
+            print_(line)
     print_(f"Launch: ringbench run --order {r.order_arg} ...")
     visible = "; ".join(f"{host}: CUDA_VISIBLE_DEVICES={devices}" for host, devices in r.cuda_visible_devices)
     note = "" if r.cuda_visible_devices_exact else " (not equivalent alone: the ring interleaves hosts; use --order)"
@@ -122,8 +187,10 @@ def register(app: typer.Typer) -> None:
         from ringbench.topology import recommend as recommend_order
         from ringbench.topology import resolve_topology
 
+        prediction = None
         with cli_errors():
             loaded = resolve_topology(topology, run_dir)
+            measured = _measured_run(run_dir) if run_dir is not None else None
             if order is None and run_dir is not None:
                 ring = _run_ring(run_dir)
                 order = ring if ring is not None and len(ring.split("-")) == loaded.world else None
@@ -131,11 +198,19 @@ def register(app: typer.Typer) -> None:
                 if not message_mib > 0:
                     raise bad_value("message_mib", message_mib, "a number > 0")
                 loaded = loaded.with_message_bytes(max(1, round(message_mib * 1024 * 1024)))
+            elif measured is not None:
+                nbytes = _kv_bytes(measured, loaded.world)  # the run's own K/V block, not the reference message
+                loaded = loaded.with_message_bytes(nbytes) if nbytes else loaded
             result = recommend_order(loaded, order)
+            if measured is not None and not result.all_equivalent and _kv_bytes(measured, loaded.world):
+                from ringbench.simulate.orders import predict_orders
+
+                prediction = predict_orders(measured, loaded, [result.current_order, result.order])
         out = Output(json=json_output, quiet=quiet, document="recommend")
-        render(result, loaded, out)
-        out.emit(
-            ({"run_dir": str(run_dir)} if run_dir is not None else {})
-            | result.to_dict()
-            | {"topology": loaded.describe()}
-        )
+        render(result, loaded, out, prediction)
+        document = ({"run_dir": str(run_dir)} if run_dir is not None else {}) | result.to_dict()
+        document["topology"] = loaded.describe()
+        if prediction is not None:
+            speedup = prediction.speedup(ring_text(result.current_order), result.order_arg)
+            document["predicted_step"] = prediction.to_dict() | {"speedup": speedup}
+        out.emit(document)

@@ -21,7 +21,8 @@ import typer
 from rich.table import Table
 
 from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, TopologyOption, cli_errors
-from ringbench.fmt import json_value, number
+from ringbench.fmt import duration, json_value, number
+from ringbench.simulate.costs import DEFAULTS
 
 AXES_PANEL = "Sweep axes (repeatable; the cartesian product is simulated)"
 MODEL_PANEL = "Costs and cluster"
@@ -43,39 +44,68 @@ def _worlds(text: str | None) -> tuple[int, ...]:
         raise bad_value("scale", text, "comma-separated world sizes, e.g. 8,64,512,4096") from None
 
 
+def _source_cell(sources: dict, cost: str) -> str:
+    source = sources.get(cost)
+    if source is None:
+        return ""
+    return "measured" if source.determined else "ASSUMED"
+
+
 def calibration_table(calibration) -> Table:
-    """The fitted costs: compute per phase and kind, links per class, host gaps, noise."""
+    """The fitted costs: compute per phase and kind, links per class, host gaps, noise; each marked measured or
+    ASSUMED (a stated prior: the notes below the table say which and why)."""
     costs = calibration.costs
-    table = Table(title=f"calibration from {costs.source} (what the model charges)", title_justify="left")
-    for name in ("cost", "fwd", "bwd", "fit"):
-        table.add_column(name, justify="left" if name == "cost" else "right")
+    sources = {source.cost: source for source in calibration.sources}
+    title = f"calibration from {costs.source} (what the model charges; ASSUMED: a stated prior, not measured)"
+    table = Table(title=title, title_justify="left")
+    for name in ("cost", "fwd", "bwd", "source (fwd / bwd)", "fit"):
+        table.add_column(name, justify="left" if name in ("cost", "source (fwd / bwd)") else "right")
+
+    def both(cost: str) -> str:
+        cells = [_source_cell(sources, cost.format(phase=p)) for p in ("fwd", "bwd")]
+        return " / ".join(cells) if cells[0] != cells[1] else cells[0]
+
     for kind in ("full", "causal", "partial"):
         cells = [number(costs.ms_per_gflop(phase, kind), ".4g") for phase in ("fwd", "bwd")]
-        table.add_row(f"compute ms/GFLOP ({kind})", *cells, "")
+        table.add_row(f"compute ms/GFLOP ({kind})", *cells, both("compute.{phase}.efficiency." + kind), "")
     fit = calibration.compute_fit
     residual = ", ".join(f"{p} {100 * v['median_rel_residual']:.1f}%" for p, v in fit.items())
     calls = (number(costs.call_ms.get(p), ".3f") for p in ("fwd", "bwd"))
-    table.add_row("kernel call ms", *calls, f"residual {residual}")
+    table.add_row("kernel call ms", *calls, both("compute.{phase}.call_ms"), f"residual {residual}")
     for buffer in ("double", "sync"):
         for step in ("enter_ms", "pre_ms", "mid_ms", "post_ms"):
             table.add_row(f"host {buffer} {step[:-3]} ms", *(number(costs.host(p, buffer)[step], ".3f")
-                                                             for p in ("fwd", "bwd")), "")  # fmt: skip
+                                                             for p in ("fwd", "bwd")),
+                          both("host.{phase}." + buffer) if step == "enter_ms" else "", "")  # fmt: skip
     for name, link in costs.links.items():
         info = calibration.link_fit.get(name, {})
         table.add_row(f"link {name}: latency us / GB/s", number(link.latency_us, ".1f"),
-                      number(link.bandwidth_gbps, ".4g"), f"{info.get('transfers', 0)} transfers")  # fmt: skip
-    table.add_row("noise CV compute / link", number(costs.compute_cv, ".3f"), number(costs.link_cv, ".3f"), "")
+                      number(link.bandwidth_gbps, ".4g"), _source_cell(sources, f"link.{name}"),
+                      f"{info.get('transfers', 0)} transfers")  # fmt: skip
+    table.add_row("noise CV compute / link", number(costs.compute_cv, ".3f"), number(costs.link_cv, ".3f"), "", "")
     factors = calibration.rank_factors
     if factors:
         worst = max(factors, key=lambda r: factors[r])
-        table.add_row("per-rank compute (max ratio)", f"rank {worst}", number(factors[worst], ".3f"),
+        table.add_row("per-rank compute (max ratio)", f"rank {worst}", number(factors[worst], ".3f"), "",
                       f"{len(factors)} ranks")  # fmt: skip
+    return table
+
+
+def extrapolation_table(assumptions) -> Table:
+    """What the calibration measured beside what the prediction asks, and how the model treats the difference."""
+    table = Table(title="what the calibration measured, and what this prediction assumes", title_justify="left")
+    for name in ("aspect", "calibration measured", "prediction", "how the model prices it"):
+        table.add_column(name, justify="left")
+    for item in assumptions:
+        table.add_row(
+            item.aspect, item.measured, item.predicted, ("ASSUMED: " if item.assumed else "") + item.treatment
+        )
     return table
 
 
 def cases_table(cases) -> Table:
     table = Table(title="SIMULATED (a model's prediction, not a measurement)", title_justify="left")
-    for name in ("case", "step ms", "fwd ms", "bwd ms", "exposed", "TFLOP/s", "events"):
+    for name in ("case", "step", "fwd", "bwd", "exposed", "TFLOP/s per rank", "events"):
         table.add_column(name, justify="left" if name == "case" else "right")
     for row in cases:
         strategy = str(row.get("strategy") or "ring")
@@ -83,10 +113,36 @@ def cases_table(cases) -> Table:
             f"@{row['placement']}" if row.get("placement") else "")  # fmt: skip
         label = (f"w{row['world']} S={row['seq']} {row['mask']}/{row['layout']}/{row['buffer']}/{row['order']}{extra}"
                  + (f" [{row['faults']}]" if row["faults"] else ""))  # fmt: skip
-        table.add_row(label, number(row["step_ms"], ".3f"), number(row["fwd_ms"], ".3f"),
-                      number(row["bwd_ms"], ".3f"), f"{number(100 * row['exposed_comm_frac'], '.1f')}%",
-                      number(row["tflops"], ".4g"), row.get("events", ""))  # fmt: skip
+        per_rank = row["tflops"] / row["world"] if row["world"] else float("nan")  # the record's figure is all ranks'
+        table.add_row(label, duration(row["step_ms"]), duration(row["fwd_ms"]), duration(row["bwd_ms"]),
+                      f"{number(100 * row['exposed_comm_frac'], '.1f')}%", number(per_rank, ".4g"),
+                      row.get("events", ""))  # fmt: skip
     return table
+
+
+def assumed_lines(calibration) -> list[str]:
+    """One line per prior (the costs it stands in for, why, and what run would measure them)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for source in calibration.assumed():
+        groups.setdefault((source.how, source.hint), []).append(source.cost)
+    return [f"ASSUMED {', '.join(costs)}: {how}" + (f"; to measure it: {hint}" if hint else "")
+            for (how, hint), costs in groups.items()]  # fmt: skip
+
+
+def caveat_line(outcome) -> str | None:
+    """One line when any cost of the prediction came from a prior (never a prediction without it)."""
+    if outcome.calibration is None:
+        given = "the rate given (--compute-tflops) and " if outcome.costs.gflops != DEFAULTS.gflops else ""
+        return (f"caveat: no calibration: {given}the documented default costs (400 TFLOP/s, 10 us per kernel call, "
+                "5 us host gaps, 100 GB/s links), not a measurement of any machine; `ringbench calibrate` and "
+                "--from RUN_DIR price a real one")  # fmt: skip
+    assumed = [item.aspect for item in outcome.assumptions if item.assumed]
+    if not assumed:
+        return None
+    return (
+        f"caveat: this prediction extrapolates the calibration ({', '.join(dict.fromkeys(assumed))}): the "
+        "costs marked ASSUMED are priors, not measurements"
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -238,7 +294,7 @@ def register(app: typer.Typer) -> None:
                 row = result.row
                 output.progress(
                     f"[{done}/{total}] SIMULATED w={row['world']} S={row['seq']} {row['layout']}/{row['buffer']}: "
-                    f"step {number(row['step_ms'], '.3f')} ms, exposed comm "
+                    f"step {duration(row['step_ms'])}, exposed comm "
                     f"{number(100 * row['exposed_comm_frac'], '.1f')}%" + (" (bounded events)" if result.bounded
                                                                           else "")
                 )  # fmt: skip
@@ -248,9 +304,17 @@ def register(app: typer.Typer) -> None:
             output.print(calibration_table(outcome.calibration))
             for note in outcome.calibration.notes + outcome.calibration.excluded:
                 output.note(note)
+            for line in assumed_lines(outcome.calibration):
+                output.note(line)
+            output.print(extrapolation_table(outcome.assumptions))
+        for note in outcome.notes:
+            output.note(note)
         rows = [r.row | {"events": r.profile.get("events") or ("bounded" if r.bounded else "full")}
                 for r in outcome.results]  # fmt: skip
         output.print(cases_table(rows))
+        caveat = caveat_line(outcome)
+        if caveat is not None:
+            output.print(caveat)
         section = scale_section(outcome.scale)
         if section is not None:
             output.print("\n".join(line for line in render_section(section) if not line.startswith(("<a id", "!["))))
@@ -271,6 +335,10 @@ def json_document(outcome) -> dict:
                 "costs": outcome.costs.to_dict()}  # fmt: skip
     if outcome.calibration is not None:
         document["calibration"] = outcome.calibration.to_dict()
+        document["extrapolation"] = [item.to_dict() for item in outcome.assumptions]
+        document["assumed"] = [source.to_dict() for source in outcome.calibration.assumed()]
+    if outcome.notes:
+        document["notes"] = list(outcome.notes)
     if outcome.scale is not None:
         document["scale"] = outcome.scale
     return json_value(document)

@@ -91,13 +91,79 @@ def parse_fault(spec: str, field: str = "fault") -> Fault:
 
 
 def check_faults(faults: list[Fault], world: int, field: str = "fault") -> None:
-    """Ranks named by a fault must exist in a world of ``world`` ranks."""
+    """Ranks named by a fault must exist in a world of ``world`` ranks, and no two faults may act on one thing."""
     for fault in faults:
         for rank in (fault.rank, fault.src, fault.dst):
             if rank >= world:
                 raise UsageError(f"{field}={fault.spec!r} is not allowed on {world} ranks; ranks are 0..{world - 1}")
         if fault.kind in ("crash", "hang") and fault.step >= world:
             raise UsageError(f"{field}={fault.spec!r} is not allowed on {world} ranks; ring steps are 0..{world - 1}")
+    check_fault_overlap(faults, field)
+
+
+def check_fault_overlap(faults: list[Fault], field: str = "fault") -> None:
+    """Two faults on one rank, host or hop are refused: how they combine (a product of factors, a sum of delays, a
+    crash or a hang) is the user's to state as one fault."""
+    seen: dict[tuple, Fault] = {}
+    for fault in faults:
+        if fault.kind in ("slow-rank", "crash", "hang"):
+            key, what = ("rank", fault.rank), f"rank {fault.rank}"
+        elif fault.kind == "slow-host":
+            key, what = ("host", fault.host), f"host {fault.host}"
+        elif fault.kind == "slow-link":
+            key, what = ("link", fault.src, fault.dst), f"the hop {fault.src} -> {fault.dst}"
+        else:
+            key, what = ("jitter",), "every transfer"
+        first = seen.get(key)
+        if first is None:
+            seen[key] = fault
+            continue
+        if fault.kind == first.kind == "slow-rank":
+            combined = f"slow-rank:{fault.rank}:{first.factor * fault.factor:g} for both factors"
+        elif fault.kind == first.kind == "slow-host":
+            combined = f"slow-host:{fault.host}:{first.factor * fault.factor:g} for both factors"
+        elif fault.kind == first.kind == "slow-link":
+            combined = f"slow-link:{fault.src}:{fault.dst}:{first.ms + fault.ms:g} for both delays"
+        elif fault.kind == first.kind == "jitter":
+            combined = f"jitter:{max(first.ms, fault.ms):g}"
+        else:
+            combined = "the one you mean"
+        raise UsageError(
+            f"{field}={fault.spec!r} is not allowed together with {first.spec!r}: both act on {what}; give one fault "
+            f"({combined})"
+        )
+
+
+def hops_text(ring: list[int] | tuple[int, ...], limit: int = 8) -> str:
+    """The hops a ring uses, ``0->1, 1->2, ..., 7->0`` (the first and last ``limit // 2`` beyond ``limit``)."""
+    world = len(ring)
+    hops = [f"{ring[p]}->{ring[(p + 1) % world]}" for p in range(world)] if world > 1 else []
+    if len(hops) > limit:
+        hops = [*hops[: limit // 2], "...", *hops[-(limit // 2) :]]
+    return ", ".join(hops) or "none (one rank)"
+
+
+def check_fault_hops(faults: list[Fault], ring, order: str | None = None, *, buffer: str = "double",
+                     field: str = "fault") -> None:  # fmt: skip
+    """Link faults must be able to act: a slow-link names a hop the ring uses (SRC sends to DST), and the
+    all-gather baseline, which moves blocks by collectives, takes no slow-link or jitter at all."""
+    ring = [int(rank) for rank in ring]
+    world = len(ring)
+    successor = {ring[p]: ring[(p + 1) % world] for p in range(world)} if world > 1 else {}
+    where = f"with order {order} " if order is not None else ""
+    for fault in faults:
+        if fault.kind in ("slow-link", "jitter") and buffer == "allgather":
+            raise UsageError(
+                f"{field}={fault.spec!r} is not allowed with buffer allgather: its blocks move by collectives, "
+                "which no link fault delays (use buffer double or sync)"
+            )
+        if fault.kind != "slow-link" or successor.get(fault.src) == fault.dst:
+            continue
+        sends = f"rank {fault.src} sends to {successor[fault.src]}" if fault.src in successor else "no hops"
+        raise UsageError(
+            f"{field}={fault.spec!r} is not allowed {where}on {world} ranks: the ring never sends {fault.src} -> "
+            f"{fault.dst} ({sends}); its hops are {hops_text(ring)}"
+        )
 
 
 class SlowKernel(BlockKernel):
@@ -169,18 +235,20 @@ class RankFaults:
 
     def link_delay(self):
         """(src, dst, nbytes) -> extra seconds for one transfer, or None when no link fault or model applies."""
+        from ringbench.topology.linkmodel import transfer_us
+
         links = [f for f in self.faults if f.kind in ("slow-link", "jitter")]
         model = self.link_model
         if not links and model is None:
             return None
+        shares = self._net_shares() if model is not None else {}
 
         def delay(src: int, dst: int, nbytes: int, flows=None) -> float:
             extra = 0.0
-            if model is not None:  # latency + bytes / bandwidth, as the topology's cost model prices the hop
-                latency_us = model["latency_us"][src][dst]
-                share = self._net_sharing(src, dst) if flows is None else self._flow_sharing(src, dst, flows)
-                bandwidth_gbps = model["bandwidth_gbps"][src][dst] / share
-                extra += (latency_us + nbytes / (bandwidth_gbps * 1e3)) / 1e6
+            if model is not None:  # the topology's cost of the hop, NIC sharing included (topology/linkmodel.py)
+                share = shares.get((src, dst), 1.0) if flows is None else self._flow_sharing(src, dst, flows)
+                extra += transfer_us(model["latency_us"][src][dst], model["bandwidth_gbps"][src][dst], nbytes,
+                                     share) / 1e6  # fmt: skip
             for fault in links:
                 if fault.kind == "slow-link" and (fault.src, fault.dst) == (src, dst):
                     extra += fault.ms / 1e3
@@ -191,22 +259,23 @@ class RankFaults:
         delay.accepts_flows = True  # strategies pass the transfers of the exchange (ringbench/engine/groups.py)
         return delay
 
-    def _net_sharing(self, src: int, dst: int) -> int:
-        """Ring hops that cross from src's host to dst's host at once: they share that host's network link."""
-        model = self.link_model
-        if not model["net"][src][dst] or not self.ring:
-            return 1
-        hosts, ring = model["hosts"], self.ring
-        pair = (hosts[src], hosts[dst])
-        hops = zip(ring, ring[1:] + ring[:1], strict=True)
-        return max(1, sum((hosts[a], hosts[b]) == pair for a, b in hops))
+    def _net_shares(self) -> dict[tuple[int, int], float]:
+        """(src, dst) -> ring hops that cross from src's host to dst's host at once (they share that link)."""
+        from ringbench.topology.linkmodel import net_shares
+
+        model, ring = self.link_model, self.ring
+        if len(ring) < 2:
+            return {}
+        hops = list(zip(ring, ring[1:] + ring[:1], strict=True))
+        shares = net_shares(model["hosts"], [bool(model["net"][a][b]) for a, b in hops], ring)
+        return {hop: float(share) for hop, share in zip(hops, shares, strict=True)}
 
     def _flow_sharing(self, src: int, dst: int, flows) -> int:
         """Transfers of one exchange (``flows``: its (src, dst) pairs on every rank) that share this one's link:
         across hosts, every transfer of the exchange between the same two hosts (they share that host pair's
         network link, as the ring's hops do); inside a host, the rank's other transfers of the exchange (they
         share its port: an all-to-all of U ranks sends U - 1 chunks at once). A ring's exchange gives 1 inside a
-        host, and the hops between the same two hosts across them, as ``_net_sharing``."""
+        host, and the hops between the same two hosts across them, as ``_net_shares``."""
         model = self.link_model
         hosts, net = model["hosts"], model["net"]
         if net[src][dst]:

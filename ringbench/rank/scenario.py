@@ -21,7 +21,7 @@ from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement
-from ringbench.rank.faults import check_faults, parse_fault
+from ringbench.rank.faults import check_fault_hops, check_faults, parse_fault
 from ringbench.rank.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
 from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec, Strategy
 
@@ -306,6 +306,10 @@ class Scenario:
                     raise UsageError(where + str(exc)) from None
             try:
                 check_faults(parsed, world)
+                # Per case (the order and the buffer are sweep axes), before anything runs: a fault that cannot act
+                # is refused with the hops the ring uses.
+                for order, buffer in itertools.product(self.order, self.buffer):
+                    check_fault_hops(parsed, parse_order(order, world), order, buffer=buffer)
             except UsageError as exc:
                 raise UsageError(where + str(exc)) from None
         if "allgather" in self.buffer:
@@ -356,7 +360,12 @@ class Scenario:
         path = Path(self.topology)
         if not path.is_absolute() and not path.exists() and self.source not in ("<embedded default>", ""):
             candidate = Path(self.source).parent / path
-            path = candidate if candidate.exists() else path
+            shipped = resources.files("ringbench.scenarios") / self.topology  # beside a shipped scenario
+            if candidate.exists():
+                path = candidate
+            elif Path(self.source).name == self.source and shipped.is_file():
+                with resources.as_file(shipped) as found:
+                    return load_topology(found)
         return load_topology(path)
 
     def link_model(self) -> dict | None:

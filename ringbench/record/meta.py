@@ -86,6 +86,13 @@ KEYS = (
     MetaKey("probe", _DICT, frozenset({"probe"}), "the probe's latency and bandwidth matrices"),
     MetaKey("files", _LIST, _ALL, "the files of the folder besides the record (probe.parquet, ...)"),
     MetaKey("simulation", _DICT, frozenset({"simulate"}), "the simulator's calibration and model settings"),
+    MetaKey(
+        "calibration",
+        _DICT,
+        frozenset({"run"}),
+        "ringbench calibrate: the simulator's costs fitted on this run, "
+        "each with its source (measured or a stated prior)",
+    ),
     MetaKey("source", _TEXT, _ALL, "where the record came from: ringbench, simulator or profiler"),
     MetaKey("imported", _DICT, frozenset({"import"}), "the imported program: distributed info, trace files, hashes"),
     MetaKey(

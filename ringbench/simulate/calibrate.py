@@ -1,19 +1,21 @@
-"""Calibration: the simulator's costs measured on a run (real, emulated or imported).
+"""Calibration: the simulator's costs measured on a run (real, emulated or imported), each with its source.
 
 compute   every compute span is one pair of the mask plan (plans.py): its kernel calls and computed FLOPs per
-          mask kind are known. Per phase, the medians per (case, pair class) are fitted by non-negative least
-          squares to  calls x call_ms + sum over kinds of GFLOP x ms_per_GFLOP x efficiency[kind]; the nominal
-          ms per GFLOP is the emulated kernel's (1000 / its rate, as ``emulated:auto`` chose it) or, for real
-          kernels, the run's own median. Ranks slowed by an injected fault are left out; every rank's ratio to
-          the fit is reported (a slow rank shows up there).
-links     each received block's transfer (recv end - max(both posts), ringbench.figures.critical_path.transfers),
-          less the delay the run injected (emulated links, slow-link, half a jitter): latency + bytes /
-          bandwidth fitted on the medians per message size, per link class when the run has a topology with
-          real links, else as ``local``.
-host      per phase and buffer the medians of the gaps between a step's events (engine.PhaseModel: enter,
-          pre, mid, post).
+          mask kind are known. Per phase and kernel family (emulated, real), the medians per (case, pair class)
+          are fitted to  calls x call_ms + sum over kinds of GFLOP x ms_per_GFLOP x efficiency[kind]  where the
+          run determines them (identify.py), with stated priors where it does not. The nominal ms per GFLOP is
+          the emulated kernel's (1000 / its rate) or, for real kernels, the run's own median. Ranks slowed by an
+          injected fault are left out; every rank's ratio to the fit is reported (a slow rank shows up there).
+links     (calibrate_links.py) each received block's transfer, less the delay the run injected, its bytes times
+          its NIC share: latency + bytes / bandwidth per message size and link class; one size: latency 0 (a prior)
+host      (calibrate_host.py) the medians of the gaps between a step's events per phase and buffer; what the run
+          did not measure: the other buffer's, then the other phase's figures
 noise     the coefficient of variation of compute spans and of transfers around their case medians (robust:
           1.4826 x MAD / median), the ranks' spread of iteration starts, the barrier's gap.
+
+``Calibration.sources`` says, cost by cost, whether the run determined it or a prior stands in (and what run would
+determine it); ``Calibration.coverage`` what the run measured (phases, dtypes, device, kernels, block sizes,
+message sizes, links), so a prediction can say what it extrapolates (coverage.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ import pandas as pd
 from ringbench.errors import UsageError
 from ringbench.kernels.base import block_flops
 from ringbench.rank.faults import parse_fault
-from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, KINDS, PHASES, Costs, LinkCost
+from ringbench.simulate.calibrate_host import host_steps
+from ringbench.simulate.calibrate_links import fit_links, host_index, run_topology
+from ringbench.simulate.costs import DEFAULTS, KINDS, PHASES, Costs
+from ringbench.simulate.identify import CostSource, PhaseFit, complete, fit_phase
 from ringbench.simulate.plans import pair_classes
 from ringbench.vocab import Layout, Mask
 
@@ -37,22 +42,44 @@ NOISE_QUANTILES = 65
 
 @dataclass(kw_only=True)
 class Calibration:
-    """The fitted costs and how well they fit (for the table ``ringbench simulate --from`` prints)."""
+    """The fitted costs, where each came from, what the run measured, and how well the costs fit."""
 
     costs: Costs
+    """The costs of the run's compute model (its emulated cases when it mixes emulated and real kernels)."""
     compute_fit: dict[str, dict] = field(default_factory=dict)
-    """Per phase: spans used, median |residual| / measured."""
+    """Per phase: spans used, median |residual| / measured, the block sizes per kind."""
     link_fit: dict[str, dict] = field(default_factory=dict)
     """Per link class: transfers used, message sizes, latency, bandwidth."""
     rank_factors: dict[int, float] = field(default_factory=dict)
     """Per rank: median measured / fitted compute time (1.0: as fitted)."""
     excluded: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sources: list[CostSource] = field(default_factory=list)
+    """Per cost: determined by the run, or a stated prior (with what run would determine it)."""
+    coverage: dict = field(default_factory=dict)
+    """What the run measured: phases, dtypes, device, kernels, block sizes, message sizes, links, buffers."""
+    families: dict[str, Costs] = field(default_factory=dict)
+    """Kernel family (``emulated``, ``real``) -> its costs, for a run that measured both."""
+    family: str = "emulated"
+    """The family ``costs`` belongs to."""
+
+    def costs_for(self, family: str) -> Costs | None:
+        """The costs of ``family`` (emulated or real compute), or None when the run measured none of it."""
+        if family == self.family:
+            return self.costs
+        return self.families.get(family)
+
+    def assumed(self) -> list[CostSource]:
+        """The costs that came from a prior."""
+        return [source for source in self.sources if not source.determined]
 
     def to_dict(self) -> dict:
-        return {"costs": self.costs.to_dict(), "compute_fit": self.compute_fit, "link_fit": self.link_fit,
+        return {"costs": self.costs.to_dict(), "family": self.family,
+                "families": {name: costs.to_dict() for name, costs in self.families.items()},
+                "compute_fit": self.compute_fit, "link_fit": self.link_fit,
                 "rank_factors": {str(k): v for k, v in self.rank_factors.items()}, "excluded": self.excluded,
-                "notes": self.notes}  # fmt: skip
+                "notes": self.notes, "sources": [source.to_dict() for source in self.sources],
+                "coverage": self.coverage}  # fmt: skip
 
 
 def _case_rate(row: pd.Series) -> float | None:
@@ -80,12 +107,19 @@ def _slow_ranks(run, world: int, hosts: np.ndarray | None) -> set[int]:
     return {r for r in slow if r < world}
 
 
+SATURATION_SHARE = 0.05
+"""A case whose emulated calls outlasted their modelled time more often than this did not run at the model's rate
+(the share the analyses' confidence rules use, ringbench/analysis/confidence.py)."""
+
+
 def _saturated_cases(run) -> set[str]:
-    """Cases whose emulated kernel calls outlasted their modelled time (cases column ``saturated_blocks``)."""
+    """Cases whose emulated kernel calls outlasted their modelled time in more than SATURATION_SHARE of them."""
     if "saturated_blocks" not in run.cases:
         return set()
     blocks = pd.to_numeric(run.cases["saturated_blocks"], errors="coerce").fillna(0)
-    return set(run.cases.loc[blocks > 0, "case_id"])
+    total = pd.to_numeric(run.cases.get("emulated_blocks", blocks), errors="coerce").fillna(0)
+    late = (blocks > SATURATION_SHARE * total) if (total > 0).any() else blocks > 0
+    return set(run.cases.loc[late & (blocks > 0), "case_id"].astype(str))
 
 
 def _compute_table(run) -> pd.DataFrame:
@@ -97,7 +131,7 @@ def _compute_table(run) -> pd.DataFrame:
     frames = []
     for row in run.cases.drop_duplicates("case_id").to_dict("records"):
         spans = comp[comp["case_id"] == row["case_id"]]
-        if spans.empty or str(row.get("buffer")) == "allgather":
+        if spans.empty:
             continue
         world, seq = int(row["world"]), int(row["seq"])
         if str(row["mask"]) not in {m.value for m in Mask} or str(row["layout"]) not in {x.value for x in Layout}:
@@ -119,6 +153,8 @@ def _compute_table(run) -> pd.DataFrame:
                 for kind, entries in pair.work_by_kind().items():
                     frame.loc[mask, f"gflop_{kind}"] = per_gflop * entries / 1e9
         frames.append(frame)
+    if not frames:
+        raise UsageError(f"{run.path}: no compute spans of its cases to calibrate on")
     return pd.concat(frames, ignore_index=True).fillna({f"gflop_{k}": 0.0 for k in KINDS})
 
 
@@ -139,48 +175,62 @@ def _recorded_work(row, spans: pd.DataFrame) -> pd.DataFrame:
                          **{f"gflop_{kind}": flops / 1e9 if kind == "full" else 0.0 for kind in KINDS}})  # fmt: skip
 
 
-def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from scipy.optimize import nnls
+def _per_core(run, rows: pd.DataFrame, cal: Calibration) -> pd.DataFrame:
+    """Real compute of ranks that shared a CPU's cores, as one rank per core would run it: divided by ranks / cores
+    (a prior: the ranks take turns evenly while they compute). The simulator stretches it back by the share of the
+    machine it predicts (Cluster.cpu_cores)."""
+    from ringbench.simulate.case import run_cores
 
-    scale = np.where(np.abs(a).max(axis=0) > 0, np.abs(a).max(axis=0), 1.0)
-    x, _ = nnls(a / scale, b)
-    return x / scale
+    cores = run_cores(run)
+    if not cores:
+        return rows
+    worlds = run.cases.drop_duplicates("case_id").set_index("case_id")["world"].astype(float)
+    share = np.maximum(1.0, rows["case_id"].map(worlds).to_numpy(float) / cores)
+    if (share <= 1.0).all():
+        return rows
+    cal.sources.append(CostSource(cost="compute.cores", determined=False,
+                                  how=f"real compute of up to {int(worlds.max())} ranks on {cores} CPU cores: the "
+                                  f"spans divided by ranks / cores (up to x{share.max():g}; the ranks take turns "
+                                  "evenly while they compute)",
+                                  hint=f"calibrate on at most {cores} ranks (one core each)"))  # fmt: skip
+    return rows.assign(ms=rows["ms"].to_numpy(float) / share)
 
 
-def _fit_compute(table: pd.DataFrame, cal: Calibration) -> tuple[float, dict, dict]:
-    """(nominal GFLOP/s, efficiency per phase and kind, call ms per phase)."""
+def _seq_hint(run) -> str:
+    """The run that would add a block size: the calibration run with another --seq (or `ringbench calibrate`)."""
+    seqs = sorted({int(v) for v in run.cases["seq"]}) if "seq" in run.cases else []
+    extra = f"--seq {seqs[0] // 2}" if seqs else "a second --seq"
+    return f"add {extra} to the calibration run (or calibrate with `ringbench calibrate`)"
+
+
+def _fit_family(table: pd.DataFrame, cal: Calibration, *, emulated: bool, seq_hint: str,
+                prefix: str = "") -> tuple[float, dict, dict, list[CostSource]]:  # fmt: skip
+    """(nominal GFLOP/s, efficiency per phase and kind, call ms per phase, sources) of one kernel family."""
     nominal = table["nominal"]
-    if nominal.isna().all():  # real kernels: the run's own median rate over its largest kind is the nominal
+    if nominal.isna().all():  # real kernels: the run's own median rate over every kind is the nominal
         work = table[[f"gflop_{k}" for k in KINDS]].sum(axis=1)
         rate = float(np.median(work / (table["ms"] / 1e3)))
         table = table.assign(nominal=1e3 / rate)
-        cal.notes.append(f"real kernels: nominal rate = the run's median {rate:,.0f} GFLOP/s")
+        cal.notes.append(f"{prefix}real kernels: nominal rate = the run's median {rate:,.4g} GFLOP/s")
     else:
         table = table.assign(nominal=table["nominal"].fillna(table["nominal"].median()))
-    efficiency, call_ms = {}, {}
+    fits: dict[str, PhaseFit] = {}
     for phase in PHASES:
         part = table[table["phase"] == phase]
-        if part.empty:
-            efficiency[phase], call_ms[phase] = dict(DEFAULTS.efficiency[phase]), 0.0
-            continue
-        groups = part.groupby(["case_id", "cls"], observed=True)
-        med = groups.agg(ms=("ms", "median"), calls=("calls", "first"), nominal=("nominal", "first"),
-                         **{f"g_{k}": (f"gflop_{k}", "first") for k in KINDS})  # fmt: skip
-        present = [k for k in KINDS if (med[f"g_{k}"] > 0).any()]
-        a = np.column_stack(
-            [med["calls"].to_numpy(float)] + [(med[f"g_{k}"] * med["nominal"]).to_numpy() for k in present]
-        )
-        x = _nnls(a, med["ms"].to_numpy(float))
-        call_ms[phase] = float(x[0])
-        fitted = {k: float(v) for k, v in zip(present, x[1:], strict=True) if v > 0}
-        fill = float(np.mean(list(fitted.values()))) if fitted else 1.0
-        efficiency[phase] = {k: fitted.get(k, fill) for k in KINDS}
-        predicted = a @ x
-        cal.compute_fit[phase] = {
-            "spans": len(part), "groups": len(med),
-            "median_rel_residual": float(np.median(np.abs(predicted - med["ms"]) / med["ms"].clip(lower=1e-9))),
-        }  # fmt: skip
-    return float(1e3 / table["nominal"].median()), efficiency, call_ms
+        if not part.empty:
+            fits[phase] = fit_phase(part, phase, emulated=emulated, seq_hint=seq_hint)
+    efficiency, call_ms = complete(fits, emulated=emulated)
+    sources = []
+    for phase in PHASES:
+        fit = fits[phase]
+        sources.extend(CostSource(cost=prefix + src.cost, determined=src.determined, how=src.how, hint=src.hint)
+                       for src in fit.sources)  # fmt: skip
+        if fit.spans:
+            cal.compute_fit[prefix + phase] = {
+                "spans": fit.spans, "groups": fit.groups, "median_rel_residual": fit.median_rel_residual,
+                "block_gflop": fit.sizes,
+            }  # fmt: skip
+    return float(1e3 / table["nominal"].median()), efficiency, call_ms, sources
 
 
 def _rank_factors(table: pd.DataFrame, efficiency: dict, call_ms: dict) -> dict[int, float]:
@@ -190,155 +240,6 @@ def _rank_factors(table: pd.DataFrame, efficiency: dict, call_ms: dict) -> dict[
         predicted = predicted + table[f"gflop_{kind}"] * table["nominal"] * eff
     ratio = table["ms"] / predicted.where(predicted > 0)
     return {int(r): float(v) for r, v in ratio.groupby(table["rank"]).median().items()}
-
-
-def _injected_ms(run, xfers: pd.DataFrame) -> np.ndarray:
-    """Per transfer: the delay the run added after it (emulated links, slow-link, half a jitter), ms."""
-    extra = np.zeros(len(xfers))
-    for spec in run.meta.get("faults") or []:
-        fault = parse_fault(spec)
-        if fault.kind == "slow-link":
-            extra += np.where((xfers["src"] == fault.src) & (xfers["dst"] == fault.dst), fault.ms, 0.0)
-        elif fault.kind == "jitter":
-            extra += fault.ms / 2
-    topology = _topology(run)
-    if topology is not None and run.meta.get("emulated_links"):
-        from ringbench.simulate.case import _shares
-        from ringbench.topology import LinkKind
-
-        for case_id, part in xfers.groupby("case_id", sort=False):
-            ring = _ring_of(run, case_id)
-            if ring is None or len(ring) != topology.world:
-                continue
-            src, dst = np.roll(ring, 1), ring
-            net = np.array([topology.link(int(a), int(b)).kind is LinkKind.NET for a, b in zip(src, dst, strict=True)])
-            shares = dict(zip(zip(src.tolist(), dst.tolist(), strict=True),
-                              _shares(_hosts(topology), src, dst, net), strict=True))  # fmt: skip
-            for index, row in zip(part.index, part.itertuples(), strict=True):
-                link = topology.link(int(row.src), int(row.dst))
-                latency_us, bandwidth = topology.cost_model.latency_bandwidth(link)
-                share = shares.get((int(row.src), int(row.dst)), 1.0)
-                extra[xfers.index.get_loc(index)] += (latency_us + row.bytes / (bandwidth / share * 1e3)) / 1e3
-    return extra
-
-
-def _topology(run):
-    document = run.meta.get("topology")
-    if not document:
-        return None
-    from ringbench.topology import Topology
-
-    return Topology.from_dict(document, "meta.json:topology")
-
-
-def _hosts(topology) -> np.ndarray:
-    names = [d.host for d in topology.devices]
-    order = {name: i for i, name in enumerate(dict.fromkeys(names))}
-    return np.array([order[n] for n in names])
-
-
-def _ring_of(run, case_id: str) -> np.ndarray | None:
-    rows = run.cases.loc[run.cases["case_id"] == case_id, "ring"]
-    if rows.empty:
-        return None
-    return np.array([int(r) for r in str(rows.iloc[0]).split("-")])
-
-
-def _fit_links(run, cal: Calibration) -> dict[str, LinkCost]:
-    from ringbench.figures.critical_path import transfers
-
-    xfers = transfers(run.events)
-    xfers = xfers[xfers["transfer_ms"].notna() & (xfers["bytes"] > 0)]
-    if xfers.empty:
-        cal.notes.append("no transfers: links keep the defaults")
-        return dict(DEFAULTS.links)
-    base = xfers["transfer_ms"].to_numpy() - _injected_ms(run, xfers)
-    xfers = xfers.assign(base_ms=np.clip(base, 1e-6, None))
-    topology = _topology(run)
-    if topology is not None and not run.meta.get("emulated_links"):
-        labels = [topology.link(int(a), int(b)).label for a, b in zip(xfers["src"], xfers["dst"], strict=True)]
-        xfers = xfers.assign(link_class=labels)
-    else:
-        xfers = xfers.assign(link_class="local")
-    links = {}
-    for label, part in xfers.groupby("link_class", sort=True):
-        sizes = part.groupby("bytes")["base_ms"].median()
-        if len(sizes) >= 2:
-            slope, intercept = np.polyfit(sizes.index.to_numpy(float), sizes.to_numpy(), 1)
-            slope, intercept = max(slope, 1e-15), max(intercept, 0.0)
-        else:  # one message size: latency and bandwidth are not separable; all of it is bandwidth
-            slope, intercept = float(sizes.iloc[0]) / float(sizes.index[0]), 0.0
-            cal.notes.append(f"{label}: one message size ({int(sizes.index[0]):,} B): latency folded into bandwidth")
-        links[str(label)] = LinkCost(latency_us=intercept * 1e3, bandwidth_gbps=1.0 / (slope * 1e6))
-        cal.link_fit[str(label)] = {"transfers": len(part), "sizes": [int(s) for s in sizes.index],
-                                    "median_ms": [float(v) for v in sizes], "latency_us": intercept * 1e3,
-                                    "bandwidth_gbps": 1.0 / (slope * 1e6)}  # fmt: skip
-    if "local" not in links:
-        links["local"] = min(links.values(), key=lambda c: c.ms(1 << 20))
-    return links
-
-
-def _host_steps(run) -> dict:
-    """Per phase and buffer: medians of enter, pre, mid and post (engine.PhaseModel)."""
-    from ringbench.figures.critical_path import transfers
-
-    events = run.events
-    xfers = transfers(events)
-    keys = ["case_id", "repeat", "iteration", "phase", "rank"]
-    comp = events[events["kind"] == "compute"][[*keys, "step", "start_ns", "end_ns"]]
-    it = events[events["kind"] == "iteration"][[*keys, "start_ns"]].rename(columns={"start_ns": "phase_ns"})
-    buffers = run.cases.drop_duplicates("case_id").set_index("case_id")["buffer"]
-    posts = xfers.rename(columns={"dst": "rank"})[[*keys, "step", "exchange", "recv_start_ns", "wait_end_ns"]]
-    out = {phase: {b: {} for b in ("sync", "double")} for phase in PHASES}
-    for (case_id, phase), part in comp.groupby(["case_id", "phase"], sort=False):
-        buffer = str(buffers.get(case_id, "double"))
-        if buffer not in ("sync", "double"):
-            continue
-        kv = posts[(posts["case_id"] == case_id) & (posts["phase"] == phase) & (posts["exchange"] == "kv")]
-        dkv = posts[(posts["case_id"] == case_id) & (posts["phase"] == phase) & (posts["exchange"] == "dkv")]
-        merged = part.merge(kv, on=[*keys, "step"], how="left")
-        values = out[phase][buffer]
-        first = merged[merged["step"] == 0].merge(it, on=keys)  # step 0: double posts first, sync computes first
-        enter = first["recv_start_ns"] if buffer == "double" else first["start_ns"]
-        values.setdefault("enter_ms", []).extend(((enter - first["phase_ns"]) / 1e6).dropna().tolist())
-        if buffer == "double":
-            pre = merged["start_ns"] - merged["recv_start_ns"]
-            nxt = kv.assign(step=kv["step"] - 1)[[*keys, "step", "recv_start_ns"]]
-            after = kv.merge(nxt, on=[*keys, "step"], suffixes=("", "_next"))
-            post = after["recv_start_ns_next"] - after["wait_end_ns"]
-        else:
-            pre = merged["start_ns"] - merged["wait_end_ns"]
-            ends = part[[*keys, "step", "end_ns"]]
-            if phase == "bwd" and not dkv.empty:
-                ends = dkv[[*keys, "step", "wait_end_ns"]].rename(columns={"wait_end_ns": "end_ns"})
-            nxt = kv.assign(step=kv["step"] - 1)[[*keys, "step", "recv_start_ns"]]
-            post = ends.merge(nxt, on=[*keys, "step"])
-            post = post["recv_start_ns"] - post["end_ns"]
-        if phase == "bwd" and not dkv.empty:
-            if buffer == "double":  # dK/dV post after the previous dK/dV wait (or the compute at step 0)
-                prev = dkv.assign(step=dkv["step"] + 1)[[*keys, "step", "wait_end_ns"]]
-                mid = part.merge(dkv[[*keys, "step", "recv_start_ns"]], on=[*keys, "step"]).merge(
-                    prev, on=[*keys, "step"], how="left"
-                )
-                anchor = mid["wait_end_ns"].where(mid["wait_end_ns"].notna(), mid["end_ns"])
-                mid = mid["recv_start_ns"] - np.maximum(anchor, mid["end_ns"])
-            else:
-                mid = part.merge(dkv[[*keys, "step", "recv_start_ns"]], on=[*keys, "step"])
-                mid = mid["recv_start_ns"] - mid["end_ns"]
-            values.setdefault("mid_ms", []).extend((mid / 1e6).dropna().tolist())
-        values.setdefault("pre_ms", []).extend((pre / 1e6).dropna().tolist())
-        values.setdefault("post_ms", []).extend((post / 1e6).dropna().tolist())
-    host = {}
-    for phase in PHASES:
-        host[phase] = {}
-        for buffer in ("sync", "double"):
-            got = out[phase][buffer]
-            host[phase][buffer] = {name: float(max(np.median(got[name]), 0.0)) if got.get(name) else
-                                   DEFAULTS.host(phase, buffer)[name] for name in HOST_STEPS}  # fmt: skip
-            if buffer == "sync" and got.get("enter_ms"):  # sync's step 0 computes first: enter holds pre too
-                values = host[phase][buffer]
-                values["enter_ms"] = max(values["enter_ms"] - values["pre_ms"], 0.0)
-    return host
 
 
 def _ratios(values: pd.Series, by: pd.Series) -> np.ndarray:
@@ -375,7 +276,11 @@ def _noise(run, table: pd.DataFrame) -> dict:
 
 
 def calibrate(run) -> Calibration:
-    """Fit the simulator's costs on a run (a RunData; ringbench.record.store.load_run)."""
+    """Fit the simulator's costs on a run (a RunData; ringbench.record.store.load_run), each with its source.
+
+    A run that mixes emulated and real kernels gets one set of costs per family (``Calibration.families``): real
+    kernels run at the machine's rate, emulated ones at the model's; ``costs`` is the emulated family's.
+    """
     if run.meta.get("simulated"):
         raise UsageError(f"{run.path}: a SIMULATED record; calibrate on a measured run (run, emulated or imported)")
     cal = Calibration(costs=DEFAULTS)
@@ -389,34 +294,57 @@ def calibrate(run) -> Calibration:
             raise UsageError(f"{run.path}: no ring case to calibrate on; calibrate on a run with --strategy ring")
     table = _compute_table(run)
     world = int(run.cases["world"].max())
-    topology = _topology(run)
-    slow = _slow_ranks(run, world, _hosts(topology) if topology is not None else None)
+    topology = run_topology(run)
+    slow = _slow_ranks(run, world, host_index(topology) if topology is not None else None)
     if slow:
         cal.excluded.append(f"ranks {sorted(slow)} (injected slow-rank / slow-host faults): not in the compute fit")
-    fit_table = table[~table["rank"].isin(slow)]
-    kernels = run.cases.drop_duplicates("case_id").set_index("case_id").get("emulated")
-    if kernels is not None and kernels.fillna(False).astype(bool).nunique() > 1:
-        # One machine model per calibration: real kernels run at the machine's rate, emulated ones at the model's.
-        modelled = set(kernels[kernels.fillna(False).astype(bool)].index.astype(str))
-        real = fit_table.loc[~fit_table["case_id"].astype(str).isin(modelled), "case_id"].nunique()
-        cal.excluded.append(f"{real} case(s) with real kernels: not in the compute fit (the run mixes real and "
-                            "emulated compute; the fit follows the emulated cases)")  # fmt: skip
-        fit_table = fit_table[fit_table["case_id"].astype(str).isin(modelled)]
-        table = table[table["case_id"].astype(str).isin(modelled)]
     saturated = _saturated_cases(run)
-    if saturated and len(saturated) < fit_table["case_id"].nunique():
-        cal.excluded.append(f"{len(saturated)} case(s) with saturated emulated blocks: not in the compute fit "
-                            "(their real arithmetic outlasted the modelled time)")  # fmt: skip
-        fit_table = fit_table[~fit_table["case_id"].isin(saturated)]
-    elif saturated:
-        cal.notes.append("every case has saturated emulated blocks: the compute fit measures this machine's "
-                         "arithmetic, not the emulated rate (use a lower rate or emulated:auto)")  # fmt: skip
-    gflops, efficiency, call_ms = _fit_compute(fit_table, cal)
-    table = table.assign(nominal=table["nominal"].fillna(1e3 / gflops))
-    cal.rank_factors = _rank_factors(table, efficiency, call_ms)
-    links = _fit_links(run, cal)
-    cal.costs = Costs(gflops=gflops, efficiency=efficiency, call_ms=call_ms, host_ms=_host_steps(run), links=links,
-                      source=str(run.meta.get("run_id") or run.path), **_noise(run, fit_table))  # fmt: skip
+    emulated_cases = set(table.loc[table["nominal"].notna(), "case_id"].astype(str))
+    if saturated and emulated_cases - saturated:
+        cal.excluded.append(f"{len(saturated & emulated_cases)} case(s) with saturated emulated blocks: not in the "
+                            "compute fit (their real arithmetic outlasted the modelled time)")  # fmt: skip
+        table = table[~table["case_id"].astype(str).isin(saturated)]
+    nominal_holds = True
+    if saturated and not emulated_cases - saturated:  # the times are this machine's, not the nominal rate's
+        cal.notes.append("every emulated case has saturated blocks: the compute fit measures this machine's "
+                         "arithmetic, not the emulated rate, and takes no prior from it (use a lower rate or "
+                         "emulated:auto)")  # fmt: skip
+        nominal_holds = False
+    family_rows = {"emulated": table[table["nominal"].notna()], "real": table[table["nominal"].isna()]}
+    family_rows = {name: rows for name, rows in family_rows.items() if len(rows)}
+    primary = "emulated" if "emulated" in family_rows else "real"
+    if len(family_rows) > 1:
+        real = family_rows["real"]["case_id"].nunique()
+        cal.notes.append(f"the run mixes real and emulated compute: {real} real-kernel case(s) calibrate the real "
+                         "kernels' costs, the emulated cases the emulated model's")  # fmt: skip
+    if "real" in family_rows:
+        family_rows["real"] = _per_core(run, family_rows["real"], cal)
+    hint = _seq_hint(run)
+    fitted = {}
+    for name, rows in family_rows.items():
+        fit_rows = rows[~rows["rank"].isin(slow)]
+        prefix = "" if name == primary else f"{name}."
+        gflops, efficiency, call_ms, sources = _fit_family(fit_rows, cal, emulated=name == "emulated" and nominal_holds,
+                                                           seq_hint=hint, prefix=prefix)  # fmt: skip
+        cal.sources.extend(sources)
+        fitted[name] = (gflops, efficiency, call_ms, fit_rows, rows)
+    gflops, efficiency, call_ms, fit_rows, rows = fitted[primary]
+    cal.rank_factors = _rank_factors(rows.assign(nominal=rows["nominal"].fillna(1e3 / gflops)), efficiency, call_ms)
+    links = fit_links(run, cal)
+    host = host_steps(run, cal.sources)
+    source = str(run.meta.get("run_id") or run.path)
+    for name, (gflops, efficiency, call_ms, fit_rows, _) in fitted.items():
+        costs = Costs(gflops=gflops, efficiency=efficiency, call_ms=call_ms, host_ms=host, links=links,
+                      source=source if name == primary else f"{source} ({name} kernels)",
+                      **_noise(run, fit_rows))  # fmt: skip
+        if name == primary:
+            cal.costs = costs
+        else:
+            cal.families[name] = costs
+    cal.family = primary
+    from ringbench.simulate.coverage import coverage
+
+    cal.coverage = coverage(run, table, cal)
     if others:  # the other strategies' own host time, beyond what the ring's costs predict for them
         from dataclasses import replace as _replace
 

@@ -18,11 +18,12 @@ from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
 from ringbench.orders import format_ring, parse_order
-from ringbench.rank.faults import Fault, check_faults, parse_fault
+from ringbench.rank.faults import Fault, check_fault_hops, check_faults, parse_fault
 from ringbench.rank.scenario import Case
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
 from ringbench.simulate.plans import pair_classes
+from ringbench.topology.linkmodel import ring_links
 from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
@@ -64,6 +65,9 @@ class SimCase:
     """Canonical fault specs: slow-rank:R:F, slow-host:H:F, slow-link:S:D:MS, jitter:MS."""
     gflops: float | None = None
     """Nominal compute rate for this case (e.g. the rate an emulated run chose); None: the costs' rate."""
+    kernel: str = ""
+    """The measured kernel this case predicts (``--like``: ``torch``, ``emulated:1``), which picks the compute
+    model (real or emulated) of a calibration; empty: the costs' own compute model."""
     seed: int = 0
     strategy: str = "ring"
     """ring, ulysses, hybrid:U, double-ring:W, allgather (ringbench/simulate/strategies.py models the grouped ones)."""
@@ -97,11 +101,28 @@ class SimCase:
         resolve_layout(self.layout, self.seq, self.world, mask_rule(self.mask, self.docs, self.seq))
         if self.gflops is not None and not (math.isfinite(self.gflops) and self.gflops > 0):
             raise bad_value("gflops", self.gflops, "a finite rate > 0 (GFLOP/s)")
+        if not isinstance(self.kernel, str):
+            raise bad_value("kernel", self.kernel, "a kernel name (torch, emulated:1, ...) or empty")
         faults = [parse_fault(spec) for spec in self.faults]
         check_faults(faults, self.world)
         for fault in faults:
             if fault.kind not in SIMULATED_FAULTS:
                 raise bad_value("fault", fault.spec, "one of " + ", ".join(SIMULATED_FAULTS) + " (simulated kinds)")
+        check_fault_hops(faults, self.ring, self.order, buffer=self.buffer)
+
+    @property
+    def family(self) -> str | None:
+        """The compute model this case predicts: ``emulated``, ``real``, or None (the costs' own)."""
+        if self.gflops is not None:
+            return "emulated"
+        if self.kernel:
+            from ringbench.kernels import get_kernel
+
+            try:
+                return "emulated" if get_kernel(self.kernel).emulated else "real"
+            except UsageError:  # not one of ringbench's kernels (an imported program's): real arithmetic
+                return "real"
+        return None
 
     def _normalise_strategy(self) -> None:
         """The run's normalisation (rank.scenario.Case): one case per computation, the same case id."""
@@ -211,6 +232,13 @@ class Cluster:
     ``ringbench run --topology FILE --emulate-links``."""
     gpus_per_host: int = 8
     """Without a topology: ranks per host, in rank order (what ``slow-host`` counts)."""
+    cpu_cores: int | None = None
+    """CPU cores the ranks share in all (a CPU run on one machine, what ``--like`` of such a run predicts): real
+    compute then stretches by ranks / cores where ranks outnumber cores (they take turns); None: a device per rank."""
+
+    def core_share(self, world: int) -> float:
+        """How many ranks share one core while they compute (1.0 with a device per rank)."""
+        return max(1.0, world / self.cpu_cores) if self.cpu_cores else 1.0
 
     def hosts(self, world: int) -> np.ndarray:
         """(N,) host index of each rank (hosts in order of first appearance)."""
@@ -225,17 +253,20 @@ class Cluster:
             raise bad_value("world", case.world, f"{self.topology.world}, the number of devices in the topology")
         if self.emulate_links and self.topology is None:
             raise UsageError("emulate_links=True is not allowed without a topology; pass --topology FILE")
-        hosts = int(self.hosts(case.world).max()) + 1
-        for fault in case.parsed_faults():
+        host_of = self.hosts(case.world)
+        hosts = int(host_of.max()) + 1
+        faults = case.parsed_faults()
+        for fault in faults:
             if fault.kind == "slow-host" and fault.host >= hosts:
                 raise bad_value("fault", fault.spec, f"a host in 0..{hosts - 1} ({hosts} hosts)")
-
-
-def _shares(hosts: np.ndarray, src: np.ndarray, dst: np.ndarray, crosses: np.ndarray) -> np.ndarray:
-    """Per hop: how many ring hops cross from its source host to its destination host (1 inside a host)."""
-    pair = hosts[src] * (int(hosts.max()) + 1) + hosts[dst]
-    counts = np.bincount(pair[crosses], minlength=int(pair.max()) + 1) if crosses.any() else None
-    return np.where(crosses, counts[pair] if counts is not None else 1, 1).astype(float)
+        for fault in faults:  # a slow rank on a slow host: two factors on one rank, refused like two slow-ranks
+            for other in faults:
+                if fault.kind == "slow-rank" and other.kind == "slow-host" and host_of[fault.rank] == other.host:
+                    raise UsageError(
+                        f"fault={fault.spec!r} is not allowed together with {other.spec!r}: both slow rank "
+                        f"{fault.rank} (on host {other.host}); give slow-rank faults for that host's ranks instead "
+                        f"(slow-rank:{fault.rank}:{fault.factor * other.factor:g} for both factors)"
+                    )
 
 
 def _lanes(case: SimCase, costs: Costs, cluster: Cluster, ring: np.ndarray, direction: int = 1,
@@ -249,27 +280,26 @@ def _lanes(case: SimCase, costs: Costs, cluster: Cluster, ring: np.ndarray, dire
     names = names or (("kv", "dkv") if case.backward else ("kv",))
     lanes = {}
     local = costs.links["local"]
+    links = None
+    if cluster.topology is not None and world > 1:
+        # Real links: the calibrated cost of a class where the calibration measured it, else the topology's own;
+        # emulated links: the topology's cost as a delay after the local transfer (what RankFaults injects).
+        calibrated = None if cluster.emulate_links else {
+            name: (cost.latency_us, cost.bandwidth_gbps) for name, cost in costs.links.items() if name != "local"
+        }  # fmt: skip
+        # the hops the exchange takes: p - 1 -> p, or p + 1 -> p for the short ring's backward (direction -1)
+        links = ring_links(cluster.topology, ring if direction == 1 else ring[::-1], calibrated)
     for name in names:
         nbytes = case.block_bytes(name)
         transfer = np.full(world, local.ms(nbytes))
         delay = np.zeros(world)
-        topology = cluster.topology
-        if topology is not None and world > 1:
-            from ringbench.topology import LinkKind
-
-            links = [topology.link(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
-            net = np.array([link.kind is LinkKind.NET for link in links])
-            shares = _shares(cluster.hosts(world), src, dst, net)
-            for p, link in enumerate(links):
-                latency_us, bandwidth = topology.cost_model.latency_bandwidth(link)
-                calibrated = None if cluster.emulate_links else costs.link(link.label)
-                if calibrated is not None:
-                    latency_us, bandwidth = calibrated.latency_us, calibrated.bandwidth_gbps
-                cost_ms = (latency_us + nbytes / (bandwidth / shares[p] * 1e3)) / 1e3
-                if cluster.emulate_links:
-                    delay[p] += cost_ms  # what RankFaults.link_delay injects after the local transfer
-                else:
-                    transfer[p] = cost_ms
+        if links is not None:
+            cost_ms = links.into(links.transfer_us(nbytes)) / 1e3
+            cost_ms = cost_ms if direction == 1 else cost_ms[::-1]  # back to the ring's positions
+            if cluster.emulate_links:
+                delay += cost_ms
+            else:
+                transfer = cost_ms
         for (a, b), ms in slow_links.items():
             delay[(src == a) & (dst == b)] += ms
         lanes[name] = Lane(name=name, nbytes=nbytes, transfer_ms=transfer,
@@ -325,6 +355,7 @@ def phase_models(case: SimCase, costs: Costs, cluster: Cluster, rng: np.random.G
         {"compute": costs.compute_noise, "link": costs.link_noise},
     )
     slow = _slowdown(case, cluster, ring)
+    share = cluster.core_share(case.world) if case.family == "real" else 1.0  # emulated compute sleeps: no contention
     buffer = Buffer.parse(case.buffer)
     classes = case.classes()
     pairs = getattr(classes, "matrix", None)
@@ -332,6 +363,7 @@ def phase_models(case: SimCase, costs: Costs, cluster: Cluster, rng: np.random.G
     models = {}
     for phase in case.phases:
         compute, work = class_compute(case, costs, phase)
+        compute, work = compute * share, work * share
         base = "sync" if buffer.sync else "double"
         host = costs.host(phase, base)
         extra = {}
@@ -405,7 +437,8 @@ def cases_like(run, iterations: int | None = None) -> list[SimCase]:
                              mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
                              order=str(row["order"]), backward=bool(row["backward"]),
                              iterations=iterations or int(row.get("iters") or 1), faults=faults,
-                             gflops=rate, docs=str(row.get("docs") or "none"), **_strategy_of(row)))  # fmt: skip
+                             gflops=rate, docs=str(row.get("docs") or "none"), kernel=str(row.get("kernel") or ""),
+                             **_strategy_of(row)))  # fmt: skip
     if not cases:
         raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
     return cases
@@ -420,6 +453,16 @@ def _strategy_of(row: dict) -> dict:
     return {"strategy": strategy, "placement": placement if isinstance(placement, str) else ""}
 
 
+def run_cores(run) -> int | None:
+    """The CPU cores a CPU run's ranks shared (cores x hosts), or None (a GPU run, or not recorded)."""
+    meta = run.meta
+    if meta.device_kind != "cpu" or not meta.cpu_count:
+        return None
+    worlds = [int(w) for w in run.cases["world"]] if len(run.cases) else [1]
+    hosts = len(meta.ranks(max(worlds)).get("hosts") or [None])
+    return int(meta.cpu_count) * max(1, hosts)
+
+
 __all__ = [
     "SIMULATED_KERNEL",
     "Cluster",
@@ -429,5 +472,6 @@ __all__ = [
     "class_flops",
     "format_ring",
     "phase_models",
+    "run_cores",
     "start_skew",
 ]  # fmt: skip

@@ -202,9 +202,8 @@ class PhaseModel:
 
     @property
     def two_exchanges(self) -> bool:
-        """The backward's second exchange (the dK/dV accumulator) runs; without a ``dkv`` lane the backward
-        rotates one message per step like the forward (the legacy SimConfig model)."""
-        return self.phase == "bwd" and self.hops > 0 and "dkv" in self.lanes
+        """The backward's second exchange (the dK/dV accumulator) runs (every backward of a ring of 2 or more)."""
+        return self.phase == "bwd" and self.hops > 0
 
     @property
     def kv_moves(self) -> bool:

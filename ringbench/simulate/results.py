@@ -75,14 +75,14 @@ def _kept_steps(case: SimCase, keep: int, budget: int) -> np.ndarray:
 
 
 def simulate_case(case: SimCase, costs: Costs, cluster: Cluster | None = None, *, repeat: int = 0,
-                  max_events: int = MAX_EVENTS) -> CaseResult:  # fmt: skip
-    """Simulate one case into its events and cases row."""
+                  max_events: int = MAX_EVENTS, case_id: str | None = None) -> CaseResult:  # fmt: skip
+    """Simulate one case into its events and cases row (``case_id``: the record's id, default the case's own)."""
     cluster = cluster or Cluster()
     if case.strategy not in ("ring", "allgather"):  # ulysses, hybrid, double ring: ringbench/simulate/strategies.py
         from ringbench.simulate.strategy_results import strategy_case
 
-        return strategy_case(case, costs, cluster, repeat=repeat)
-    case_id = case.case_id
+        return strategy_case(case, costs, cluster, repeat=repeat, case_id=case_id)
+    case_id = case_id or case.case_id
     bounded = rows_estimate(case) > max_events
     if not bounded:
         timeline = simulate_timeline(case, costs, cluster)
@@ -92,7 +92,7 @@ def simulate_case(case: SimCase, costs: Costs, cluster: Cluster | None = None, *
         timeline = simulate_timeline(case, costs, cluster, bounded=True, keep=keep,
                                      keep_steps=_kept_steps(case, len(keep), max_events))  # fmt: skip
         events = bounded_events(timeline, timeline.path_rows, case_id, repeat)
-    row = _row(case, costs, timeline, events, repeat, bounded)
+    row = _row(case, costs, timeline, events, repeat, bounded, case_id=case_id)
     return CaseResult(case=case, events=events, row=row, bounded=bounded,
                       exposed_ms=[p.exposed_ms for p in timeline.paths], critical=_critical(timeline),
                       profile=timeline.profile)  # fmt: skip

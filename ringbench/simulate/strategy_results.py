@@ -42,11 +42,11 @@ def _events(case, timeline: StrategyTimeline, costs: Costs, repeat: int) -> pd.D
     return pd.concat(frames, ignore_index=True).reindex(columns=list(EVENT_COLUMNS))
 
 
-def strategy_case(case, costs: Costs, cluster, *, repeat: int = 0):
+def strategy_case(case, costs: Costs, cluster, *, repeat: int = 0, case_id: str | None = None):
     """Simulate one strategy case into its (iteration-only) events and case row (a CaseResult)."""
     timeline = simulate_strategy(case, costs, cluster)
     events = _events(case, timeline, costs, repeat)
-    axes = case_axes(case, repeat)
+    axes = case_axes(case, repeat, case_id)
     figures = case_figures(events, pd.DataFrame([axes]), by=("case_id", "repeat")).iloc[0]
     values = {name: float(figures[name]) for name in CASE_FIGURES}
     exposed = float(np.median(timeline.exposed_ms))

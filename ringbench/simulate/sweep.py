@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringbench.errors import bad_value
+from ringbench.errors import UsageError, bad_value
 from ringbench.rank.scenario import Scenario
 from ringbench.record.store import RunData, load_run
 from ringbench.simulate.calibrate import Calibration, calibrate
-from ringbench.simulate.case import Cluster, SimCase, cases_like
+from ringbench.simulate.case import Cluster, SimCase, cases_like, run_cores
 from ringbench.simulate.case_result import CaseResult
 from ringbench.simulate.costs import DEFAULTS, Costs
 from ringbench.simulate.results import MAX_EVENTS, run_data, simulate_case, write_run
@@ -78,6 +78,9 @@ class SimOutcome:
     results: list[CaseResult]
     calibration: Calibration | None = None
     scale: dict | None = None
+    assumptions: list = field(default_factory=list)
+    """ringbench.simulate.coverage.Extrapolation per aspect: what the prediction takes from the calibration."""
+    notes: list[str] = field(default_factory=list)
 
 
 def cases_from_scenario(scenario: Scenario, iterations: int) -> list[SimCase]:
@@ -108,19 +111,50 @@ def _cluster(request: SimRequest, like: RunData | None) -> Cluster:
         topology = Topology.from_dict(like.meta["topology"], "meta.json:topology")
         emulate = emulate or bool(like.meta.get("emulated_links"))
     return Cluster(topology=topology, emulate_links=emulate and topology is not None,
-                   gpus_per_host=request.gpus_per_host)  # fmt: skip
+                   gpus_per_host=request.gpus_per_host, cpu_cores=run_cores(like) if like is not None else None)  # fmt: skip
 
 
 def resolve_costs(request: SimRequest) -> tuple[Costs, Calibration | None]:
     calibration = calibrate(load_run(request.calibrate_from)) if request.calibrate_from is not None else None
     costs = calibration.costs if calibration is not None else DEFAULTS
+    return _with_rates(costs, request), calibration
+
+
+def _with_rates(costs: Costs, request: SimRequest) -> Costs:
     gflops = request.compute_tflops * 1e3 if request.compute_tflops is not None else None
-    return costs.with_rate(gflops=gflops, link_gbps=request.link_gbps), calibration
+    return costs.with_rate(gflops=gflops, link_gbps=request.link_gbps)
+
+
+def costs_by_case(cases: list[SimCase], costs: Costs, calibration: Calibration | None,
+                  request: SimRequest) -> tuple[list[tuple[SimCase, Costs]], list[str]]:  # fmt: skip
+    """Each case with the costs of its compute model: a measured case's kernel family (real or emulated) picks
+    the calibration's costs of that family; a case whose family the calibration did not measure is not predicted
+    with another's (a note says so). Without a calibration every case takes ``costs``."""
+    if calibration is None or request.compute_tflops is not None:
+        return [(case, costs) for case in cases], []
+    out, skipped = [], {}
+    for case in cases:
+        family = case.family or calibration.family
+        chosen = calibration.costs_for(family)
+        if chosen is None:
+            skipped.setdefault(family, []).append(case)
+            continue
+        out.append((case, costs if family == calibration.family else _with_rates(chosen, request)))
+    notes = [
+        f"{len(items)} case(s) with {family} kernels ({', '.join(sorted({c.kernel for c in items if c.kernel}))}) "
+        f"not predicted: the calibration run measured only {calibration.family} compute (calibrate on a run with "
+        f"{family} kernels to predict them)"
+        for family, items in skipped.items()
+    ]
+    if not out:
+        raise UsageError(notes[0].replace(" not predicted:", " cannot be predicted:"))
+    return out, notes
 
 
 def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int], None] | None = None) -> SimOutcome:
     """Simulate the request's cases, write results/<run-id>/, and compute the scale view when asked."""
     from ringbench.run.results import new_run_dir
+    from ringbench.simulate.coverage import extrapolation
 
     costs, calibration = resolve_costs(request)
     like = load_run(request.like) if request.like is not None else None
@@ -133,16 +167,24 @@ def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int]
         cases = cases_from_scenario(request.scenario, request.iterations)
     for case in cases:
         cluster.check(case)
+    pairs, notes = costs_by_case(cases, costs, calibration, request)
     results = []
-    for index, case in enumerate(cases):
-        results.append(simulate_case(case, costs, cluster, max_events=request.max_events))
+    for index, (case, case_costs) in enumerate(pairs):
+        results.append(simulate_case(case, case_costs, cluster, max_events=request.max_events))
         if on_case is not None:
-            on_case(results[-1], index + 1, len(cases))
+            on_case(results[-1], index + 1, len(pairs))
+    assumptions = []
+    if calibration is not None:
+        for family in dict.fromkeys(case.family or calibration.family for case, _ in pairs):
+            group = [case for case, _ in pairs if (case.family or calibration.family) == family]
+            chosen = next(c for case, c in pairs if (case.family or calibration.family) == family)
+            assumptions.extend(extrapolation(calibration, group, cluster, chosen))
     view = None
     if request.scale:
-        view = scale_view(cases[0], costs, cluster, worlds=request.scale, fixed_seq=request.fixed_seq)
+        view = scale_view(pairs[0][0], pairs[0][1], cluster, worlds=request.scale, fixed_seq=request.fixed_seq)
     run_dir = new_run_dir(request.out, "simulate")
     extra = {"calibration": calibration.to_dict() if calibration is not None else None,
+             "extrapolation": [a.to_dict() for a in assumptions], "notes": notes,
              "like": str(request.like) if request.like is not None else None, "scale": view}  # fmt: skip
     run = run_data(results, costs, run_id=run_dir.name, path=run_dir, command=request.command, cluster=cluster,
                    extra=extra)  # fmt: skip
@@ -150,4 +192,5 @@ def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int]
         run.meta["scenario"] = request.scenario.to_dict()
         run.meta["scenario_source"] = request.scenario.source
     write_run(run_dir, run)
-    return SimOutcome(run_dir=run_dir, run=run, costs=costs, results=results, calibration=calibration, scale=view)
+    return SimOutcome(run_dir=run_dir, run=run, costs=costs, results=results, calibration=calibration, scale=view,
+                      assumptions=assumptions, notes=notes)  # fmt: skip

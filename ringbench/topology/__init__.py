@@ -1,12 +1,14 @@
 """Topology: which links join the ranks, what a hop costs, and which ring order avoids the slow ones.
 
 Sources build a `Topology` (NVML, `nvidia-smi topo -m` text, YAML, a measured matrix); `recommend` finds the ring order
-that minimises the worst hop, then the total. See docs/topology.md.
+that minimises the worst hop, then the total; `ring_links` prices a ring's step with the one link model (NIC sharing
+included) that emulated links, the simulator and recommend share. See docs/topology.md.
 """
 
 from __future__ import annotations
 
 from ringbench.topology.cost import DEFAULT_CLASS_COSTS, DEFAULT_MESSAGE_BYTES, ClassCost, CostModel
+from ringbench.topology.linkmodel import RingLinks, ring_links
 from ringbench.topology.links import Link, LinkKind, parse_link_class
 from ringbench.topology.load import load_topology, read_topology_text, resolve_topology, topology_from_run
 from ringbench.topology.measured import from_probe_matrix
@@ -32,6 +34,7 @@ __all__ = [
     "Link",
     "LinkKind",
     "Recommendation",
+    "RingLinks",
     "Topology",
     "collect_local_records",
     "collect_nvml_topology",
@@ -46,6 +49,7 @@ __all__ = [
     "read_topology_text",
     "recommend",
     "resolve_topology",
+    "ring_links",
     "topology_from_run",
     "topology_from_spec",
 ]

@@ -3,9 +3,8 @@
     hop_us = latency_us + message_bytes / (bandwidth_gbps * 1e9) * 1e6
 
 A ring step waits for its slowest hop (every rank sends to its successor at once, and the next step needs the block
-in hand), so the model's communication time per ring step is the *worst* hop; the total over hops is the tie-breaker
-(it also counts how many slow hops share a fabric such as the inter-socket link, which this per-hop model does not
-price as contention).
+in hand). The optimizer ranks rings by the worst hop priced alone, then the total; the ring step's time, with NET
+hops between the same two hosts sharing that link, is topology/linkmodel.py's (the one link model).
 
 The class table below holds NOMINAL defaults: round, order-of-magnitude figures chosen so that the classes rank in the
 order of the `nvidia-smi topo -m` legend (NV# best, then PIX, PXB, PHB, NODE, SYS, then NET). They are not measurements
@@ -127,10 +126,17 @@ class CostModel:
         latency, bandwidth = self.latency_bandwidth(link)
         return latency + self.message_bytes / (bandwidth * 1e3)  # bytes / (GB/s * 1e9) s = bytes / (GB/s * 1e3) us
 
-    def describe(self) -> str:
-        """One line stating the model, for reports and `--json`."""
+    def describe(self, labels: set[str] | None = None) -> str:
+        """One line stating the model, for reports and `--json`; ``labels``: the topology's link classes, so that
+        the line speaks only of links it has (None: every class)."""
         source = "nominal class defaults" if not self.overrides() else "class costs overridden by the topology"
+        kinds = {label.rstrip("0123456789") for label in labels} if labels is not None else {"NET", "SYS", "PXB"}
+        sharing = (", share = the ring's NET hops between the same two hosts (they share that network link)"
+                   if "NET" in kinds else "")  # fmt: skip
+        shared = [text for kind, text in (("SYS", "several hops on one socket link"),
+                                          ("PXB", "PCIe switches shared by several hops")) if kind in kinds]  # fmt: skip
+        unpriced = f"; contention of {' or '.join(shared)} is not modelled" if shared else ""
         return (
-            f"communication per ring step = worst hop's (latency + M / bandwidth), M = {self.message_bytes} bytes; "
-            f"{source}, measured link costs where given; contention on shared links is not modelled"
+            f"communication per ring step = the slowest hop's latency + M{' x share' if sharing else ''} / bandwidth, "
+            f"M = {self.message_bytes} bytes{sharing}; {source}, measured link costs where given{unpriced}"
         )

@@ -3,6 +3,10 @@
 Guarantees: for worlds up to ``exact_limit`` (12 by default) the order is optimal for the cost model (exact.py); beyond
 it, hierarchical construction plus local search (heuristic.py) within ``time_budget_s``. The current order is kept
 when it is already as good (no churn), and a topology where every ring costs the same is reported as such.
+
+The optimizer ranks hops alone (a (max, sum) objective an exact search can take); the predicted speedup prices each
+ring's step with the one link model (topology/linkmodel.py: NET hops between the same two hosts share that link),
+as emulated links and the simulator do, and a ring slower per step than the current one is never recommended.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ringbench.fmt import ring_text
 from ringbench.orders import validate_ring
 from ringbench.topology.exact import MAX_EXACT, solve_exact
 from ringbench.topology.heuristic import hierarchical
+from ringbench.topology.linkmodel import ring_links
 from ringbench.topology.model import Topology
 from ringbench.topology.order_spec import parse_order
 
@@ -35,6 +40,11 @@ class Hop:
     dst: int
     link_class: str
     cost_us: float
+    """The hop alone: latency + the reference message / its bandwidth (what the optimizer ranks)."""
+    share: int = 1
+    """Ring hops sharing this hop's link in one step (NET hops between the same two hosts; topology/linkmodel.py)."""
+    shared_us: float = 0.0
+    """The hop while the whole ring step moves its blocks: its bandwidth divided by ``share``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -53,8 +63,12 @@ class Recommendation:
     current_worst_hop_us: float
     total_us: float
     current_total_us: float
+    step_us: float
+    """The recommended ring's communication per ring step: its slowest hop with NIC sharing (topology/linkmodel.py),
+    the model `--emulate-links` injects and the simulator prices."""
+    current_step_us: float
     predicted_speedup: float
-    """current worst hop / recommended worst hop: the cost model's ratio of communication time per ring step."""
+    """current_step_us / step_us: the link model's ratio of communication time per ring step."""
     model: str
     """The cost model, in words."""
     message_bytes: int
@@ -90,7 +104,15 @@ class Recommendation:
     def to_dict(self) -> dict:
         def hops(items: tuple[Hop, ...]) -> list[dict]:
             return [
-                {"position": h.position, "src": h.src, "dst": h.dst, "class": h.link_class, "cost_us": h.cost_us}
+                {
+                    "position": h.position,
+                    "src": h.src,
+                    "dst": h.dst,
+                    "class": h.link_class,
+                    "cost_us": h.cost_us,
+                    "share": h.share,
+                    "shared_us": h.shared_us,
+                }
                 for h in items
             ]
 
@@ -105,6 +127,8 @@ class Recommendation:
             "current_worst_hop_us": self.current_worst_hop_us,
             "total_us": self.total_us,
             "current_total_us": self.current_total_us,
+            "step_us": self.step_us,
+            "current_step_us": self.current_step_us,
             "predicted_speedup": self.predicted_speedup,
             "predicted_step_change_pct": self.predicted_step_change_pct,
             "model": self.model,
@@ -135,16 +159,26 @@ def _hops(topology: Topology, cost: np.ndarray, order: list[int]) -> tuple[Hop, 
     world = len(order)
     if world < 2:
         return ()
+    links = ring_links(topology, order)
+    shared = links.transfer_us(topology.cost_model.message_bytes)
     return tuple(
         Hop(
             position=position,
             src=order[position],
             dst=order[(position + 1) % world],
-            link_class=topology.link(order[position], order[(position + 1) % world]).label,
+            link_class=links.labels[position],
             cost_us=float(cost[order[position], order[(position + 1) % world]]),
+            share=int(links.shares[position]),
+            shared_us=float(shared[position]),
         )
         for position in range(world)
     )
+
+
+def step_us(topology: Topology, order: Sequence[int]) -> float:
+    """Communication per ring step of ``order`` at the topology's reference message: its slowest hop with NIC
+    sharing (ringbench.topology.linkmodel), what emulated links inject and the simulator prices."""
+    return ring_links(topology, order).step_us(topology.cost_model.message_bytes)
 
 
 def _worst_class(topology: Topology, hops: tuple[Hop, ...]) -> str | None:
@@ -258,15 +292,21 @@ def recommend(
         ring_worst, ring_total = key(ring)
         return ring_worst <= worst + tolerance and ring_total <= total + tolerance
 
-    current_is_optimal = as_good(current)
     # Among equally good rings prefer, in turn, the current one (no churn in the launch configuration), then the
     # identity and its reverse (the simplest to read), then the one found.
     for candidate in (current, list(range(world)), [0, *range(world - 1, 0, -1)]):
         if as_good(candidate):
             order = list(candidate)
             break
+    # The optimizer ranks hops alone; the step shares NICs. A ring slower per step than the current one once sharing
+    # is priced is no recommendation: keep the current one.
+    current_step, found_step = step_us(topology, current), step_us(topology, order)
+    if current_step < found_step * (1 - 1e-9):
+        order = list(current)
+    current_is_optimal = as_good(current) or order == list(current)
     order = rotate_to_zero(order)
     worst, total = key(order)
+    found_step = step_us(topology, order)
     hops, current_hops = _hops(topology, cost, order), _hops(topology, cost, current)
     visible, visible_exact = _cuda_visible_devices(topology, order)
     return Recommendation(
@@ -280,8 +320,10 @@ def recommend(
         current_worst_hop_us=current_worst,
         total_us=total,
         current_total_us=current_total,
-        predicted_speedup=current_worst / worst if worst > 0 else 1.0,
-        model=topology.cost_model.describe(),
+        step_us=found_step,
+        current_step_us=current_step,
+        predicted_speedup=current_step / found_step if found_step > 0 else 1.0,
+        model=topology.cost_model.describe(set(topology.class_counts())),
         message_bytes=topology.cost_model.message_bytes,
         all_equivalent=all_equivalent,
         equivalence_reason=_equivalence_reason(topology) if all_equivalent else "",

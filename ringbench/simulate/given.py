@@ -1,12 +1,15 @@
-"""``SimConfig``: the simulator's timing-level interface (compute and link times given in ms), for tests and
-experiments that need a ring with exactly these costs. SIMULATED, not measured.
+"""``SimConfig``: a ring at given compute and link times (ms), on the simulator's one model. SIMULATED, not measured.
 
-A healthy full (query block, key block) pair computes in ``compute_ms`` (the backward ``bwd_compute_factor``
-times that), a K/V block crosses a link in ``link_ms`` (per hop: ``link_ms_by_hop``); a slow rank and a slow link
-stretch those. The backward rotates one message per step of twice the forward's bytes (K, V with dK, dV) -- the
-engine's real backward, with its separate dK/dV exchange, is what ``SimCase`` (ringbench simulate) models. No
-host overheads; every rank starts an iteration at once. It runs on the same engine (engine.py) and writes the
-same record; ``synthetic_errors`` fills the error columns with typical values (made up; NaN otherwise).
+For tests and experiments that need a ring with exactly these costs: a healthy full (query block, key block) pair
+computes in ``compute_ms`` (the backward ``bwd_compute_factor`` times that), a K/V block crosses a link in
+``link_ms`` (per hop: ``link_ms_by_hop``). It is stated as a `SimCase` and `Costs` (and, for per-hop times, a
+measured-matrix topology) and simulated by `simulate_case`, exactly as ``ringbench simulate`` does: the engine's
+backward with its separate dK/dV exchange (fp32 accumulators: their transfer takes ``link_ms`` times their bytes
+over the K/V block's), no host overheads, every rank starting an iteration at once. A slow rank and a slow link
+are the run's faults (``slow-rank:R:F`` stretches the arithmetic, ``slow-link:S:D:MS`` delays each arrival).
+
+``synthetic_errors`` fills the error columns with typical values for the dtype: made up, so the record says so
+itself (``check_note`` of every such row, meta.json ``synthetic_errors: true``); NaN otherwise (not checked).
 """
 
 from __future__ import annotations
@@ -23,13 +26,11 @@ from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
 from ringbench.record.schema import CASE_COLUMNS
 from ringbench.record.store import RunData
-from ringbench.simulate.case import DTYPE_BYTES, SimCase, class_compute
+from ringbench.simulate.case import DTYPE_BYTES, Cluster, SimCase
 from ringbench.simulate.costs import Costs, LinkCost
-from ringbench.simulate.engine import Lane, Noise, PhaseModel
-from ringbench.simulate.events import full_events
-from ringbench.simulate.results import _row, run_data, write_run
-from ringbench.simulate.timeline import simulate_timeline
+from ringbench.simulate.results import run_data, simulate_case, write_run
 
+SYNTHETIC_NOTE = "synthetic errors: typical values for the dtype, made up for a test (not measured)"
 BUFFERS = ("sync", "double")
 MASKS = ("none", "causal", "causal-naive")
 LAYOUTS = ("contiguous", "zigzag", "striped")
@@ -138,56 +139,53 @@ class SimConfig:
                        faults=tuple(self.faults()))  # fmt: skip
 
 
-def _costs(cfg: SimConfig) -> Costs:
-    """Costs whose full pair computes in compute_ms (forward) and bwd_compute_factor x that (backward)."""
-    local = cfg.seq // cfg.world
+def _costs(cfg: SimConfig, case: SimCase) -> Costs:
+    """Costs whose full pair computes in compute_ms (forward) and bwd_compute_factor x that (backward), and whose
+    K/V block crosses a link in link_ms."""
+    local = case.seq // cfg.world
     pair_gflop = block_flops(cfg.batch, cfg.heads, local, local, cfg.head_dim, 1.0, False) / 1e9
     gflops = pair_gflop * 1e3 / cfg.compute_ms if cfg.compute_ms > 0 else 1e18
-    bwd = cfg.bwd_compute_factor / 2.5
+    bwd = cfg.bwd_compute_factor / 2.5  # block_flops prices the backward at 2.5x the forward
     zero = {phase: {buffer: dict.fromkeys(("enter_ms", "pre_ms", "mid_ms", "post_ms"), 0.0)
                     for buffer in BUFFERS} for phase in ("fwd", "bwd")}  # fmt: skip
+    kv = case.block_bytes("kv")
+    bandwidth = kv / (cfg.link_ms * 1e6) if cfg.link_ms > 0 else 1e12  # GB/s that move one block in link_ms
     return Costs(
         gflops=gflops, call_ms={"fwd": 0.0, "bwd": 0.0}, host_ms=zero, gap_ms=cfg.gap_ms,
         efficiency={"fwd": dict.fromkeys(("full", "causal", "partial"), 1.0),
                     "bwd": dict.fromkeys(("full", "causal", "partial"), bwd if bwd > 0 else 1e-12)},
-        compute_cv=cfg.jitter, link_cv=cfg.jitter, links={"local": LinkCost(latency_us=0.0, bandwidth_gbps=1e9)},
+        compute_cv=cfg.jitter, link_cv=cfg.jitter, links={"local": LinkCost(latency_us=0.0, bandwidth_gbps=bandwidth)},
         source="SimConfig",
     )  # fmt: skip
 
 
-def _models(cfg: SimConfig, case: SimCase, costs: Costs) -> dict[str, PhaseModel]:
-    ring = np.asarray(cfg.ring)
-    src = np.roll(ring, 1)
-    hop_ms = np.array([cfg.link_ms_by_hop.get((int(a), int(b)), cfg.link_ms) for a, b in zip(src, ring, strict=True)])
-    if cfg.slow_link is not None:
-        hop_ms = hop_ms + cfg.slow_link_extra_ms * ((src == cfg.slow_link[0]) & (ring == cfg.slow_link[1]))
-    slow = None
-    if cfg.slow_rank is not None and cfg.slow_factor != 1.0:
-        slow = np.where(ring == cfg.slow_rank, cfg.slow_factor, 1.0)
-    rng = np.random.default_rng([case.seed, 7])
-    noise = Noise.build(rng, case.iterations * case.world, case.world + 1, costs.compute_cv, costs.link_cv)
-    models = {}
-    for phase in case.phases:
-        scale = 2 if phase == "bwd" else 1  # K, V with dK, dV in one message
-        lane = Lane(name="kv", nbytes=case.block_bytes("kv") * scale, transfer_ms=hop_ms * scale)
-        compute, work = class_compute(case, costs, phase)
-        models[phase] = PhaseModel(phase=phase, buffer=cfg.buffer, ring=ring, compute_ms=compute, work_ms=work,
-                                   slow=slow, lanes={"kv": lane}, noise=noise)  # fmt: skip
-    return models
+def _cluster(cfg: SimConfig, case: SimCase) -> Cluster:
+    """Per-hop link times as a measured-matrix topology (no NET: nothing shares a link); else the local link."""
+    if not cfg.link_ms_by_hop:
+        return Cluster()
+    from ringbench.topology import from_probe_matrix
+
+    kv = case.block_bytes("kv")
+    ms = np.full((cfg.world, cfg.world), cfg.link_ms, dtype=float)
+    for (src, dst), value in cfg.link_ms_by_hop.items():
+        ms[src, dst] = value
+    bandwidth = kv / (np.clip(ms, 1e-9, None) * 1e6)
+    np.fill_diagonal(bandwidth, 1.0)
+    return Cluster(topology=from_probe_matrix(np.zeros_like(ms), bandwidth))
 
 
 def _simulate_repeat(cfg: SimConfig, repeat: int) -> tuple[pd.DataFrame, dict]:
     case = cfg.sim_case(repeat)
-    costs = _costs(cfg)
-    timeline = simulate_timeline(case, costs, models=_models(cfg, case, costs))
-    events = full_events(timeline, cfg.name, repeat)
-    row = _row(case, costs, timeline, events, repeat, bounded=False, case_id=cfg.name)
-    row |= {"order": "-".join(map(str, cfg.ring)), "faults": ";".join(cfg.faults()),
-            "emulated_gflops": math.nan, "check_note": ""}  # fmt: skip
-    rng = np.random.default_rng([cfg.seed, repeat, 1])
-    err = _TYPICAL_ERROR[cfg.dtype] * np.sqrt(cfg.world) if cfg.synthetic_errors else np.nan
-    row |= {"fwd_max_abs_err": err * rng.uniform(0.5, 1.5), "bwd_max_abs_err": 2 * err * rng.uniform(0.5, 1.5)}
-    return events, row
+    result = simulate_case(case, _costs(cfg, case), _cluster(cfg, case), repeat=repeat, max_events=1 << 62,
+                           case_id=cfg.name)  # fmt: skip
+    row = result.row | {"order": "-".join(map(str, cfg.ring)), "faults": ";".join(cfg.faults()),
+                        "emulated_gflops": math.nan}  # fmt: skip
+    if cfg.synthetic_errors:
+        rng = np.random.default_rng([cfg.seed, repeat, 1])
+        err = _TYPICAL_ERROR[cfg.dtype] * np.sqrt(cfg.world)
+        row |= {"fwd_max_abs_err": err * rng.uniform(0.5, 1.5), "bwd_max_abs_err": 2 * err * rng.uniform(0.5, 1.5),
+                "check_note": SYNTHETIC_NOTE}  # fmt: skip
+    return result.events, row
 
 
 def simulate(configs: SimConfig | Sequence[SimConfig]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -211,8 +209,12 @@ def simulate_run(
     """A RunData of simulated cases (in memory; see write_simulated_run to store it)."""
     configs = [configs] if isinstance(configs, SimConfig) else list(configs)
     events, cases = simulate(configs)
-    run = run_data([], _costs(configs[0]), run_id=run_id, path=path, command="ringbench.simulate (SimConfig)",
+    first = configs[0]
+    run = run_data([], _costs(first, first.sim_case()), run_id=run_id, path=path,
+                   command="ringbench.simulate (SimConfig)",
                    extra={"configs": [_plain(asdict(c)) for c in configs]})  # fmt: skip
+    if any(cfg.synthetic_errors for cfg in configs):
+        run.meta["simulation"]["synthetic_errors"] = True  # the error columns are made up: the record says so
     run.events, run.cases = events, cases
     run.meta["faults"] = sorted({spec for cfg in configs for spec in cfg.faults()})
     worlds = sorted({cfg.world for cfg in configs})

@@ -1,0 +1,88 @@
+"""`recommend`'s predicted speedup against `run --emulate-links` on two-host topologies, order by order.
+
+For each current order: measure it (``ringbench run --topology FILE --emulate-links``), ask ``ringbench recommend
+RUN_DIR --order ORDER`` (the link model's communication speedup, and the step-time speedup the simulator predicts
+calibrated on that run), measure the recommended ring, and print the three side by side. Target (issue 17):
+predicted and measured within 25 % of each other.
+
+    python benchmarks/validate_recommend.py                       # 2 hosts x 4 GPUs, three orders (about 5 min)
+    python benchmarks/validate_recommend.py --hosts 2 --gpus 2 --order stride:2
+
+Emulated compute (``modelled:50``: no arithmetic, the cores stay free), forward only, zigzag, double buffering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TOPOLOGY = """name: two-host-{gpus}x{hosts}
+intra: NV4
+inter: NET
+hosts:
+  - name: node
+    count: {hosts}
+    gpus: {gpus}
+class_costs:
+  NET: {{latency_us: {latency}, bandwidth_gbps: {bandwidth}}}
+"""
+RUN = ["--heads", "2", "--head-dim", "32", "--mask", "causal", "--layout", "zigzag", "--buffer", "double",
+       "--kernel", "modelled:50", "--no-backward", "--iters", "4", "--warmup", "1", "--no-check", "--emulate-links",
+       "--json", "--quiet"]  # fmt: skip
+
+
+def _ringbench(*args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "ringbench", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"ringbench {' '.join(args[:2])} failed ({done.returncode}): {done.stderr.strip()[-600:]}")
+    return json.loads(done.stdout)
+
+
+def _measure(out: Path, topology: Path, order: str, world: int, seq: int) -> tuple[str, float]:
+    document = _ringbench("run", "--world", str(world), "--seq", str(seq), "--order", order, "--topology",
+                          str(topology), *RUN, "--out", str(out / order.replace(":", "_")))  # fmt: skip
+    return document["run_dir"], float(document["cases"][0]["step_ms"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--latency-us", type=float, default=100.0)
+    parser.add_argument("--bandwidth-gbps", type=float, default=0.02)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--order", action="append", help="current orders (default: three hostile ones)")
+    parser.add_argument("--out", type=Path, default=Path("results/validate-recommend"))
+    args = parser.parse_args()
+    world = args.hosts * args.gpus
+    args.out.mkdir(parents=True, exist_ok=True)
+    topology = args.out / "topology.yaml"
+    topology.write_text(TOPOLOGY.format(hosts=args.hosts, gpus=args.gpus, latency=args.latency_us,
+                                        bandwidth=args.bandwidth_gbps))  # fmt: skip
+    interleaved = "-".join(str(h * args.gpus + g) for g in range(args.gpus) for h in range(args.hosts))
+    # NET hops shared 4, 2 and 3 ways on 2 x 4: every hop crosses; every other; six of eight
+    default = [interleaved, "stride:2"] + (["0-4-1-5-2-3-6-7"] if (args.hosts, args.gpus) == (2, 4) else [])
+    orders = args.order or default
+    recommended_ms: dict[str, float] = {}
+    print(f"{world} ranks on {args.hosts} hosts x {args.gpus} GPUs (NV4 inside, NET {args.latency_us:g} us + "
+          f"{args.bandwidth_gbps:g} GB/s), S = {args.seq}, emulated compute and links")  # fmt: skip
+    print("| current order | recommended | communication speedup (link model) | predicted step speedup (SIMULATED) "
+          "| measured step speedup | predicted / measured |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|")
+    for order in orders:
+        run_dir, current_ms = _measure(args.out, topology, order, world, args.seq)
+        advice = _ringbench("recommend", run_dir, "--order", order, "--json")
+        recommended = advice["order_arg"]
+        if recommended not in recommended_ms:
+            recommended_ms[recommended] = _measure(args.out, topology, recommended, world, args.seq)[1]
+        measured = current_ms / recommended_ms[recommended]
+        predicted = advice["predicted_step"]["speedup"]
+        print(f"| {order} | {recommended} | x{advice['predicted_speedup']:.2f} | x{predicted:.2f} | x{measured:.2f} "
+              f"({current_ms:,.1f} / {recommended_ms[recommended]:,.1f} ms) | {predicted / measured:.2f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
