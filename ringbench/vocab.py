@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-import torch
-
 from ringbench.errors import UsageError, bad_value
 
 
@@ -148,7 +146,7 @@ class Buffer(_Choice):
         return self in (Buffer.SYNC, Buffer.SYNC_SHORT)
 
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("float64", "float32", "bfloat16", "float16")  # torch dtype names: getattr(torch, name)
 
 # Largest absolute error allowed against the float64 reference, forward and backward, per input dtype.
 TOLERANCE = {

@@ -24,12 +24,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ringbench.errors import UsageError
 from ringbench.vocab import Layout
+
+if TYPE_CHECKING:
+    import torch
 
 BALANCE_CHUNKS = (2, 4, 8, 16)  # chunks per rank tried by doc-balanced, fewest first
 BALANCE_TARGET = 1.03  # doc-balanced takes the fewest chunks whose predicted imbalance is within this
@@ -53,6 +56,8 @@ class Segment:
         return self.start + (self.length - 1) * self.stride
 
     def positions(self) -> torch.Tensor:
+        import torch  # the plan is plain Python; only tensors need torch (commands that plan do not load it)
+
         return torch.arange(self.length) * self.stride + self.start
 
 
@@ -202,6 +207,8 @@ def segments(layout: Layout | str, seq: int, world: int, rank: int, rule=None) -
 
 def token_positions(layout: Layout | str, seq: int, world: int, rank: int, rule=None) -> torch.Tensor:
     """Global positions of rank ``rank``'s local rows, in local-row order."""
+    import torch
+
     return torch.cat([segment.positions() for segment in segments(layout, seq, world, rank, rule)])
 
 
