@@ -85,7 +85,7 @@ def test_emulated_links_share_the_nic_and_the_port_by_the_exchange():
     ring = (0, 2, 1, 3)  # four hops cross hosts, two in each direction
     faults = RankFaults(rank=0, link_model=model, ring=ring)
     ring_flows = [(ring[p], ring[(p + 1) % 4]) for p in range(4)]
-    assert faults._flow_sharing(0, 2, ring_flows) == faults._net_sharing(0, 2) == 2
+    assert faults._flow_sharing(0, 2, ring_flows) == faults._net_shares()[(0, 2)] == 2
     a2a = [(a, b) for a in range(4) for b in range(4) if a != b]
     assert faults._flow_sharing(0, 2, a2a) == 4 and faults._flow_sharing(0, 1, a2a) == 1
     delay = faults.link_delay()

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         from ringbench.cli.simulate_cmd import assumed_lines, calibration_table
         from ringbench.simulate.calibration_run import calibration_scenario, run_calibration
 
-        output = Output(json=json_out, quiet=quiet)
+        output = Output(json=json_out, quiet=quiet, document="calibrate")
         with cli_errors():
             scenario = calibration_scenario(
                 world=world, seq=seq, heads=heads, head_dim=head_dim, batch=batch, dtype=dtype, kernel=kernel,
