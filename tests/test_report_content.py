@@ -50,6 +50,12 @@ def sweep():
 
 
 @pytest.fixture(scope="module")
+def sweep_content(sweep):
+    """The sweep's report content, built once (its figures are most of a report's cost); tests only read it."""
+    return build_content(sweep)
+
+
+@pytest.fixture(scope="module")
 def real():
     return analyze(load_run(DATA / "real_w8_slow_link"))
 
@@ -58,8 +64,8 @@ def _red(color) -> bool:
     return np.allclose(mcolors.to_rgba(color), RED)
 
 
-def test_answers_block_heads_html_and_markdown(sweep):
-    content = build_content(sweep)
+def test_answers_block_heads_html_and_markdown(sweep, sweep_content):
+    content = sweep_content
     block = answers(sweep, str(sweep.run.path)).lines()
     first = content.sections[0]
     assert first.title == "Answers" and first.lead == block[0]
@@ -78,8 +84,8 @@ def test_a_culprit_hidden_by_overlap_is_named_in_the_headline_not_denied(real):
     assert block.straggler.startswith("hop 2 → 3 (link)")
 
 
-def test_every_contents_link_has_its_anchor(sweep):
-    content = build_content(sweep)
+def test_every_contents_link_has_its_anchor(sweep_content):
+    content = sweep_content
     html, md = render_html(content), render_markdown(content)
     links = re.findall(r'href="#([^"]+)"', html)
     assert {"answers", "verdict", "step-time", "cases", "details", "run"} <= set(links)
@@ -90,8 +96,8 @@ def test_every_contents_link_has_its_anchor(sweep):
     assert set(re.findall(r"\]\(#([^)]+)\)", md)) <= md_ids
 
 
-def test_cases_table_has_the_kernel_short_labels_and_full_ids(sweep):
-    content = build_content(sweep)
+def test_cases_table_has_the_kernel_short_labels_and_full_ids(sweep, sweep_content):
+    content = sweep_content
     cases = next(s for s in content.sections if s.anchor == "cases")
     table, ids = cases.tables
     assert table.columns[:3] == ["#", "case", "kernel"]
@@ -230,8 +236,8 @@ def _texts(fig):
     return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
 
 
-def test_figures_are_2x_with_labels_of_at_least_9_pt(sweep, real, tmp_path):
-    content = build_content(sweep)
+def test_figures_are_2x_with_labels_of_at_least_9_pt(sweep, sweep_content, real, tmp_path):
+    content = sweep_content
     assert len(content.figures) >= 7
     for png in content.figures:
         image = Image.open(io.BytesIO(png.data))

@@ -29,7 +29,7 @@ def _assert_exact(cases, results):
     assert not failures, failures[:10]
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("world", [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_every_variant_is_exact(world):
     # One launch per world size: the original masks, every strategy, and the document and window masks beside them.
     extra = mask_cases(world, full=world == 1) if world in (1, 2, 3) else []
