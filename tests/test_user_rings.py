@@ -58,9 +58,9 @@ def check(program: UserRing, world: int, verdict: dict, slowdown_ms: float) -> N
 DEFAULT_WORLD = 3
 DEFAULT = [
     UserRing(name="clean", barrier="end", kv_messages=2, api="isend", iters=5, block_ms=3.0),
-    UserRing(name="late-after-compute", fault="after_compute", fault_rank=1, delay_ms=6.0, barrier="end",
+    UserRing(name="late-after-compute", fault="after_compute", fault_rank=1, delay_ms=15.0, barrier="end",
              kv_messages=2, api="isend", iters=5, block_ms=3.0),
-    UserRing(name="slow-hop-thread", fault="link_thread", fault_rank=2, delay_ms=8.0, barrier="end", kv_messages=2,
+    UserRing(name="slow-hop-thread", fault="link_thread", fault_rank=2, delay_ms=20.0, barrier="end", kv_messages=2,
              api="isend", iters=5, block_ms=3.0),
 ]  # fmt: skip
 

@@ -37,7 +37,7 @@ SATURATION_SHARE = 0.05  # more saturated kernel calls than this share of comput
 MIN_ITERATIONS = 3  # consistency across iterations needs at least this many
 CLOCK_BOUND_SHARE = 0.10  # the clock alignment bound must be under this share of a median compute span
 CLOCK_VIOLATION_SHARE = 0.05  # more transfers than this arriving before they were sent: clocks disagree
-COMPUTE_MIN_SHARE = 0.05  # imported: compute spans must cover at least this share of the median rank's time
+COMPUTE_MIN_SHARE = 0.05  # imported: compute and wait spans must cover at least this share of the median rank's time
 
 
 def oversubscribed_cases(cases: pd.DataFrame, meta: RunMeta) -> frozenset[str]:
@@ -250,10 +250,11 @@ def _compute_missing(events: pd.DataFrame, ids: list[str]) -> dict[str, str]:
             out[case_id] = f"rank(s) {', '.join(map(str, lacking[:8]))} with no compute span"
             continue
         total = (iteration["end_ns"] - iteration["start_ns"]).groupby(iteration["rank"]).sum()
-        busy = (comp["end_ns"] - comp["start_ns"]).groupby(comp["rank"]).sum()
-        share = float((busy / total.where(total > 0)).median())
+        named = mine[mine["kind"].isin(["compute", "wait", "collective"])]
+        busy = (named["end_ns"] - named["start_ns"]).groupby(named["rank"]).sum()
+        share = float((busy / total.where(total > 0)).clip(upper=1.0).median())
         if share < COMPUTE_MIN_SHARE:
-            out[case_id] = f"compute spans cover {share:.1%} of the median rank's time"
+            out[case_id] = f"compute and wait spans cover {share:.1%} of the median rank's time"
     return out
 
 

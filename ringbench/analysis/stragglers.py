@@ -20,7 +20,8 @@ other ranks, the other links of the same phase and exchange): ``ratio = own / pe
 
 so that a tiny, noisy run says nothing rather than something random. Hops are judged in rings of >= 3 ranks only
 (``LINK_MIN_PEERS``): with 2 ranks the only other hop is the reverse direction of the same pair. A flagged rank takes precedence over the
-links into and out of it (a slow rank's late posts and late stamps make its links look slow, never the reverse).
+links into and out of it (a slow rank's late posts and late stamps make its links look slow, never the reverse),
+unless its cost is under RANK_EXPLAINS_LINK of the link's: then the link is a culprit of its own.
 The thresholds were tuned on real 8-rank gloo runs on 2 CPU cores, where a healthy hop's low-quantile transfer
 time varies by up to ~12% of a step's compute from hop to hop (benchmarks/detection_real.py). The cost of a flagged resource to the ring,
 per iteration, is the time it spends on the critical path times (1 - 1/ratio): what the path would shrink by at
@@ -99,6 +100,7 @@ CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at le
 MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
 LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
 LINK_MIN_PEERS = 2  # a hop is judged against the median of at least two other hops (rings of >= 3 ranks)
+RANK_EXPLAINS_LINK = 0.5  # a flagged rank hides the links it touches only if it costs at least this share of theirs
 MIN_MEASURED_ITERATIONS = 3  # a hop is judged when measured (uncensored) in this many iterations and half of them
 TIE_SHARE = 0.05  # flagged resources this close (relative unit time) to the culprit are equally to blame
 WORK_KINDS = ("compute", "own")  # a rank's own time: its compute and its other work
@@ -324,10 +326,16 @@ def straggler_table(
     is_rank = out["resource"] == "rank"
     # A slow rank also makes the links into and out of it look slow (late posts, late completion stamps); a
     # slow link never makes compute spans longer. So a flagged rank takes precedence over the links it touches.
+    # Unless the rank explains too little of the link: a link costing the ring several times what the flagged rank
+    # beside it does (a helper thread's late send on a rank that the machine's noise also made a little slow) is
+    # its own culprit, and both stay flagged (the costlier is named).
     ranks = out[is_rank & out["candidate"]]
-    slow = set(zip(ranks["case_id"], ranks["rank"], strict=True))
-    cases, srcs, dsts = out["case_id"], out["src"], out["dst"]
-    touches = np.array([(c, a) in slow or (c, b) in slow for c, a, b in zip(cases, srcs, dsts, strict=True)], bool)
+    slow = dict(zip(zip(ranks["case_id"], ranks["rank"], strict=True), ranks["cost_ms"].fillna(np.inf), strict=True))
+    cases, srcs, dsts, costs = out["case_id"], out["src"], out["dst"], out["cost_ms"].fillna(0.0)
+    touches = np.array([
+        max(slow.get((c, a), -1.0), slow.get((c, b), -1.0)) >= RANK_EXPLAINS_LINK * cost
+        for c, a, b, cost in zip(cases, srcs, dsts, costs, strict=True)
+    ], bool)  # fmt: skip
     blamable = ~out["case_id"].isin(no_blame).to_numpy()
     out["flagged"] = (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
     out["tied"] = _ties(out)
