@@ -188,3 +188,15 @@ def test_ringbench_calibrate_measures_what_a_single_case_cannot(tmp_path):
     run = load_run(document["run_dir"])
     assert run.meta["calibration"]["sources"] and sorted(run.cases["seq"].unique()) == [256, 512]
     assert "measured by this run" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--world", "0"], "world=0 is not allowed; expected an integer >= 1"),
+    (["--world", "2", "--seq", "6"], "seq=6 is not allowed"),
+    (["--heads", "0"], "heads=0 is not allowed"),
+])  # fmt: skip
+def test_ringbench_calibrate_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    from cli_helpers import assert_one_line_error
+
+    result = CliRunner().invoke(app, ["calibrate", *args, "--out", str(tmp_path)])
+    assert_one_line_error(result, message)

@@ -37,6 +37,8 @@ def calibration_scenario(*, world: int = 2, seq: int = DEFAULT_SEQ, heads: int =
                          warmup: int = 1, check: bool = False, timeout: float = 60.0, topology: str | None = None,
                          emulate_links: bool = False) -> Scenario:  # fmt: skip
     """The calibration sweep (module docstring): S/2 and S, sync and double, forward and backward."""
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise bad_value("world", world, "an integer >= 1")
     parts = 2 * world if layout == "zigzag" else world
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 2 * parts or seq % (2 * parts):
         raise bad_value("seq", seq, f"a multiple of {2 * parts} (S/2 must split into {parts} equal parts too)")
