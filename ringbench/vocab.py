@@ -254,6 +254,6 @@ class Strategy:
         ulysses = self.ulysses_degree(world)
         if heads % ulysses:
             raise UsageError(
-                f"{field}={self.spec!r} is not allowed with heads={heads}: Ulysses of degree {ulysses} needs the "
-                f"heads divisible by {ulysses}"
+                f"{field}={self.spec!r} is not allowed with heads={heads} on world={world}: Ulysses of degree "
+                f"{ulysses} needs the heads divisible by {ulysses}"
             )

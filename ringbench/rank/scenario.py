@@ -344,8 +344,8 @@ class Scenario:
             for world, heads in itertools.product(self.world, self.heads):
                 try:
                     strategy.check(world, heads)
-                except UsageError as exc:
-                    raise UsageError(where + str(exc) + f" (world={world})") from None
+                except UsageError as exc:  # the message names the world (or the heads) itself
+                    raise UsageError(where + str(exc)) from None
             if strategy.grouped:
                 for world, placement in itertools.product(self.world, self.placement):
                     try:
