@@ -25,6 +25,7 @@ def _run(tmp_path, name: str, *args: str):
     return json.loads(result.stdout)["run_dir"]
 
 
+@pytest.mark.slow  # a measured step against a prediction within 25 %: the serial tier, where no other test shares the cores
 def test_predicts_a_measured_ring_of_another_size(tmp_path):
     calibration = _run(tmp_path, "cal", "--world", "4")
     target = _run(tmp_path, "target", "--world", "2", "--fault", "slow-link:1:0:3")
