@@ -44,8 +44,9 @@ def test_probe_shows_the_emulated_slow_pair(probe_run):
     # loaded 2-core runner can stretch one fast pair to a few ms, so the comparison is against their median).
     assert min(latency[p] for p in slow) > 2500, latency
     assert min(latency[p] for p in slow) > 2 * np.median([latency[p] for p in fast]), latency
-    assert max(bandwidth[p] for p in slow) < np.median([bandwidth[p] for p in fast]), bandwidth
-    assert 0.02 < bandwidth[1, 2] < 0.1, bandwidth  # the topology says 0.05 GB/s
+    # The slow pair's bandwidth is the topology's (0.05 GB/s); the loopback pairs' is not compared with it: on a loaded
+    # runner their 16 KB transfers measured as low as 0.004 GB/s (scheduling, not the link).
+    assert 0.02 < bandwidth[1, 2] < 0.1, bandwidth
     assert document["world"] == 3 and document["sizes"] == [8, 16384] and document["emulated_links"]
 
 
