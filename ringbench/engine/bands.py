@@ -29,13 +29,7 @@ def _lower(r0: int, r1: int, lk: int, lo: int) -> list[tuple]:
     full_hi = min(lk, r0 - lo)
     if full_hi > 0:
         out.append(("full", r0, r1, 0, full_hi))
-    j0 = r0 - lo
-    n = min(lk, r1 - lo) - j0
-    if n > 0:
-        out.append(("causal", r0, r0 + n, j0, j0 + n))
-        if r0 + n < r1:
-            out.append(("full", r0 + n, r1, j0, j0 + n))
-    return out
+    return out + _causal_edge(r0, r1, lk, lo)
 
 
 def _strips(r0: int, r1: int, lk: int, lo: int, hi: int, height: int) -> list[tuple]:
@@ -50,13 +44,17 @@ def _strips(r0: int, r1: int, lk: int, lo: int, hi: int, height: int) -> list[tu
         full_lo, full_hi = max(0, end - 1 - hi), min(lk, r - lo)
         if full_hi > full_lo:
             out.append(("full", r, end, full_lo, full_hi))
-        j0 = r - lo
-        n = min(lk, end - lo) - j0
-        if n > 0:
-            out.append(("causal", r, r + n, j0, j0 + n))
-            if r + n < end:
-                out.append(("full", r + n, end, j0, j0 + n))
+        out += _causal_edge(r, end, lk, lo)
     return out
+
+
+def _causal_edge(r0: int, r1: int, lk: int, lo: int) -> list[tuple]:
+    """Along the causal edge j <= i - lo of rows [r0, r1): a CAUSAL square, and the FULL rows below it."""
+    j0 = r0 - lo
+    n = min(lk, r1 - lo) - j0
+    if n <= 0:
+        return []
+    return [("causal", r0, r0 + n, j0, j0 + n)] + ([("full", r0 + n, r1, j0, j0 + n)] if r0 + n < r1 else [])
 
 
 def _thin(r0: int, r1: int, lk: int, lo: int, hi: int, height: int) -> list[tuple]:
