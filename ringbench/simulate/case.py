@@ -133,8 +133,10 @@ class SimCase:
         kv_heads = self.kv_heads or self.heads
         if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or self.heads % kv_heads:
             raise bad_value("kv_heads", self.kv_heads, f"an integer >= 1 dividing heads={self.heads}")
-        if kv_heads % strategy.ulysses_degree(self.world):
-            raise bad_value("strategy", strategy.spec, f"a Ulysses degree dividing kv_heads={kv_heads}")
+        degree = strategy.ulysses_degree(self.world)
+        if kv_heads % degree and degree % kv_heads:  # fewer KV heads than the degree: each is repeated (DeepSpeed)
+            raise bad_value("strategy", strategy.spec, f"a Ulysses degree dividing kv_heads={kv_heads}, or a "
+                            f"multiple of it (the KV heads repeated)")  # fmt: skip
         twin = Case(world=self.world, seq=self.seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
                     dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=self.order,
                     kernel=SIMULATED_KERNEL, strategy=strategy.spec, placement=self.placement)  # fmt: skip
@@ -176,7 +178,7 @@ class SimCase:
         """Bytes of one K/V block (``kv``) or one dK/dV accumulator (``dkv``, fp32; fp64 for fp64 inputs)."""
         local = self.seq // self.world
         size = DTYPE_BYTES[self.dtype] if lane == "kv" else (8 if self.dtype == "float64" else 4)
-        return 2 * self.batch * self.heads * local * self.head_dim * size
+        return 2 * self.batch * (self.kv_heads or self.heads) * local * self.head_dim * size
 
     @property
     def legacy_mask(self) -> bool:
@@ -323,6 +325,12 @@ def class_compute(case: SimCase, costs: Costs, phase: str) -> tuple[np.ndarray, 
     backward = phase == "bwd"
     classes = case.classes().classes
     total, work = np.zeros(len(classes)), np.zeros(len(classes))
+    if costs.kernel is not None and case.gflops is None:
+        for index, pair in enumerate(classes):
+            for block in pair.blocks:
+                total[index] += block_ms(case, costs, phase, block)
+                work[index] += block_ms(case, costs, phase, block, arithmetic=True)
+        return total, work
     for index, pair in enumerate(classes):
         for block in pair.blocks:
             gflop = block_flops(case.batch, case.heads, 1, 1, case.head_dim, 1.0, backward) * block.work_pairs / 1e9
@@ -330,6 +338,38 @@ def class_compute(case: SimCase, costs: Costs, phase: str) -> tuple[np.ndarray, 
             work[index] += ms
             total[index] += ms + costs.call_ms.get(phase, 0.0)
     return total, work
+
+
+def block_ms(case: SimCase, costs: Costs, phase: str, block, *, arithmetic: bool = False, heads: float | None = None,
+             q_len: float | None = None, k_len: float | None = None) -> float:  # fmt: skip
+    """One kernel call of the mask plan on the catalogue's attention kernel (``costs.kernel``), with its merge into
+    the accumulator; ``arithmetic``: only the kernel's arithmetic (what a slower rank stretches). ``heads``,
+    ``q_len``, ``k_len`` replace the block's (a Ulysses group's call on its heads and rows)."""
+    heads = case.heads if heads is None else heads
+    q = block.q_len if q_len is None else q_len
+    k = block.k_len if k_len is None else k_len
+    if not q or not k:  # a block without its shape (an old plan): square of its computed entries
+        q = k = math.sqrt(max(block.work_pairs, 1.0))
+    kind = "full" if block.kind == "full" else "causal"
+    visible = None if kind == "full" else block.visible_pairs
+    rates = costs.kernel
+    if arithmetic:
+        return rates.arithmetic_ms(phase, kind, q, k, case.batch * heads, case.head_dim, visible)
+    merge = costs.merge_ms_per_melem * case.batch * heads * q * case.head_dim / 1e6
+    return rates.call_ms(phase, kind, q, k, case.batch * heads, case.head_dim, visible) + merge
+
+
+def gathered_compute(case: SimCase, costs: Costs, phase: str) -> np.ndarray:
+    """(N,) per rank: its attention over the gathered K, V as one call of the catalogue's kernel (its queries
+    against every key it sees), with one merge; the all-gather baseline as TransformerEngine runs it."""
+    classes = case.classes()
+    visible = case.per_rank(np.array([sum(b.visible_pairs for b in c.blocks) for c in classes.classes]))
+    local = case.seq // case.world
+    full = all(b.kind == "full" for c in classes.classes for b in c.blocks)
+    heads = case.batch * case.heads
+    merge = costs.merge_ms_per_melem * heads * local * case.head_dim / 1e6
+    return np.array([costs.kernel.call_ms(phase, "full" if full else "causal", local, case.seq, heads,
+                                          case.head_dim, None if full else float(v)) + merge for v in visible])  # fmt: skip
 
 
 def class_flops(case: SimCase, phase: str) -> np.ndarray:
@@ -371,10 +411,12 @@ def phase_models(case: SimCase, costs: Costs, cluster: Cluster, rng: np.random.G
         if route is not None:
             extra = _short_phase(case, costs, cluster, ring, route, phase, base)
             phase_lanes = extra.pop("lanes", phase_lanes)
+        if buffer.value == "allgather" and costs.kernel is not None and case.gflops is None:
+            extra["gathered_ms"] = gathered_compute(case, costs, phase)[ring] * share
         models[phase] = PhaseModel(
             phase=phase, buffer=base, ring=ring, compute_ms=compute, work_ms=work, slow=slow, lanes=phase_lanes,
             enter_ms=host["enter_ms"], pre_ms=host["pre_ms"], mid_ms=host["mid_ms"], post_ms=host["post_ms"],
-            noise=noise, pairs=pairs, **extra,
+            noise=noise, pairs=pairs, overlap_penalty=costs.overlap_penalty, **extra,
         )  # fmt: skip
     return models
 

@@ -10,6 +10,13 @@ from the measured spread of barrier exits.
 
 DEFAULTS are round figures of a current accelerator (not a measurement of any machine): 400 TFLOP/s of attention
 arithmetic, 10 us kernel calls, 100 GB/s and 5 us links between ranks without a topology, no noise.
+
+A GPU of the hardware catalogue (simulate/priors.py) replaces the rate with its attention kernel's model
+(``kernel``: the time of a call from its shape, ringbench/hardware/kernel.py) and states the costs a real ring pays
+beside the kernels, each its own term so that a calibration can identify it: the online-softmax merge of every
+block (``merge_ms_per_melem``), the launch and stream gaps of a ring step (``host_ms``), the layout copies of an
+all-to-all (``transpose_ms_per_mib``, with its fixed gap in ``strategy_ms``) and the imperfect overlap of a transfer
+with the kernel beside it (``overlap_penalty``).
 """
 
 from __future__ import annotations
@@ -90,12 +97,30 @@ class Costs:
     """Per strategy kind (ulysses, hybrid, double-ring): the fixed host time of one of its events beyond the ring's
     (an all-to-all's copies; a double-ring rotation's outer merge), fitted on a run's cases of that strategy
     (simulate/strategy_fit.py); absent: none."""
+    kernel: object = None
+    """A hardware.KernelRates: blocks cost what that attention kernel takes for their shape (a catalogue PRIOR);
+    None: ``call_ms`` plus computed FLOPs at ``gflops`` x ``efficiency``."""
+    merge_ms_per_melem: float = 0.0
+    """The online-softmax merge of one block's partial result into the accumulator: ms per million output elements
+    (rows x heads x head dim x batch) it merges."""
+    transpose_ms_per_mib: float = 0.0
+    """An all-to-all's layout copies (before and after the exchange): ms per MiB of the tensors it exchanges."""
+    overlap_penalty: float = 0.0
+    """Double buffers: a transfer beside a kernel slows it by this share of the transfer's time (NCCL's SMs and
+    memory traffic); 0: perfect overlap."""
     source: str = "defaults"
-    """Where the costs come from: ``defaults`` or the calibrating run."""
+    """Where the costs come from: ``defaults``, a catalogue GPU (``prior:<gpu>``) or the calibrating run."""
 
     def __post_init__(self) -> None:
         _finite("gflops", self.gflops, positive=True)
-        for name in ("compute_cv", "link_cv", "gap_ms"):
+        for name in (
+            "compute_cv",
+            "link_cv",
+            "gap_ms",
+            "merge_ms_per_melem",
+            "transpose_ms_per_mib",
+            "overlap_penalty",
+        ):
             _finite(name, getattr(self, name))
         for name in ("compute_noise", "link_noise"):
             for value in getattr(self, name):
@@ -149,6 +174,12 @@ class Costs:
             "start_skew_ms": list(self.start_skew_ms),
             "gap_ms": self.gap_ms,
             "strategy_ms": dict(self.strategy_ms),
+            "kernel": None
+            if self.kernel is None
+            else {"gpu": self.kernel.gpu, "attention": self.kernel.kernel, "dtype": self.kernel.dtype},
+            "merge_ms_per_melem": self.merge_ms_per_melem,
+            "transpose_ms_per_mib": self.transpose_ms_per_mib,
+            "overlap_penalty": self.overlap_penalty,
             "source": self.source,
         }
 
@@ -162,6 +193,13 @@ class Costs:
         skew = tuple(data.pop("start_skew_ms", (0.0,))) or (0.0,)
         for name in ("compute_noise", "link_noise"):
             data[name] = tuple(float(v) for v in data.get(name, ()))
+        kernel = data.pop("kernel", None)
+        if kernel:
+            from ringbench.hardware import find_gpu
+
+            data["kernel"] = find_gpu(str(kernel["gpu"]), "costs.kernel.gpu").kernel_rates(
+                str(kernel["dtype"]), str(kernel["attention"])
+            )
         try:
             links = {name: LinkCost(**value) for name, value in dict(links_doc).items()}
             return cls(**data, links=links or dict(DEFAULT_LINKS), start_skew_ms=skew)

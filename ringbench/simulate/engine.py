@@ -179,6 +179,12 @@ class PhaseModel:
     """lane -> (labels, N) bool: the exchange posted with that step label reaches position p (None: all do)."""
     dkv_posts: int | None = None
     """Backward: steps that post a dK/dV exchange (None: every step)."""
+    overlap_penalty: float = 0.0
+    """Double buffers: the compute beside a K/V transfer takes this share of the transfer's time longer (0: the
+    transfer and the kernel overlap perfectly)."""
+    gathered_ms: np.ndarray | None = None
+    """The all-gather baseline on a GPU kernel's model: (N,) each position's attention as one call over every key
+    it sees (what TransformerEngine's all-gather does), instead of the ring's N blocks; None: the ring's steps."""
     _ring2: np.ndarray = field(init=False, repr=False)
     _identity: bool = field(init=False, repr=False)
     _memo: dict = field(init=False, repr=False, default_factory=dict)
@@ -477,6 +483,10 @@ class PhaseEngine:
         else:
             ex = self._exchange(kv, t, step, state, window) if step < hops and kv is not None else None
             t = np.add(t, self._plus(compute, "pre", model.pre_ms), out=out("computed"))
+            if ex is not None and model.overlap_penalty > 0:  # the kernel shares the GPU with the transfer
+                beside = np.clip(np.subtract(ex.landed, ex.start), 0.0, None)  # 0 where nothing lands (short ring)
+                beside = np.minimum(beside, compute)
+                t = np.add(t, np.multiply(beside, model.overlap_penalty), out=out("computed+overlap"))
             if backward:
                 pending = state.pending
                 if pending is not None:  # the accumulator that travelled while this step computed

@@ -233,8 +233,9 @@ def _arr(value) -> np.ndarray:
 
 
 def lean_advance(engine: PhaseEngine, window: Window):
-    """The compiled pass for ``engine`` on ``window``, or None (numba absent, or a window of the ring)."""
-    if numba is None or not window.full:
+    """The compiled pass for ``engine`` on ``window``, or None (numba absent, a window of the ring, or an overlap
+    penalty, which only the numpy pass prices)."""
+    if numba is None or not window.full or engine.model.overlap_penalty > 0:
         return None
     return LeanPass(engine, window)
 

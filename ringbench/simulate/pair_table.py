@@ -27,7 +27,7 @@ import numpy as np
 from ringbench.engine.layout import resolve_layout, segments
 from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.engine.plan import plan_pair
-from ringbench.simulate.plans import Block, PairClass
+from ringbench.simulate.plans import PairClass, block_of
 
 SKIP = PairClass(kind="skip", blocks=())
 _NONE, _FULL, _CAUSAL = 0, 1, 2
@@ -57,9 +57,7 @@ def _class_of(blocks) -> PairClass:
     from ringbench.engine.plan import PairPlan
 
     plan = PairPlan(0, 0, tuple(blocks))
-    return PairClass(kind=plan.kind, blocks=tuple(
-        Block(kind=b.mask.kind.value, work_pairs=float(b.work_pairs()), visible_pairs=float(b.visible_pairs()))
-        for b in plan.blocks))  # fmt: skip
+    return PairClass(kind=plan.kind, blocks=tuple(block_of(b) for b in plan.blocks))
 
 
 class _Segments:
@@ -177,7 +175,7 @@ def pair_table(mask, layout, seq: int, world: int, docs: str = "none") -> PairTa
     by_cost: dict[tuple, int] = {}
 
     def add(cls: PairClass) -> int:
-        key = (cls.kind, tuple((b.kind, b.work_pairs, b.visible_pairs) for b in cls.blocks))
+        key = (cls.kind, tuple((b.kind, b.work_pairs, b.visible_pairs, b.q_len, b.k_len) for b in cls.blocks))
         index = by_cost.get(key)
         if index is None:
             index = by_cost[key] = len(classes)

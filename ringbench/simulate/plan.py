@@ -7,9 +7,15 @@
 Every candidate the degrees allow is simulated (PREDICTED, never measured): the ring on recommend's order, the
 all-gather baseline, Ulysses, hybrid:U and double-ring:W for every U, W dividing N (and the heads, KV heads),
 each grouped one on the topology's placements (simulate/placement.py: groups inside hosts, or interleaved), with
-recommend's optimizer for every ring inside it. Costs: a calibration run (``--from``), else the documented defaults;
-links: the topology's (its nominal class figures unless it carries measured costs), emulated when the topology is
-a run that emulated them. Candidates are ranked by predicted step time; one over ``memory_per_rank_gb`` is refused.
+recommend's optimizer for every ring inside it; for a window or document mask also the short ring (``double-short``,
+when it stops before the full ring) and, for document masks, the doc-balanced layout. Each layer of the model
+(``layers``) is priced with its own mask (simulate/plan_predict.py).
+
+Costs: a GPU of the hardware catalogue (``gpu``, or what NVML finds) gives the PRIOR of every cost and prices the
+topology's links as NCCL moves data (simulate/priors.py); a calibration run (``--from``) replaces the priors it
+measured; with neither, the documented defaults. Links: the topology's (a file's own class costs and measured
+links win), emulated when the topology is a run that emulated them. Candidates are ranked by predicted step time;
+one over ``memory_per_rank_gb`` is refused.
 """
 
 from __future__ import annotations
@@ -18,8 +24,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from ringbench.errors import UsageError, bad_value
 from ringbench.fmt import number, ring_text
@@ -53,6 +57,19 @@ class PlanRequest:
     backward: bool = True
     top: int = TOP
     """Candidates the measuring command runs."""
+    gpu: str | None = None
+    """The GPU of the hardware catalogue (key, alias or NVML name); None: what NVML finds here (``detect``), else
+    the documented defaults."""
+    attention: str | None = None
+    """The attention kernel family of the catalogue (fa2, fa3, cudnn); None: the GPU's default."""
+    detect: bool = True
+    """Ask NVML which GPUs this machine has (fills ``gpu``; a ``gpu`` that contradicts them is refused)."""
+    docs: str = "none"
+    """The packed documents of a document mask (ringbench.engine.documents specs)."""
+    layers: str = "1"
+    """Attention layers per iteration: a count, or a pattern of masks (ringbench.rank.layers)."""
+    strategies: tuple[str, ...] = ()
+    """Only these strategies (``ring``, ``ulysses``, ``hybrid:2``, ...); empty: every one the degrees allow."""
 
     def __post_init__(self) -> None:
         for name in ("world", "seq", "heads", "head_dim", "batch", "top"):
@@ -61,6 +78,9 @@ class PlanRequest:
                 raise bad_value(name, value, "an integer >= 1")
         if self.kv_heads and (self.kv_heads < 0 or self.heads % self.kv_heads):
             raise bad_value("kv_heads", self.kv_heads, f"an integer >= 1 dividing heads={self.heads}")
+        from ringbench.vocab import Strategy
+
+        object.__setattr__(self, "strategies", tuple(Strategy.parse(s, "strategy").spec for s in self.strategies))
         if self.memory_per_rank_gb is not None and not (
             isinstance(self.memory_per_rank_gb, (int, float)) and math.isfinite(self.memory_per_rank_gb)
             and self.memory_per_rank_gb > 0
@@ -74,6 +94,7 @@ class Candidate:
     placement_name: str = ""
     placement: list[int] | None = None
     order: list[int] | None = None
+    layout: str = "zigzag"
     buffer: str = "double"
     step_ms: float = math.nan
     fwd_ms: float = math.nan
@@ -88,7 +109,10 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return self.strategy + (f" @{self.placement_name}" if self.placement_name else "")
+        extra = [f"@{self.placement_name}"] if self.placement_name else []
+        extra += [f"[{self.buffer}]"] if self.buffer not in ("double", "sync") else []
+        extra += [f"({self.layout})"] if self.layout == "doc-balanced" else []
+        return " ".join([self.strategy, *extra])
 
     @property
     def exposed_frac(self) -> float:
@@ -97,7 +121,7 @@ class Candidate:
     def to_dict(self) -> dict:
         return {"strategy": self.strategy, "placement_name": self.placement_name,
                 "placement": ring_text(self.placement) if self.placement else None,
-                "order": ring_text(self.order) if self.order else None, "buffer": self.buffer,
+                "order": ring_text(self.order) if self.order else None, "layout": self.layout, "buffer": self.buffer,
                 "step_ms": self.step_ms, "fwd_ms": self.fwd_ms, "bwd_ms": self.bwd_ms, "exposed_ms": self.exposed_ms,
                 "exposed_frac": self.exposed_frac, "memory_mb": self.memory_mb, "net_mb_per_rank": self.net_mb,
                 "rings": self.rings, "refused": self.refused, "why": self.why}  # fmt: skip
@@ -113,13 +137,22 @@ class Plan:
     confidence: str
     elapsed_s: float
     notes: list[str] = field(default_factory=list)
+    gpu: str | None = None
+    """The catalogue GPU the priors came from (None: the documented defaults)."""
+    priors: list = field(default_factory=list)
+    """CostSource per PRIOR (what no run measured), each with its value and source."""
+    measured: list = field(default_factory=list)
+    """CostSource per cost a calibration run determined (replacing its prior)."""
 
     def to_dict(self) -> dict:
         return {"predicted": True, "topology": self.topology_text, "world": self.request.world,
                 "seq": self.request.seq, "heads": self.request.heads, "kv_heads": self.request.kv_heads or
-                self.request.heads, "head_dim": self.request.head_dim, "candidates": [c.to_dict() for c in
-                self.candidates], "refused": [c.to_dict() for c in self.refused], "command": self.command,
-                "confidence": self.confidence, "elapsed_s": self.elapsed_s, "notes": self.notes}  # fmt: skip
+                self.request.heads, "head_dim": self.request.head_dim, "mask": self.request.mask,
+                "docs": self.request.docs, "layers": self.request.layers, "gpu": self.gpu,
+                "candidates": [c.to_dict() for c in self.candidates], "refused": [c.to_dict() for c in self.refused],
+                "command": self.command, "confidence": self.confidence, "elapsed_s": self.elapsed_s,
+                "notes": self.notes, "priors": [p.to_dict() for p in self.priors],
+                "measured": [m.to_dict() for m in self.measured]}  # fmt: skip
 
 
 def _divisors(n: int) -> list[int]:
@@ -151,117 +184,154 @@ def _load(request: PlanRequest):
     return topology, emulate
 
 
-def _costs(request: PlanRequest):
+def resolve_gpu(request: PlanRequest, found: list[str] | None = None):
+    """The catalogue GPU the plan is priced for: ``request.gpu``, else what NVML found here, else None.
+
+    ``found``: the product names NVML reports (None: ask NVML when ``request.detect``). A ``gpu`` that contradicts
+    them is refused: what this machine has wins, unless detection is off (planning another cluster from here).
+    """
+    from ringbench.hardware import find_gpu
+
+    named = find_gpu(request.gpu) if request.gpu else None
+    if found is None:
+        found = detected_gpus() if request.detect else []
+    found_keys = []
+    for name in dict.fromkeys(found):
+        try:
+            found_keys.append(find_gpu(name).key)
+        except UsageError:
+            if named is None:
+                raise UsageError(f"gpu: NVML found {name!r}, which the hardware catalogue does not have; pass --gpu "
+                                 "with the closest one (ringbench plan --list-gpus)") from None  # fmt: skip
+            found_keys.append(name)
+    if named is not None and found_keys and any(key != named.key for key in found_keys):
+        raise UsageError(f"gpu={request.gpu!r} contradicts the GPUs NVML found on this machine "
+                         f"({', '.join(dict.fromkeys(found))}): the GPUs found win; drop --gpu, or add --no-detect "
+                         "to plan other hardware from here")  # fmt: skip
+    if named is not None:
+        return named
+    if found_keys:
+        if len(set(found_keys)) > 1:
+            raise UsageError("gpu: NVML found different GPUs on this machine (" + ", ".join(dict.fromkeys(found)) +
+                             "); pass --gpu with the one the plan is for")  # fmt: skip
+        return find_gpu(found_keys[0])
+    return None
+
+
+def detected_gpus() -> list[str]:
+    """Product names of the GPUs NVML sees on this machine ([] without NVML or GPUs)."""
+    from ringbench.topology.nvml import local_gpu_names
+
+    return local_gpu_names()
+
+
+def _costs(request: PlanRequest, gpu):
+    """(costs, calibration, prior): the GPU's priors with what a calibration measured in their place."""
     from ringbench.simulate.costs import DEFAULTS
 
-    if request.calibrate_from is None:
-        return DEFAULTS, None
-    from ringbench.simulate.calibrate import calibrate
-    from ringbench.simulate.strategy_fit import merge_runs
+    calibration = None
+    if request.calibrate_from is not None:
+        from ringbench.simulate.calibrate import calibrate
+        from ringbench.simulate.strategy_fit import merge_runs
 
-    paths = request.calibrate_from if isinstance(request.calibrate_from, tuple) else (request.calibrate_from,)
-    calibration = calibrate(merge_runs(paths))
-    return calibration.costs, calibration
+        paths = request.calibrate_from if isinstance(request.calibrate_from, tuple) else (request.calibrate_from,)
+        calibration = calibrate(merge_runs(paths))
+    if gpu is None:
+        return (calibration.costs if calibration is not None else DEFAULTS), calibration, None
+    from ringbench.simulate.priors import gpu_prior
+
+    prior = gpu_prior(gpu, request.dtype, request.attention)
+    costs, _ = prior.with_calibration(calibration)
+    return costs, calibration, prior
 
 
-def _sim_case(request: PlanRequest, candidate: Candidate):
+def _masks(request: PlanRequest) -> tuple[str, ...]:
+    from ringbench.rank.layers import layer_masks
+
+    return layer_masks(request.layers, request.mask)
+
+
+def _layouts(request: PlanRequest, masks: tuple[str, ...]) -> list[str]:
+    from ringbench.vocab import MaskSpec
+
+    layouts = [request.layout]
+    if request.layout != "doc-balanced" and any(MaskSpec.parse(m).documents for m in masks):
+        try:
+            from ringbench.engine.layout import resolve_layout
+            from ringbench.engine.masks import mask_rule
+
+            mask = next(m for m in masks if MaskSpec.parse(m).documents)
+            resolve_layout("doc-balanced", request.seq, request.world, mask_rule(mask, request.docs, request.seq))
+            layouts.append("doc-balanced")
+        except UsageError:
+            pass  # the pack cannot be balanced at this size: the candidate is not offered
+    return layouts
+
+
+def _short_ring_helps(request: PlanRequest, masks: tuple[str, ...], layout: str) -> bool:
+    """The short ring stops before the full ring on some layer (a window or local documents)."""
     from ringbench.simulate.case import SimCase
+    from ringbench.vocab import MaskSpec
 
-    return SimCase(world=request.world, seq=request.seq, heads=request.heads, head_dim=request.head_dim,
-                   batch=request.batch, dtype=request.dtype, mask=request.mask, layout=request.layout,
-                   buffer="allgather" if candidate.strategy == "allgather" else candidate.buffer,
-                   order=ring_text(candidate.order) if candidate.order else "identity",
-                   backward=request.backward, strategy=candidate.strategy,
-                   placement=ring_text(candidate.placement) if candidate.placement else "",
-                   kv_heads=request.kv_heads)  # fmt: skip
-
-
-def _ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray]:
-    """The ring (or all-gather) case on the ring engine, without the walk: phase times and each rank's compute."""
-    from ringbench.simulate.case import phase_models, start_skew
-    from ringbench.simulate.engine import PhaseEngine, Window
-    from ringbench.simulate.timeline import simulate_timeline
-
-    if case.buffer == "allgather":
-        timeline = simulate_timeline(case, costs, cluster)
-        times = {ph: timeline.phase_end[ph].max(axis=1) - timeline.phase_start[ph].min(axis=1) for ph in case.phases}
-        spent = sum(np.asarray(c.compute_ms, float) for cells in (timeline.full or {}).values() for c in cells)
-        return {"step": timeline.iteration_ms, **times}, np.asarray(spent).reshape(case.iterations, -1).max(axis=1)
-    rng = np.random.default_rng([case.seed, 7])
-    models = phase_models(case, costs, cluster, rng)
-    origin = start_skew(case, costs, rng)
-    start, times, spent = origin, {}, np.zeros(origin.shape)
-    for phase, model in models.items():
-        engine = PhaseEngine(model)
-        window = Window.ring(case.world, case.iterations)
-        state = engine.begin(start)
-        for step in range(case.world):
-            spent = spent + np.broadcast_to(model.compute(step, window), spent.shape)
-            engine.advance(state, step, window, record=False)
-        end, _ = engine.finish(state)
-        times[phase] = end.max(axis=1) - start.min(axis=1)
-        start = end
-    return {"step": start.max(axis=1) - origin.min(axis=1), **times}, spent.max(axis=1)
+    for mask in dict.fromkeys(masks):
+        if MaskSpec.parse(mask).legacy:
+            continue
+        try:
+            case = SimCase(world=request.world, seq=request.seq, heads=request.heads, head_dim=request.head_dim,
+                           mask=mask, layout=layout, buffer="double-short", docs=request.docs)  # fmt: skip
+        except UsageError:
+            return False
+        if case.route().depth < request.world - 1:
+            return True
+    return False
 
 
-def _ring_net_mb(case, topology, order: list[int]) -> float:
-    """Bytes per iteration and rank the ring's messages carry across hosts (MiB, averaged over ranks)."""
-    from ringbench.topology import LinkKind
-
-    if topology is None or case.world < 2:
-        return 0.0
-    crossing = sum(topology.link(order[p], order[(p + 1) % case.world]).kind is LinkKind.NET
-                   for p in range(case.world))  # fmt: skip
-    kv, dkv = case.block_bytes("kv"), case.block_bytes("dkv") if case.backward else 0
-    per_hop = (case.world - 1) * kv * (2 if case.backward else 1) + case.world * dkv
-    if case.buffer == "allgather":
-        per_hop = (case.world - 1) * kv + (2 * (case.world - 1) * dkv if case.backward else 0)
-    return crossing * per_hop / case.world / 2**20
-
-
-def _predict(request: PlanRequest, candidate: Candidate, costs, cluster) -> None:
-    from ringbench.simulate.strategies import predicted_memory_mb, simulate_strategy
-
-    case = _sim_case(request, candidate)
-    candidate.memory_mb = predicted_memory_mb(case)
-    if candidate.strategy in ("ring", "allgather"):
-        times, compute = _ring_prediction(case, costs, cluster)
-        candidate.net_mb = _ring_net_mb(case, cluster.topology, candidate.order or list(range(request.world)))
-        step = times["step"]
-    else:
-        timeline = simulate_strategy(case, costs, cluster)
-        step = timeline.iteration_ms
-        times = {ph: timeline.phase_end[ph].max(axis=1) - timeline.phase_start[ph].min(axis=1) for ph in case.phases}
-        compute = timeline.compute_ms.max(axis=1)
-        candidate.net_mb = timeline.bytes_by_class.get("NET", 0.0) / request.world / 2**20
-    candidate.step_ms = float(np.median(step))
-    candidate.fwd_ms = float(np.median(times["fwd"]))
-    candidate.bwd_ms = float(np.median(times["bwd"])) if "bwd" in times else math.nan
-    candidate.exposed_ms = float(np.median(np.clip(step - compute, 0.0, None)))
-
-
-def _candidates(request: PlanRequest, topology) -> tuple[list[Candidate], list[Candidate]]:
+def _candidates(request: PlanRequest, topology, masks: tuple[str, ...]) -> tuple[list[Candidate], list[Candidate]]:
     from ringbench.simulate.placement import placements, rings
     from ringbench.topology import recommend
 
     world, heads = request.world, request.heads
     kv_heads = request.kv_heads or heads
     ring_order = list(recommend(topology, time_budget_s=2.0).order)
-    ok = [Candidate(strategy="ring", order=ring_order), Candidate(strategy="allgather", order=ring_order)]
-    refused = []
-    ulysses = [("ulysses", world)] + [(f"hybrid:{u}", u) for u in _divisors(world)]
-    for spec, degree in ulysses:
-        if heads % degree or kv_heads % degree:
-            what = f"{heads} heads" if heads % degree else f"{kv_heads} KV heads"
-            where = f"{world} ranks" if spec == "ulysses" else f"its Ulysses degree {degree}"
-            refused.append(Candidate(strategy=spec, refused=f"{what} do not divide {where}"))
-            continue
-        named = placements(topology, degree) if spec != "ulysses" else {"hosts": placements(topology, world)["hosts"]}
-        for name, ranks in named.items():
-            ok.append(Candidate(strategy=spec, placement_name=name if spec != "ulysses" else "", placement=ranks))
-    for width in _divisors(world):
-        for name, ranks in placements(topology, width).items():
-            ok.append(Candidate(strategy=f"double-ring:{width}", placement_name=name, placement=ranks))
+    wanted = set(request.strategies)
+
+    def allowed(spec: str) -> bool:
+        return not wanted or spec in wanted
+
+    ok, refused = [], []
+    for layout in _layouts(request, masks):
+        base = [Candidate(strategy="ring", order=ring_order, layout=layout)]
+        if _short_ring_helps(request, masks, layout):
+            base.append(Candidate(strategy="ring", order=ring_order, layout=layout, buffer="double-short"))
+        base.append(Candidate(strategy="allgather", order=ring_order, layout=layout))
+        ok += [c for c in base if allowed(c.strategy)]
+        ulysses = [("ulysses", world)] + [(f"hybrid:{u}", u) for u in _divisors(world)]
+        for spec, degree in ulysses:
+            if not allowed(spec):
+                continue
+            if heads % degree or (kv_heads % degree and degree % kv_heads):
+                what = f"{heads} heads" if heads % degree else f"{kv_heads} KV heads"
+                where = f"{world} ranks" if spec == "ulysses" else f"its Ulysses degree {degree}"
+                if layout == request.layout:
+                    refused.append(Candidate(strategy=spec, layout=layout, refused=f"{what} do not divide {where}"))
+                continue
+            named = (
+                placements(topology, degree) if spec != "ulysses" else {"hosts": placements(topology, world)["hosts"]}
+            )
+            for name, ranks in named.items():
+                ok.append(Candidate(strategy=spec, placement_name=name if spec != "ulysses" else "", placement=ranks,
+                                    layout=layout))  # fmt: skip
+        for width in _divisors(world):
+            if not allowed(f"double-ring:{width}"):
+                continue
+            for name, ranks in placements(topology, width).items():
+                ok.append(Candidate(strategy=f"double-ring:{width}", placement_name=name, placement=ranks,
+                                    layout=layout))  # fmt: skip
+    if wanted and not ok:
+        raise UsageError(
+            "strategy: none of " + ", ".join(sorted(wanted)) + f" is possible at world={world} with "
+            f"{heads} heads" + ("; " + "; ".join(c.refused for c in refused) if refused else "")
+        )
     for candidate in ok:
         strategy = Strategy.parse(candidate.strategy)
         candidate.rings = rings(topology, strategy, candidate.placement, world, candidate.order)
@@ -284,9 +354,17 @@ def _why(loser: Candidate, winner: Candidate) -> str:
 def _command(request: PlanRequest, top: list[Candidate], emulate: bool) -> str:
     words = ["ringbench", "run", "--world", str(request.world), "--seq", str(request.seq), "--heads",
              str(request.heads), "--head-dim", str(request.head_dim), "--batch", str(request.batch), "--dtype",
-             request.dtype, "--mask", request.mask, "--layout", request.layout, "--buffer", "double"]  # fmt: skip
-    for candidate in top:
-        words += ["--strategy", candidate.strategy]
+             request.dtype, "--mask", request.mask]  # fmt: skip
+    if request.docs != "none":
+        words += ["--docs", request.docs]
+    if request.layers != "1":
+        words += ["--layers", repr(request.layers) if " " in request.layers else request.layers]
+    for layout in dict.fromkeys(c.layout for c in top):
+        words += ["--layout", layout]
+    for buffer in dict.fromkeys(c.buffer for c in top if c.strategy != "allgather"):
+        words += ["--buffer", buffer]
+    for strategy in dict.fromkeys(c.strategy for c in top):
+        words += ["--strategy", strategy]
     placements = list(dict.fromkeys(ring_text(c.placement) for c in top if c.placement_name))
     for placement in placements:
         words += ["--placement", placement]
@@ -297,9 +375,10 @@ def _command(request: PlanRequest, top: list[Candidate], emulate: bool) -> str:
     return " ".join(words)
 
 
-def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top: list[Candidate]) -> str:
+def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top: list[Candidate], gpu) -> str:
     from ringbench.simulate.accuracy import accuracy_line
 
+    parts = []
     if calibration is not None:
         fit = calibration.compute_fit.get("fwd", {})
         links = ", ".join(sorted(calibration.link_fit)) or "none"
@@ -307,37 +386,61 @@ def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top:
         determined = f"; the calibration determined: {provenance}" if provenance else ""
         source = request.calibrate_from
         runs = ", ".join(map(str, source)) if isinstance(source, tuple) else str(source)
-        rests = (f"calibration run {runs} (compute {number(calibration.costs.gflops, ',.0f')} "
-                 f"GFLOP/s nominal, fit residual {number(100 * fit.get('median_rel_residual', math.nan), '.1f')}%; "
-                 f"links fitted: {links}{determined})")  # fmt: skip
-    else:
-        rests = "the documented default costs (400 TFLOP/s, 10 µs kernel calls, 5 µs host gaps), not a measurement"
+        parts.append(f"calibration run {runs} (compute {number(calibration.costs.gflops, ',.0f')} GFLOP/s nominal, "
+                     f"fit residual {number(100 * fit.get('median_rel_residual', math.nan), '.1f')}%; links fitted: "
+                     f"{links}{determined})")  # fmt: skip
+    if gpu is not None:
+        parts.append(
+            f"the hardware catalogue's PRIOR figures for {gpu.key} (the lines above; none measured on this "
+            "cluster" + (" except what the calibration determined" if calibration is not None else "") + ")"
+        )
+    if not parts:
+        parts.append(
+            "the documented default costs (400 TFLOP/s, 10 µs kernel calls, 5 µs host gaps), not a "
+            "measurement; name the GPU with --gpu (ringbench plan --list-gpus) to price its hardware"
+        )
+    rests = " and ".join(parts)
     measured = any(link is not None and link.measured for row in topology.links for link in row)
     if emulate:
         network = "emulated links (the topology's costs injected as delays, as the run does)"
     elif measured:
         network = "the topology's measured link costs"
+    elif gpu is not None:
+        network = "the catalogue's link classes for it (PRIOR)"
     else:
         network = "the topology's nominal link-class figures (not measured)"
     kinds = list(dict.fromkeys(Strategy.parse(c.strategy).kind for c in top))
-    return f"PREDICTED from {rests} and {network}. Measured accuracy: " + "; ".join(accuracy_line(k) for k in kinds)
+    return f"PREDICTED from {rests}; links: {network}. Measured accuracy: " + "; ".join(accuracy_line(k) for k in kinds)
 
 
-def make_plan(request: PlanRequest) -> Plan:
-    """Simulate every candidate and rank them (see the module docstring)."""
+def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> Plan:
+    """Simulate every candidate and rank them (see the module docstring). ``found_gpus``: the GPU names NVML
+    reports (None: ask NVML when ``request.detect``)."""
     from ringbench.simulate.case import Cluster
+    from ringbench.simulate.plan_predict import predict
 
     started = time.perf_counter()
     topology, emulate = _load(request)
-    costs, calibration = _costs(request)
+    gpu = resolve_gpu(request, found_gpus)
+    if gpu is not None and emulate:
+        raise UsageError(f"gpu={gpu.key!r} is not allowed with emulated links: they price a CPU run's transport; "
+                         "plan with --real-links for the GPU's links, or drop --gpu")  # fmt: skip
+    costs, calibration, prior = _costs(request, gpu)
     from ringbench.engine.layout import check_divisible
 
     check_divisible(request.layout, request.seq, request.world)
+    if prior is not None:
+        topology = prior.price_links(topology)
     cluster = Cluster(topology=topology, emulate_links=emulate)
-    ok, refused = _candidates(request, topology)
+    masks = _masks(request)
+    ok, refused = _candidates(request, topology, masks)
     limit_mb = request.memory_per_rank_gb * 1024 if request.memory_per_rank_gb is not None else math.inf
     for candidate in ok:
-        _predict(request, candidate, costs, cluster)
+        try:
+            predict(request, candidate, costs, cluster, masks)
+        except UsageError as exc:  # a layout or buffer this pack or world does not allow
+            candidate.refused = str(exc)
+            continue
         if candidate.memory_mb > limit_mb:
             candidate.refused = (f"{number(candidate.memory_mb / 1024, '.3g')} GB per rank exceeds "
                                  f"--memory-per-rank {request.memory_per_rank_gb:g}")  # fmt: skip
@@ -354,9 +457,47 @@ def make_plan(request: PlanRequest) -> Plan:
     notes = []
     if request.kv_heads and request.kv_heads != request.heads:
         notes.append("the engine has no grouped-query attention: the measuring command runs with K, V of all heads")
+    priors, measured = [], []
+    if prior is not None:
+        _, priors = prior.with_calibration(calibration)
+        if calibration is not None:
+            measured = [s for s in calibration.sources if s.determined]
     return Plan(request=request, topology_text=topology.describe(), candidates=kept, refused=refused,
                 command=_command(request, top, emulate), confidence=_confidence(request, calibration, topology,
-                emulate, top), elapsed_s=time.perf_counter() - started, notes=notes)  # fmt: skip
+                emulate, top, gpu), elapsed_s=time.perf_counter() - started, notes=notes,
+                gpu=gpu.key if gpu is not None else None, priors=priors, measured=measured)  # fmt: skip
 
 
-__all__ = ["Candidate", "Plan", "PlanRequest", "make_plan"]
+def price_configurations(request: PlanRequest, configs: dict[str, dict], *,
+                         found_gpus: list[str] | None = None) -> dict[str, Candidate]:  # fmt: skip
+    """Predict given configurations (label -> strategy, placement, layout, buffer, order specs) on the request's
+    workload and hardware, priced as ``make_plan`` prices its candidates (what benchmarks/validate_published.py
+    sets beside published measurements)."""
+    from ringbench.orders import parse_order, parse_placement
+    from ringbench.simulate.case import Cluster
+    from ringbench.simulate.plan_predict import predict
+
+    topology, emulate = _load(request)
+    gpu = resolve_gpu(request, found_gpus)
+    costs, _, prior = _costs(request, gpu)
+    if prior is not None:
+        topology = prior.price_links(topology)
+    cluster = Cluster(topology=topology, emulate_links=emulate)
+    masks = _masks(request)
+    out = {}
+    for label, spec in configs.items():
+        strategy = Strategy.parse(spec.get("strategy", "ring"), "strategy")
+        candidate = Candidate(strategy=strategy.spec, layout=spec.get("layout", request.layout),
+                              buffer=spec.get("buffer", "double"))  # fmt: skip
+        if strategy.grouped:
+            candidate.placement_name = spec.get("placement", "heads-first")
+            candidate.placement = parse_placement(candidate.placement_name, request.world,
+                                                  strategy.group_size(request.world))  # fmt: skip
+        else:
+            candidate.order = parse_order(spec.get("order", "identity"), request.world)
+        predict(request, candidate, costs, cluster, masks)
+        out[label] = candidate
+    return out
+
+
+__all__ = ["Candidate", "Plan", "PlanRequest", "detected_gpus", "make_plan", "price_configurations", "resolve_gpu"]

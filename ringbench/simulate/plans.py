@@ -44,6 +44,16 @@ class Block:
     """Score-matrix entries the kernel computes (what the time depends on)."""
     visible_pairs: float
     """Entries not masked out (what the recorded FLOPs count)."""
+    q_len: int = 0
+    """Query rows of the call (0: unknown; a GPU kernel's rate depends on the block's shape)."""
+    k_len: int = 0
+    """Key columns of the call."""
+
+
+def block_of(sub) -> Block:
+    """The simulator's Block of one sub-block of the engine's plan (ringbench.engine.plan.SubBlock)."""
+    return Block(kind=sub.mask.kind.value, work_pairs=float(sub.work_pairs()), visible_pairs=float(sub.visible_pairs()),
+                 q_len=sub.q_hi - sub.q_lo, k_len=sub.k_hi - sub.k_lo)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,7 +83,13 @@ def _naive_block(layout: Layout, seq: int, world: int, q_rank: int, k_rank: int)
     k_pos = np.sort(token_positions(layout, seq, world, k_rank).numpy())  # (L,)
     visible = float(np.searchsorted(k_pos, q_pos, side="right").sum())
     entries = float(len(q_pos) * len(k_pos))
-    return Block(kind="full" if visible == entries else "partial", work_pairs=entries, visible_pairs=visible)
+    return Block(
+        kind="full" if visible == entries else "partial",
+        work_pairs=entries,
+        visible_pairs=visible,
+        q_len=len(q_pos),
+        k_len=len(k_pos),
+    )
 
 
 def _plan_class(mask: Mask, layout: Layout, seq: int, world: int, q_rank: int, k_rank: int) -> PairClass:
@@ -82,10 +98,7 @@ def _plan_class(mask: Mask, layout: Layout, seq: int, world: int, q_rank: int, k
         block = _naive_block(layout, seq, world, q_rank, k_rank)
         return PairClass(kind=block.kind, blocks=(block,))
     plan = pair_plan(mask, layout, seq, world, q_rank, k_rank)
-    blocks = tuple(
-        Block(kind=b.mask.kind.value, work_pairs=float(b.work_pairs()), visible_pairs=float(b.visible_pairs()))
-        for b in plan.blocks
-    )
+    blocks = tuple(block_of(b) for b in plan.blocks)
     return PairClass(kind=plan.kind, blocks=blocks)
 
 
@@ -124,4 +137,4 @@ def pair_classes(mask: str, layout: str, seq: int, world: int) -> PairClasses:
 
 
 __all__ = ["CLASS_NAMES", "EQUAL", "GREATER", "LESS", "PAIR_KINDS", "Block", "MaskKind", "PairClass",
-           "PairClasses", "pair_classes"]  # fmt: skip
+           "PairClasses", "block_of", "pair_classes"]  # fmt: skip

@@ -74,9 +74,11 @@ class StrategyTimeline:
 class Sharing:
     """How the transfers of one exchange (its ``flows``, on every rank) share links: the rule ringbench.rank.faults
     applies to emulated links. Across hosts, every transfer of the exchange between the same two hosts; inside a
-    host, the rank's other transfers of the exchange (its port)."""
+    host, the rank's other transfers of the exchange (its port) -- per link class when the topology prices an
+    all-to-all's flows per class (``alltoall``: each class's bandwidth per device is shared by the rank's flows
+    over that class)."""
 
-    def __init__(self, topology, flows) -> None:
+    def __init__(self, topology, flows, *, by_class: bool = False) -> None:
         from ringbench.topology import LinkKind
 
         self.topology = topology
@@ -84,17 +86,66 @@ class Sharing:
         self.net_pairs: Counter = Counter()
         self.out: Counter = Counter()
         self.into: Counter = Counter()
+        self.by_class = by_class
+        self.trees = switch_trees(topology) if by_class and topology is not None else None
         for a, b in flows:
-            if topology is not None and topology.link(a, b).kind is LinkKind.NET:
+            link = topology.link(a, b) if topology is not None else None
+            if link is not None and link.kind is LinkKind.NET and not self._per_device(link):
                 self.net_pairs[(self.hosts[a], self.hosts[b])] += 1
             else:
-                self.out[a] += 1
-                self.into[b] += 1
+                self.out[self._key(a, link)] += 1
+                self.into[self._key(b, link)] += 1
+
+    def _per_device(self, link) -> bool:
+        """An all-to-all's NET flows priced per device (its NIC: NCCL's all-to-all cannot aggregate a host's
+        NICs) when the class states an all-to-all bandwidth; else they share the host pair's link."""
+        return self.by_class and self.topology.cost_model.alltoall_bandwidth(link) is not None
+
+    def _key(self, rank: int, link) -> tuple:
+        """What a flow's bandwidth is shared by: the rank's port, per class when priced by class; a PCIe switch
+        tree's upstream link for flows through several bridges (PXB: the tree's GPUs share it)."""
+        from ringbench.topology import LinkKind
+
+        if not self.by_class or link is None:
+            return (rank, None)
+        if link.kind is LinkKind.PXB:
+            return ("tree", self.trees[rank], LinkKind.PXB)
+        return (rank, link.kind)
 
     def share(self, src: int, dst: int, net: bool) -> int:
-        if net:
+        link = self.topology.link(src, dst) if self.topology is not None else None
+        if net and not self._per_device(link):
             return max(1, self.net_pairs[(self.hosts[src], self.hosts[dst])])
-        return max(1, self.out[src], self.into[dst])
+        return max(1, self.out[self._key(src, link)], self.into[self._key(dst, link)])
+
+
+_TREES: dict[int, tuple] = {}
+
+
+def switch_trees(topology) -> list[int]:
+    """(N,) the PCIe switch tree of each device: devices joined by PIX or PXB links share one (cached)."""
+    from ringbench.topology import LinkKind
+
+    found = _TREES.get(id(topology))
+    if found is not None and found[0] is topology:
+        return found[1]
+    tree = list(range(topology.world))
+
+    def root(a: int) -> int:
+        while tree[a] != a:
+            tree[a] = tree[tree[a]]
+            a = tree[a]
+        return a
+
+    if topology.world <= 4096:
+        for a in range(topology.world):
+            for b in range(a + 1, topology.world):
+                if topology.links[a][b].kind in (LinkKind.PIX, LinkKind.PXB):
+                    tree[root(a)] = root(b)
+    out = [root(a) for a in range(topology.world)]
+    _TREES.clear()
+    _TREES[id(topology)] = (topology, out)
+    return out
 
 
 class _Prices:
@@ -121,7 +172,8 @@ class _Prices:
             self.bytes_by_class[label] = self.bytes_by_class.get(label, 0.0) + nbytes * messages * hops
 
     def price(self, src: int, dst: int, nbytes: float, sharing: Sharing, port: int = 1) -> tuple[float, float]:
-        """(transfer ms, delay ms): the local transport (``port`` messages at once share it), then the link."""
+        """(transfer ms, delay ms): the local transport (``port`` messages at once share it), then the link; an
+        all-to-all's flow (``sharing.by_class``) at its class's all-to-all bandwidth where the topology states one."""
         from ringbench.topology import LinkKind
 
         transfer, delay = self.local.ms(nbytes, share=port), 0.0
@@ -138,7 +190,16 @@ class _Prices:
         calibrated = self.costs.link(link.label)
         if calibrated is not None:
             latency_us, bandwidth = calibrated.latency_us, calibrated.bandwidth_gbps
+        elif sharing.by_class:
+            bandwidth = topology.cost_model.alltoall_bandwidth(link) or bandwidth
         return (latency_us + nbytes * share / (bandwidth * 1e3)) / 1e3, 0.0
+
+    @property
+    def alltoall_by_class(self) -> bool:
+        """The topology prices an all-to-all's flows per class (a GPU of the catalogue), on real links."""
+        if self.topology is None or self.emulated:
+            return False
+        return any(cost.alltoall_gbps is not None for cost in self.topology.cost_model.class_costs.values())
 
 
 # -- compute of blocks --------------------------------------------------------------------------------------------
@@ -151,8 +212,38 @@ def _pair_costs(case, costs: Costs, phase: str) -> tuple[np.ndarray, np.ndarray,
     return total - calls * costs.call_ms.get(phase, 0.0), work, calls
 
 
+def _twin_table(case, costs: Costs, phase: str, count: int, heads_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """(R, R) compute and work ms of a ring of R = ``count`` groups on the whole sequence with 1/U of the heads:
+    how USP runs the hybrid on a GPU (the group's all-to-all gathers its members' tokens; the ring across groups
+    has the layout's own R-rank blocks, one kernel call each), priced by the catalogue's kernel (``costs.kernel``)."""
+    from ringbench.simulate.case import block_ms
+
+    twin = _ring_twin(case, count)
+    classes = twin.classes()
+    heads = case.heads * heads_share
+    total = np.zeros(len(classes.classes))
+    work = np.zeros(len(classes.classes))
+    for index, pair in enumerate(classes.classes):
+        for block in pair.blocks:
+            total[index] += block_ms(twin, costs, phase, block, heads=heads)
+            work[index] += block_ms(twin, costs, phase, block, arithmetic=True, heads=heads)
+    q, k = np.meshgrid(np.arange(count), np.arange(count), indexing="ij")
+    cls = classes.classify(q, k)
+    return total[cls], work[cls]
+
+
+def _ring_twin(case, count: int):
+    """The case as a plain ring of ``count`` ranks (same sequence, mask, layout and documents)."""
+    from dataclasses import replace
+
+    return replace(case, world=count, strategy="ring", placement="", order="identity", faults=(),
+                   buffer="double" if case.buffer not in ("sync", "double") else case.buffer)  # fmt: skip
+
+
 def _block_table(case, costs: Costs, phase: str, q_groups: list, k_groups: list, heads_share: float):
     """(G_q, G_k) compute ms and work ms of each query group's block against each key group's block."""
+    if costs.kernel is not None and case.gflops is None and len(q_groups) == len(k_groups):
+        return _twin_table(case, costs, phase, len(q_groups), heads_share)
     arithmetic, work, _ = _pair_costs(case, costs, phase)
     call_ms = costs.call_ms.get(phase, 0.0)
     q = np.array(q_groups)  # (Gq, M) ranks
@@ -173,8 +264,9 @@ def _block_table(case, costs: Costs, phase: str, q_groups: list, k_groups: list,
 
 
 # -- exchanges priced pair by pair --------------------------------------------------------------------------------
-def _prices(pairs, nbytes: float, prices: _Prices, flows, port: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    sharing = Sharing(prices.topology, flows)
+def _prices(pairs, nbytes: float, prices: _Prices, flows, port: int = 1,
+            alltoall: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    sharing = Sharing(prices.topology, flows, by_class=alltoall and prices.alltoall_by_class)
     priced = [prices.price(int(a), int(b), nbytes, sharing, port) for a, b in pairs]
     return np.array([p[0] for p in priced]), np.array([p[1] for p in priced])
 
@@ -185,8 +277,10 @@ def _all_to_all(post: np.ndarray, groups: Groups, nbytes: float, prices: _Prices
         return post + host_ms
     flows = groups.alltoall_flows()
     src, dst = (np.array(side) for side in zip(*flows, strict=True))
-    transfer, delay = _prices(flows, nbytes, prices, flows, port=groups.size - 1)
+    transfer, delay = _prices(flows, nbytes, prices, flows, port=groups.size - 1, alltoall=True)
     prices.count(flows, nbytes)
+    # the layout copies before and after the exchange: the rank's whole tensor (its chunk to every member)
+    host_ms = host_ms + prices.costs.transpose_ms_per_mib * nbytes * groups.size / 2**20
     landed = np.maximum(post[:, src], post[:, dst]) + host_ms + transfer  # (G, F)
     done = post + host_ms
     np.maximum.at(done, (slice(None), dst), landed + delay)  # every chunk received ...
@@ -258,7 +352,7 @@ def _run_rings(case, costs: Costs, phase: str, origin: np.ndarray, step_compute,
                             ring=np.arange(width), compute_ms=np.zeros(3), work_ms=np.zeros(3), slow=None,
                             lanes=lanes, enter_ms=host["enter_ms"], pre_ms=host["pre_ms"], mid_ms=host["mid_ms"],
                             post_ms=host["post_ms"], noise=noise, step_compute=step_compute,
-                            step_work=step_work)  # fmt: skip
+                            step_work=step_work, overlap_penalty=costs.overlap_penalty)  # fmt: skip
     engine = PhaseEngine(model)
     window = Window.ring(width, origin.shape[0])
     state = engine.begin(origin)
@@ -270,13 +364,14 @@ def _run_rings(case, costs: Costs, phase: str, origin: np.ndarray, step_compute,
     return end, spent
 
 
-def _bytes(case) -> dict[str, float]:
-    """Per rank: its Q shard, its K+V shard (kv heads), and an accumulator's bytes per element."""
+def _bytes(case, degree: int = 1) -> dict[str, float]:
+    """Per rank: its Q shard, its K+V shard (kv heads; repeated up to a Ulysses ``degree`` above their count), and
+    an accumulator's bytes per element."""
     from ringbench.simulate.case import DTYPE_BYTES
 
     local = case.seq // case.world
     size = DTYPE_BYTES[case.dtype]
-    kv_heads = getattr(case, "kv_heads", 0) or case.heads
+    kv_heads = max(getattr(case, "kv_heads", 0) or case.heads, degree)
     per_head = case.batch * local * case.head_dim
     return {"q": per_head * case.heads * size, "kv": 2 * per_head * kv_heads * size,
             "acc": STATS_BYTES.get(case.dtype, 4) / size}  # fmt: skip
@@ -313,7 +408,7 @@ def _noise(case, costs: Costs, rng, rows: int, width: int) -> Noise:
 
 def _hybrid(case, costs: Costs, groups: Groups, prices: _Prices, origin: np.ndarray, rng) -> StrategyTimeline:
     """Ulysses inside the groups, a ring across them; fwd and (with backward) bwd."""
-    b = _bytes(case)
+    b = _bytes(case, groups.size)
     size, count, world = groups.size, groups.count, groups.world
     iterations = case.iterations
     members = groups.all_groups()

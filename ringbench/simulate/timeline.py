@@ -108,7 +108,12 @@ def _allgather_phase(model: PhaseModel, origin: np.ndarray, out: Timeline) -> tu
     out.collectives.append(gather)
     t = gather.end
     cells = []
-    for step in range(world):
+    if model.gathered_ms is not None:  # one call per rank over the gathered keys
+        start = t + model.pre_ms
+        compute = np.broadcast_to(model.gathered_ms[None, :], t.shape)
+        cells.append(StepCells(0, t, start, compute, [], start + compute, None))
+        t = start + compute
+    for step in range(world if model.gathered_ms is None else 0):
         compute = np.broadcast_to(model.compute(step, window), t.shape)
         start = t + model.pre_ms
         cells.append(StepCells(step, t, start, compute, [], start + compute, model.classes(step, window)))

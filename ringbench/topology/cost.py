@@ -36,11 +36,16 @@ class ClassCost:
     """One-way latency of a small message, microseconds."""
     bandwidth_gbps: float
     """Sustained bandwidth in one direction, GB/s (1e9 bytes per second)."""
+    alltoall_gbps: float | None = None
+    """An all-to-all's flows over this class: the bandwidth per device they share, GB/s (NCCL's all-to-all moves
+    data differently from a point-to-point exchange: faster over NVSwitch, far slower through a CPU); None: the
+    point-to-point bandwidth, shared by the device's transfers."""
 
     def __post_init__(self) -> None:
         for name, value, positive in (
             ("latency_us", self.latency_us, False),
             ("bandwidth_gbps", self.bandwidth_gbps, True),
+            ("alltoall_gbps", 1.0 if self.alltoall_gbps is None else self.alltoall_gbps, True),
         ):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             if not ok or value < 0 or (positive and value == 0):
@@ -92,13 +97,14 @@ class CostModel:
                 kind = LinkKind(str(key).strip().upper())
             except ValueError:
                 raise bad_value(where, key, CLASS_HELP.replace("NV# (e.g. NV12)", "NV (per link)")) from None
-            if not isinstance(value, Mapping) or set(value) - {"latency_us", "bandwidth_gbps"}:
-                raise bad_value(where, value, "a mapping with latency_us and/or bandwidth_gbps")
+            if not isinstance(value, Mapping) or set(value) - {"latency_us", "bandwidth_gbps", "alltoall_gbps"}:
+                raise bad_value(where, value, "a mapping with latency_us, bandwidth_gbps and/or alltoall_gbps")
             base = costs[kind]
             try:
                 costs[kind] = ClassCost(
                     latency_us=value.get("latency_us", base.latency_us),
                     bandwidth_gbps=value.get("bandwidth_gbps", base.bandwidth_gbps),
+                    alltoall_gbps=value.get("alltoall_gbps", base.alltoall_gbps),
                 )
             except UsageError as exc:
                 raise UsageError(f"{where}.{exc}") from None
@@ -106,11 +112,14 @@ class CostModel:
 
     def overrides(self) -> dict[str, dict[str, float]]:
         """The rows that differ from the nominal table, in the YAML/JSON shape `with_overrides` reads."""
-        return {
-            kind.value: {"latency_us": cost.latency_us, "bandwidth_gbps": cost.bandwidth_gbps}
-            for kind, cost in self.class_costs.items()
-            if DEFAULT_CLASS_COSTS[kind] != cost
-        }
+        out = {}
+        for kind, cost in self.class_costs.items():
+            if DEFAULT_CLASS_COSTS[kind] != cost:
+                row = {"latency_us": cost.latency_us, "bandwidth_gbps": cost.bandwidth_gbps}
+                if cost.alltoall_gbps is not None:
+                    row["alltoall_gbps"] = cost.alltoall_gbps
+                out[kind.value] = row
+        return out
 
     def latency_bandwidth(self, link: Link) -> tuple[float, float]:
         """(latency_us, bandwidth_gbps) of a link: its measured values where given, else its class's."""
@@ -120,6 +129,15 @@ class CostModel:
         bandwidth = base.bandwidth_gbps * (link.nvlinks if link.kind is LinkKind.NV else 1)
         latency = base.latency_us if link.latency_us is None else link.latency_us
         return float(latency), float(bandwidth if link.bandwidth_gbps is None else link.bandwidth_gbps)
+
+    def alltoall_bandwidth(self, link: Link) -> float | None:
+        """GB/s per device that an all-to-all's flows over ``link``'s class share, or None (point-to-point)."""
+        if link.kind is None:
+            return None
+        found = self.class_costs[link.kind].alltoall_gbps
+        if found is None:
+            return None
+        return float(found) * (link.nvlinks if link.kind is LinkKind.NV else 1)
 
     def hop_us(self, link: Link) -> float:
         """Microseconds to move the reference message over ``link``."""

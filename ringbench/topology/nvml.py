@@ -189,6 +189,27 @@ def collect_local_records(
             nvml.nvmlShutdown()
 
 
+def local_gpu_names(nvml: ModuleType | None = None) -> list[str]:
+    """Product names of this machine's GPUs, as NVML reports them ([] without NVML or GPUs; never raises)."""
+    nvml = _load_nvml(nvml)
+    if nvml is None:
+        return []
+    nvml_error = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except (nvml_error, OSError):
+        return []
+    try:
+        return [
+            _text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(nvml.nvmlDeviceGetCount())
+        ]
+    except nvml_error:
+        return []
+    finally:
+        with contextlib.suppress(nvml_error):
+            nvml.nvmlShutdown()
+
+
 def merge_device_records(records: Sequence[DeviceRecord | Mapping], *, source: str = "nvml") -> Topology:
     """The topology of all ranks from their records: hosts differ -> NET, same host -> the class the records name."""
     parsed = [

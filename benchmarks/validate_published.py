@@ -1,0 +1,140 @@
+"""Validate `ringbench plan`'s predictions against published measurements of context-parallel attention.
+
+    python benchmarks/validate_published.py                    # every table of benchmarks/published/tables.yaml
+    python benchmarks/validate_published.py --table usp-l20-pcie --rows
+    python benchmarks/validate_published.py --json > validation.json
+
+For every row of every table, the configurations it measured are priced as `ringbench plan` prices its candidates
+(the catalogue's PRIOR figures for the table's GPU and attention kernel, the table's topology; nothing fitted to
+the table), and set beside the measured values. Per table it prints:
+
+  first choice   rows where the configuration predicted fastest measures within 10 % of the measured best
+                 (regret = measured time of the predicted best / measured best - 1)
+  Spearman       the pooled rank correlation between predicted and measured time over every (row, configuration),
+                 each time divided by its row's geometric mean first, so that the rows' own scale (sequence
+                 length, world) does not count and only the order within rows does; and the mean of the rows' own
+  acceptance     first choice within 10 % in at least 7 rows of 8 and pooled Spearman >= 0.8
+
+Times: ``iters_per_s`` tables give 1 / value; ``tflops_per_gpu`` tables the same FLOPs per row, so 1 / value up
+to a constant. Ties in the measurements are not resolved: published differences under about 4 % are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy.stats import spearmanr
+
+from ringbench.simulate.plan import PlanRequest, price_configurations
+
+HERE = Path(__file__).resolve().parent / "published"
+WITHIN = 0.10
+FIRST_SHARE = 7 / 8
+SPEARMAN = 0.8
+
+
+def _request(table: dict, row: dict, topology: Path) -> tuple[PlanRequest, str]:
+    fields = {**table.get("workload", {}), **{k: v for k, v in row.items() if k != "measured"}}
+    world = int(fields["world"])
+    seq = int(fields.get("seq") or fields["seq_per_rank"] * world)
+    phase = str(fields.get("pass", "fwd"))
+    backward = bool(fields.get("backward", phase != "fwd"))
+    request = PlanRequest(topology=topology, world=world, seq=seq, heads=int(fields["heads"]),
+                          kv_heads=int(fields.get("kv_heads", 0)), head_dim=int(fields["head_dim"]),
+                          batch=int(fields.get("batch", 1)), dtype=str(fields.get("dtype", "bfloat16")),
+                          mask=str(fields.get("mask", "causal")), layout=str(fields.get("layout", "zigzag")),
+                          backward=backward, gpu=str(fields["gpu"]), attention=fields.get("attention"),
+                          detect=False)  # fmt: skip
+    return request, phase
+
+
+def _predicted_ms(candidate, phase: str) -> float:
+    if phase == "fwd":
+        return candidate.fwd_ms
+    if phase == "bwd":
+        return candidate.bwd_ms
+    return candidate.step_ms
+
+
+def validate_table(table: dict) -> dict:
+    """Every row of ``table``: predicted and measured times per configuration, first-choice regret, Spearman."""
+    rows = []
+    for row in table["rows"]:
+        fields = {**table, **row}
+        topology = (HERE / fields["topology"]).resolve()
+        request, phase = _request({"workload": {**table.get("workload", {}), "gpu": fields["gpu"],
+                                                "attention": fields.get("attention")}}, row, topology)  # fmt: skip
+        measured = {label: float(value) for label, value in row["measured"].items()}
+        configs = {label: table["configs"][label] for label in measured}
+        priced = price_configurations(request, configs, found_gpus=[])
+        predicted = {label: _predicted_ms(priced[label], phase) for label in measured}
+        measured_ms = {label: 1e3 / value for label, value in measured.items()}  # proportional to time
+        best_predicted = min(predicted, key=predicted.get)
+        best_measured = min(measured_ms, key=measured_ms.get)
+        regret = measured_ms[best_predicted] / measured_ms[best_measured] - 1
+        labels = list(measured)
+        rho = spearmanr([predicted[k] for k in labels], [measured_ms[k] for k in labels]).statistic if len(labels) > 2 \
+            else (1.0 if (best_predicted == best_measured) else -1.0)  # fmt: skip
+        rows.append({"row": {k: v for k, v in row.items() if k != "measured"}, "measured": measured,
+                     "predicted_ms": predicted, "first_choice": best_predicted, "measured_best": best_measured,
+                     "regret": regret, "spearman": float(rho) if rho == rho else math.nan})  # fmt: skip
+    pooled_predicted, pooled_measured = [], []
+    for entry in rows:
+        labels = list(entry["measured"])
+        p = np.array([entry["predicted_ms"][k] for k in labels])
+        m = np.array([1.0 / entry["measured"][k] for k in labels])
+        pooled_predicted += list(p / np.exp(np.log(p).mean()))
+        pooled_measured += list(m / np.exp(np.log(m).mean()))
+    pooled = float(spearmanr(pooled_predicted, pooled_measured).statistic)
+    within = sum(entry["regret"] <= WITHIN for entry in rows)
+    share = within / len(rows)
+    return {"id": table["id"], "title": table["title"], "source": table["source"], "rows": rows,
+            "first_choice_within": within, "row_count": len(rows), "pooled_spearman": pooled,
+            "mean_row_spearman": float(np.nanmean([r["spearman"] for r in rows])),
+            "passes": share >= FIRST_SHARE and pooled >= SPEARMAN}  # fmt: skip
+
+
+def _row_text(entry: dict) -> str:
+    row = entry["row"]
+    shape = ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("topology",))
+    cells = "  ".join(f"{label} {entry['predicted_ms'][label]:,.2f} ms | {entry['measured'][label]:g}"
+                      for label in entry["measured"])  # fmt: skip
+    return (
+        f"  {shape}\n    predicted | measured: {cells}\n    first choice {entry['first_choice']} (measured best "
+        f"{entry['measured_best']}, regret {100 * entry['regret']:.1f}%), Spearman {entry['spearman']:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", action="append", help="only this table id (repeatable)")
+    parser.add_argument("--rows", action="store_true", help="print every row")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args = parser.parse_args()
+    document = yaml.safe_load((HERE / "tables.yaml").read_text())
+    results = [validate_table(t) for t in document["tables"] if not args.table or t["id"] in args.table]
+    if args.json:
+        print(json.dumps({"format": "ringbench-validate-published", "format_version": 1, "tables": results},
+                         indent=1, default=str))  # fmt: skip
+        return
+    for result in results:
+        print(f"{result['id']}: {result['title']}")
+        if args.rows:
+            for entry in result["rows"]:
+                print(_row_text(entry))
+        print(
+            f"  first choice within {100 * WITHIN:.0f}% of the measured best in {result['first_choice_within']} "
+            f"of {result['row_count']} rows; pooled Spearman {result['pooled_spearman']:.2f} (rows' mean "
+            f"{result['mean_row_spearman']:.2f}); {'PASS' if result['passes'] else 'FAIL'} (>= 7/8 rows and >= 0.8)"
+        )
+    passed = sum(r["passes"] for r in results)
+    print(f"{passed} of {len(results)} tables pass")
+
+
+if __name__ == "__main__":
+    main()

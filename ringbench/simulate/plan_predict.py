@@ -1,0 +1,116 @@
+"""One candidate of `ringbench plan`, simulated: its step, phases, exposed communication, memory and network bytes.
+
+A candidate is a strategy with its placement (grouped strategies) or ring order (ring, all-gather), a layout and a
+buffer. Each layer of the model (``--layers``) is one case with its own mask; the candidate's times are the sum over
+layers, its memory the largest layer's. The ring and the all-gather baseline run on the ring engine without the
+critical-path walk; the grouped strategies on simulate/strategies.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ringbench.fmt import ring_text
+
+
+def sim_case(request, candidate, mask: str):
+    """The SimCase of ``candidate`` for one layer with ``mask``."""
+    from ringbench.simulate.case import SimCase
+
+    return SimCase(world=request.world, seq=request.seq, heads=request.heads, head_dim=request.head_dim,
+                   batch=request.batch, dtype=request.dtype, mask=mask, layout=candidate.layout,
+                   buffer="allgather" if candidate.strategy == "allgather" else candidate.buffer,
+                   order=ring_text(candidate.order) if candidate.order else "identity",
+                   backward=request.backward, strategy=candidate.strategy,
+                   placement=ring_text(candidate.placement) if candidate.placement else "",
+                   kv_heads=request.kv_heads, docs=request.docs)  # fmt: skip
+
+
+def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray]:
+    """The ring (or all-gather) case on the ring engine, without the walk: phase times and each rank's compute."""
+    from ringbench.simulate.case import phase_models, start_skew
+    from ringbench.simulate.engine import PhaseEngine, Window
+    from ringbench.simulate.timeline import simulate_timeline
+
+    if case.buffer == "allgather":
+        timeline = simulate_timeline(case, costs, cluster)
+        times = {ph: timeline.phase_end[ph].max(axis=1) - timeline.phase_start[ph].min(axis=1) for ph in case.phases}
+        spent = sum(np.asarray(c.compute_ms, float) for cells in (timeline.full or {}).values() for c in cells)
+        return {"step": timeline.iteration_ms, **times}, np.asarray(spent).reshape(case.iterations, -1).max(axis=1)
+    rng = np.random.default_rng([case.seed, 7])
+    models = phase_models(case, costs, cluster, rng)
+    origin = start_skew(case, costs, rng)
+    start, times, spent = origin, {}, np.zeros(origin.shape)
+    for phase, model in models.items():
+        engine = PhaseEngine(model)
+        window = Window.ring(case.world, case.iterations)
+        state = engine.begin(start)
+        for step in range(model.n_steps):
+            spent = spent + np.broadcast_to(model.compute(step, window), spent.shape)
+            engine.advance(state, step, window, record=False)
+        end, _ = engine.finish(state)
+        times[phase] = end.max(axis=1) - start.min(axis=1)
+        start = end
+    return {"step": start.max(axis=1) - origin.min(axis=1), **times}, spent.max(axis=1)
+
+
+def ring_net_mb(case, topology, order: list[int]) -> float:
+    """Bytes per iteration and rank the ring's messages carry across hosts (MiB, averaged over ranks)."""
+    from ringbench.topology import LinkKind
+
+    if topology is None or case.world < 2:
+        return 0.0
+    crossing = sum(topology.link(order[p], order[(p + 1) % case.world]).kind is LinkKind.NET
+                   for p in range(case.world))  # fmt: skip
+    kv, dkv = case.block_bytes("kv"), case.block_bytes("dkv") if case.backward else 0
+    route = case.route()
+    hops = route.depth if route is not None else case.world - 1
+    per_hop = hops * kv * (2 if case.backward else 1) + (hops + 1) * dkv
+    if case.buffer == "allgather":
+        per_hop = (case.world - 1) * kv + (2 * (case.world - 1) * dkv if case.backward else 0)
+    return crossing * per_hop / case.world / 2**20
+
+
+def predict_layer(request, candidate, mask: str, costs, cluster) -> dict:
+    """One layer of ``candidate``: step, fwd, bwd, exposed (ms, medians), memory and network MiB."""
+    from ringbench.simulate.strategies import predicted_memory_mb, simulate_strategy
+
+    case = sim_case(request, candidate, mask)
+    out = {"memory_mb": predicted_memory_mb(case)}
+    if candidate.strategy in ("ring", "allgather"):
+        times, compute = ring_prediction(case, costs, cluster)
+        out["net_mb"] = ring_net_mb(case, cluster.topology, candidate.order or list(range(request.world)))
+    else:
+        timeline = simulate_strategy(case, costs, cluster)
+        times = {"step": timeline.iteration_ms}
+        times.update({ph: timeline.phase_end[ph].max(axis=1) - timeline.phase_start[ph].min(axis=1)
+                      for ph in case.phases})  # fmt: skip
+        compute = timeline.compute_ms.max(axis=1)
+        out["net_mb"] = timeline.bytes_by_class.get("NET", 0.0) / request.world / 2**20
+    step = times["step"]
+    out.update(step_ms=float(np.median(step)), fwd_ms=float(np.median(times["fwd"])),
+               bwd_ms=float(np.median(times["bwd"])) if "bwd" in times else math.nan,
+               exposed_ms=float(np.median(np.clip(step - compute, 0.0, None))))  # fmt: skip
+    return out
+
+
+def predict(request, candidate, costs, cluster, masks: tuple[str, ...]) -> None:
+    """Fill ``candidate``'s predictions: every layer (one mask each), summed; memory: the largest layer's."""
+    totals = {"step_ms": 0.0, "fwd_ms": 0.0, "bwd_ms": 0.0, "exposed_ms": 0.0, "net_mb": 0.0}
+    memory = 0.0
+    cache: dict[str, dict] = {}
+    for mask in masks:
+        layer = cache.get(mask)
+        if layer is None:
+            layer = cache[mask] = predict_layer(request, candidate, mask, costs, cluster)
+        for name in totals:
+            totals[name] += layer[name]
+        memory = max(memory, layer["memory_mb"])
+    candidate.step_ms, candidate.fwd_ms = totals["step_ms"], totals["fwd_ms"]
+    candidate.bwd_ms = totals["bwd_ms"] if request.backward else math.nan
+    candidate.exposed_ms, candidate.net_mb, candidate.memory_mb = totals["exposed_ms"], totals["net_mb"], memory
+
+
+__all__ = ["predict", "predict_layer", "ring_net_mb", "ring_prediction", "sim_case"]

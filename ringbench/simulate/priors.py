@@ -1,0 +1,168 @@
+"""The simulator's costs for a GPU of the hardware catalogue: every figure a PRIOR, each with its source.
+
+    prior = gpu_prior(find_gpu("a100-sxm"), "bfloat16")       # GpuPrior: costs, link class costs, sources
+    topology = prior.price_links(topology)                    # the topology priced as NCCL moves data on it
+    costs, sources = prior.with_calibration(calibration)      # what a run on the cluster measured replaces priors
+
+Compute: the attention kernel's model (hardware/kernel.py) prices every call from its shape. Beside it, each cost
+a real ring pays is its own term (simulate/costs.py): the merge of every block into the online-softmax
+accumulator (bytes per output element over the memory's bandwidth), the ring step's launch and stream gaps (the
+host steps' ``pre_ms``), an all-to-all's layout copies and fixed gap, and the imperfect overlap of a transfer with
+the kernel beside it. Links, per `nvidia-smi topo -m` class: NVLink at NCCL's point-to-point share of the line
+rate (its all-to-all share for all-to-alls), PCIe switches at the generation's x16 rate, paths through the CPU
+at half of it (staged through host memory) and all-to-alls through the CPU at NCCL's measured collapse, the
+network at one NIC per GPU. A topology file's own class costs and measured links win over these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ringbench.hardware import Gpu
+from ringbench.simulate.costs import HOST_STEPS, PHASES, Costs, LinkCost
+from ringbench.simulate.identify import CostSource
+
+HOST_BRIDGE = ("PHB", "NODE", "SYS")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuPrior:
+    """A GPU's prior costs: the simulator's Costs, the topology's class costs, and where every figure came from."""
+
+    gpu: Gpu
+    dtype: str
+    costs: Costs
+    class_costs: dict[str, dict[str, float]]
+    """Per link class (NV per link): latency_us, bandwidth_gbps, alltoall_gbps (topology CostModel overrides)."""
+    sources: list[CostSource] = field(default_factory=list)
+
+    def price_links(self, topology):
+        """``topology`` with this GPU's link classes, the file's own class costs and measured links kept."""
+        from ringbench.topology.cost import CostModel
+
+        own = topology.cost_model
+        model = CostModel(message_bytes=own.message_bytes).with_overrides(self.class_costs)
+        return replace(topology, cost_model=model.with_overrides(own.overrides()))
+
+    def with_calibration(self, calibration, family: str = "real") -> tuple[Costs, list[CostSource]]:
+        """The priors with what ``calibration`` (a run on the cluster) determined in their place.
+
+        Compute: the run's fitted rates when it measured real kernels (its block shapes), else the kernel prior.
+        Links: the classes the run measured. Host gaps and the strategies' own times: where the run fitted them.
+        """
+        if calibration is None:
+            return self.costs, list(self.sources)
+        measured = calibration.costs_for(family)
+        determined = {source.cost for source in calibration.sources if source.determined}
+        costs, sources = self.costs, list(self.sources)
+        if measured is not None and any(name.startswith("compute.") for name in determined) and family == "real":
+            costs = replace(costs, kernel=None, gflops=measured.gflops, efficiency=measured.efficiency,
+                            call_ms=measured.call_ms)  # fmt: skip
+            sources = [s for s in sources if not s.cost.startswith("compute.")]
+        links = {name: cost for name, cost in (measured or calibration.costs).links.items() if name != "local"}
+        if links:
+            costs = replace(costs, links={**costs.links, **links})
+            sources = [s for s in sources if s.cost.removeprefix("link.") not in links]
+        if any(name.startswith("host.") for name in determined):
+            costs = replace(costs, host_ms=(measured or calibration.costs).host_ms)
+            sources = [s for s in sources if not s.cost.startswith("host.")]
+        fitted = (measured or calibration.costs).strategy_ms
+        if fitted:
+            costs = replace(costs, strategy_ms={**costs.strategy_ms, **fitted})
+        source = str((measured or calibration.costs).source)
+        return replace(costs, source=f"{source} + prior:{self.gpu.key}"), sources
+
+
+def _prior(cost: str, how: str, hint: str = "") -> CostSource:
+    return CostSource(cost=cost, determined=False, how=f"PRIOR {how}", hint=hint)
+
+
+def gpu_prior(gpu: Gpu, dtype: str, attention: str | None = None) -> GpuPrior:
+    """The prior costs of ``gpu`` running ``attention`` (a kernel family; None: its default) in ``dtype``."""
+    from ringbench.hardware import load_catalogue
+
+    catalogue = load_catalogue()
+    rates = gpu.kernel_rates(dtype, attention)
+    overhead = catalogue.overhead
+    memory = gpu.figure("memory_gbps")
+    stream_gbps = memory.value * overhead("memory_efficiency").value  # elementwise kernels' bandwidth
+    merge_bytes = overhead("merge_bytes_per_element").value
+    merge_ms_per_melem = merge_bytes * 1e6 / (stream_gbps * 1e9) * 1e3
+    transpose_ms_per_mib = 2 * overhead("transpose_bytes_per_element").value / 2 * 2**20 / (stream_gbps * 1e9) * 1e3
+    step_gap = overhead("step_gap_us")
+    a2a_gap = overhead("alltoall_gap_us")
+    penalty = overhead("overlap_penalty")
+    call_ms = rates.call_us / 1e3
+    host = {phase: {buffer: dict.fromkeys(HOST_STEPS, 0.0) | {"pre_ms": step_gap.value / 1e3}
+                    for buffer in ("sync", "double")} for phase in PHASES}  # fmt: skip
+    costs = Costs(gflops=gpu.peak_tflops(dtype).value * 1e3, call_ms=dict.fromkeys(PHASES, call_ms), host_ms=host,
+                  kernel=rates, merge_ms_per_melem=merge_ms_per_melem, transpose_ms_per_mib=transpose_ms_per_mib,
+                  overlap_penalty=penalty.value, strategy_ms={"ulysses": a2a_gap.value / 1e3,
+                  "hybrid": a2a_gap.value / 1e3}, links={"local": LinkCost(latency_us=5.0, bandwidth_gbps=100.0)},
+                  gap_ms=0.0, source=f"prior:{gpu.key}")  # fmt: skip
+    hint = "calibrate on this cluster (ringbench calibrate, then --from) to measure it"
+    sources = [
+        _prior("compute.attention", f"{rates.describe()}; {catalogue.kernel_provenance(rates.kernel, gpu.arch)}", hint),
+        _prior("compute.call_ms", f"{rates.call_us:g} us per kernel call", hint),
+        _prior(
+            "compute.merge",
+            f"{merge_ms_per_melem * 1e3:.1f} us per million output elements merged "
+            f"({merge_bytes:g} bytes per element at {stream_gbps:,.0f} GB/s: {memory.value:,.0f} GB/s "
+            f"[{memory.provenance()}] x {overhead('memory_efficiency').value:g})",
+            hint,
+        ),
+        _prior("host.step_gap", f"{step_gap.value:g} us per ring step ({step_gap.provenance()})", hint),
+        _prior(
+            "strategy.alltoall",
+            f"{a2a_gap.value:g} us per all-to-all ({a2a_gap.provenance()}) and "
+            f"{transpose_ms_per_mib * 1e3:.2f} us per MiB of layout copies",
+            hint,
+        ),
+        _prior(
+            "overlap_penalty",
+            f"{penalty.value:g} of a transfer's time slows the kernel beside it ({penalty.provenance()})",
+            hint,
+        ),
+    ]
+    class_costs, link_sources = _link_classes(gpu)
+    return GpuPrior(gpu=gpu, dtype=dtype, costs=costs, class_costs=class_costs, sources=sources + link_sources)
+
+
+def _link_classes(gpu: Gpu) -> tuple[dict[str, dict[str, float]], list[CostSource]]:
+    """Per topology class: point-to-point latency and bandwidth, and the all-to-all bandwidth per device."""
+    from ringbench.hardware import load_catalogue
+
+    links = load_catalogue().links
+    nv, pcie, net = links["nvlink"], links["pcie"], links["net"]
+    out: dict[str, dict[str, float]] = {}
+    sources = []
+    if gpu.has_nvlink:
+        per_link = gpu.value("nvlink.gbps_per_link")
+        out["NV"] = {"latency_us": nv["latency_us"].value, "bandwidth_gbps": per_link * nv["p2p_efficiency"].value,
+                     "alltoall_gbps": per_link * nv["alltoall_efficiency"].value}  # fmt: skip
+        sources.append(_prior("link.NV", f"{out['NV']['bandwidth_gbps']:.1f} GB/s per NVLink point to point "
+                              f"({per_link:g} GB/s line rate [{gpu.figure('nvlink.gbps_per_link').provenance()}] x "
+                              f"{nv['p2p_efficiency'].value:g} [{nv['p2p_efficiency'].provenance()}]), "
+                              f"{out['NV']['alltoall_gbps']:.1f} in an all-to-all (x {nv['alltoall_efficiency'].value:g}"
+                              f" [{nv['alltoall_efficiency'].provenance()}]), {nv['latency_us'].value:g} us"))  # fmt: skip
+    generation = int(gpu.value("pcie_gen"))
+    x16_figure = pcie["x16_gen5_gbps" if generation >= 5 else "x16_gen4_gbps"]
+    x16 = x16_figure.value
+    switch = {"latency_us": pcie["latency_us"].value, "bandwidth_gbps": x16, "alltoall_gbps": x16}
+    bridge = {"latency_us": pcie["host_bridge_latency_us"].value,
+              "bandwidth_gbps": x16 * pcie["host_bridge_efficiency"].value,
+              "alltoall_gbps": pcie["alltoall_host_bridge_gbps"].value}  # fmt: skip
+    out.update({"PIX": switch, "PXB": switch} | dict.fromkeys(HOST_BRIDGE, bridge))
+    sources.append(_prior("link.PCIe", f"PCIe Gen{generation} x16 {x16:g} GB/s under a switch (PIX, PXB; "
+                          f"{x16_figure.provenance()}); through the CPU (PHB, NODE, SYS) "
+                          f"{bridge['bandwidth_gbps']:g} GB/s point to point, {bridge['latency_us']:g} us "
+                          f"[{pcie['host_bridge_latency_us'].provenance()}], and {bridge['alltoall_gbps']:g} GB/s per GPU "
+                          f"in an all-to-all [{pcie['alltoall_host_bridge_gbps'].provenance()}]"))  # fmt: skip
+    out["NET"] = {"latency_us": net["latency_us"].value, "bandwidth_gbps": net["nic_gbps"].value,
+                  "alltoall_gbps": net["nic_gbps"].value}  # fmt: skip
+    sources.append(_prior("link.NET", f"{net['nic_gbps'].value:g} GB/s, {net['latency_us'].value:g} us "
+                          f"[{net['nic_gbps'].provenance()}] (a topology file's NET class costs win)"))  # fmt: skip
+    return out, sources
+
+
+__all__ = ["GpuPrior", "gpu_prior"]
