@@ -180,6 +180,16 @@ def register(app: typer.Typer) -> None:
         message_mib: Annotated[
             Optional[float], typer.Option(help="Reference message per hop in MiB (default: the topology's, 32).")
         ] = None,
+        gpu: Annotated[
+            Optional[str],
+            typer.Option(
+                help="The GPU (NVML name or alias; ringbench plan --list-gpus): price the link classes as "
+                "NCCL moves data on it (PRIOR figures; default: what NVML finds here)."
+            ),
+        ] = None,
+        detect: Annotated[
+            bool, typer.Option("--detect/--no-detect", help="Ask NVML which GPUs this machine has (fills --gpu).")
+        ] = True,
         json_output: JsonOption = False,
         quiet: QuietOption = False,
     ) -> None:
@@ -188,8 +198,15 @@ def register(app: typer.Typer) -> None:
         from ringbench.topology import resolve_topology
 
         prediction = None
+        priced_for = None
         with cli_errors():
             loaded = resolve_topology(topology, run_dir)
+            from ringbench.simulate.priors import find_hardware, gpu_prior
+
+            hardware = find_hardware(gpu, detect=detect)
+            if hardware is not None:
+                prior = gpu_prior(hardware, "bfloat16")
+                loaded, priced_for = prior.price_links(loaded), prior
             measured = _measured_run(run_dir) if run_dir is not None else None
             if order is None and run_dir is not None:
                 ring = _run_ring(run_dir)
@@ -208,7 +225,12 @@ def register(app: typer.Typer) -> None:
                 prediction = predict_orders(measured, loaded, [result.current_order, result.order])
         out = Output(json=json_output, quiet=quiet, document="recommend")
         render(result, loaded, out, prediction)
+        if priced_for is not None:
+            for source in priced_for.sources:
+                if source.cost.startswith("link."):
+                    out.print(f"{source.cost}: {source.how}")
         document = ({"run_dir": str(run_dir)} if run_dir is not None else {}) | result.to_dict()
+        document["gpu"] = priced_for.gpu.key if priced_for is not None else None
         document["topology"] = loaded.describe()
         if prediction is not None:
             speedup = prediction.speedup(ring_text(result.current_order), result.order_arg)

@@ -131,6 +131,11 @@ def assumed_lines(calibration) -> list[str]:
 
 def caveat_line(outcome) -> str | None:
     """One line when any cost of the prediction came from a prior (never a prediction without it)."""
+    kernel = outcome.costs.kernel
+    if kernel is not None:
+        measured = " and what the calibration determined" if outcome.calibration is not None else ""
+        return (f"caveat: PRIOR figures of the hardware catalogue for {kernel.gpu}{measured} (the notes above), not "
+                "a measurement of this cluster; `ringbench calibrate` there and --from RUN_DIR replace them")  # fmt: skip
     if outcome.calibration is None:
         given = "the rate given (--compute-tflops) and " if outcome.costs.gflops != DEFAULTS.gflops else ""
         return (f"caveat: no calibration: {given}the documented default costs (400 TFLOP/s, 10 us per kernel call, "
@@ -227,6 +232,26 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         topology: TopologyOption = None,
+        gpu: Annotated[
+            Optional[str],
+            typer.Option(
+                help="The GPU (NVML name or alias; ringbench plan --list-gpus): price compute and links "
+                "from the hardware catalogue (PRIOR figures; default: what NVML finds here).",
+                rich_help_panel=MODEL_PANEL,
+            ),
+        ] = None,
+        attention: Annotated[
+            Optional[str],
+            typer.Option(help="The attention kernel with --gpu: fa2, fa3, cudnn.", rich_help_panel=MODEL_PANEL),
+        ] = None,
+        detect: Annotated[
+            bool,
+            typer.Option(
+                "--detect/--no-detect",
+                help="Ask NVML which GPUs this machine has (fills --gpu).",
+                rich_help_panel=MODEL_PANEL,
+            ),
+        ] = True,
         emulate_links: Annotated[
             bool,
             typer.Option(
@@ -287,7 +312,8 @@ def register(app: typer.Typer) -> None:
                 scenario=chosen, iterations=iters, calibrate_from=calibrate_from, like=like,
                 compute_tflops=compute_tflops, link_gbps=link_gbps, topology=topology, emulate_links=emulate_links,
                 gpus_per_host=gpus_per_host, scale=_worlds(scale), fixed_seq=fixed_seq, max_events=max_events,
-                out=out, command=shlex.join(["ringbench", *sys.argv[1:]]),
+                out=out, command=shlex.join(["ringbench", *sys.argv[1:]]), gpu=gpu, attention=attention,
+                detect=detect,
             )  # fmt: skip
 
             def on_case(result, done: int, total: int) -> None:

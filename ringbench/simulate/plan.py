@@ -185,44 +185,10 @@ def _load(request: PlanRequest):
 
 
 def resolve_gpu(request: PlanRequest, found: list[str] | None = None):
-    """The catalogue GPU the plan is priced for: ``request.gpu``, else what NVML found here, else None.
+    """The catalogue GPU the plan is priced for (simulate/priors.py ``find_hardware``)."""
+    from ringbench.simulate.priors import find_hardware
 
-    ``found``: the product names NVML reports (None: ask NVML when ``request.detect``). A ``gpu`` that contradicts
-    them is refused: what this machine has wins, unless detection is off (planning another cluster from here).
-    """
-    from ringbench.hardware import find_gpu
-
-    named = find_gpu(request.gpu) if request.gpu else None
-    if found is None:
-        found = detected_gpus() if request.detect else []
-    found_keys = []
-    for name in dict.fromkeys(found):
-        try:
-            found_keys.append(find_gpu(name).key)
-        except UsageError:
-            if named is None:
-                raise UsageError(f"gpu: NVML found {name!r}, which the hardware catalogue does not have; pass --gpu "
-                                 "with the closest one (ringbench plan --list-gpus)") from None  # fmt: skip
-            found_keys.append(name)
-    if named is not None and found_keys and any(key != named.key for key in found_keys):
-        raise UsageError(f"gpu={request.gpu!r} contradicts the GPUs NVML found on this machine "
-                         f"({', '.join(dict.fromkeys(found))}): the GPUs found win; drop --gpu, or add --no-detect "
-                         "to plan other hardware from here")  # fmt: skip
-    if named is not None:
-        return named
-    if found_keys:
-        if len(set(found_keys)) > 1:
-            raise UsageError("gpu: NVML found different GPUs on this machine (" + ", ".join(dict.fromkeys(found)) +
-                             "); pass --gpu with the one the plan is for")  # fmt: skip
-        return find_gpu(found_keys[0])
-    return None
-
-
-def detected_gpus() -> list[str]:
-    """Product names of the GPUs NVML sees on this machine ([] without NVML or GPUs)."""
-    from ringbench.topology.nvml import local_gpu_names
-
-    return local_gpu_names()
+    return find_hardware(request.gpu, detect=request.detect, found=found)
 
 
 def _costs(request: PlanRequest, gpu):
@@ -500,4 +466,4 @@ def price_configurations(request: PlanRequest, configs: dict[str, dict], *,
     return out
 
 
-__all__ = ["Candidate", "Plan", "PlanRequest", "detected_gpus", "make_plan", "price_configurations", "resolve_gpu"]
+__all__ = ["Candidate", "Plan", "PlanRequest", "make_plan", "price_configurations", "resolve_gpu"]

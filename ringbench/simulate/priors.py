@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ringbench.errors import UsageError
 from ringbench.hardware import Gpu
 from ringbench.simulate.costs import HOST_STEPS, PHASES, Costs, LinkCost
 from ringbench.simulate.identify import CostSource
@@ -165,4 +166,43 @@ def _link_classes(gpu: Gpu) -> tuple[dict[str, dict[str, float]], list[CostSourc
     return out, sources
 
 
-__all__ = ["GpuPrior", "gpu_prior"]
+def detected_gpus() -> list[str]:
+    """Product names of the GPUs NVML sees on this machine ([] without NVML or GPUs)."""
+    from ringbench.topology.nvml import local_gpu_names
+
+    return local_gpu_names()
+
+
+def find_hardware(name: str | None, *, detect: bool = True, found: list[str] | None = None) -> Gpu | None:
+    """The catalogue GPU to price for: ``name`` (key, alias or NVML name), else what NVML finds here, else None.
+
+    ``found``: the product names NVML reports (None: ask NVML when ``detect``). A ``name`` that contradicts them
+    is refused -- what this machine has wins -- unless detection is off (pricing another cluster from here).
+    """
+    from ringbench.hardware import find_gpu
+
+    named = find_gpu(name) if name else None
+    if found is None:
+        found = detected_gpus() if detect else []
+    found_keys = []
+    for product in dict.fromkeys(found):
+        try:
+            found_keys.append(find_gpu(product).key)
+        except UsageError:
+            if named is None:
+                raise UsageError(f"gpu: NVML found {product!r}, which the hardware catalogue does not have; pass "
+                                 "--gpu with the closest one (ringbench plan --list-gpus)") from None  # fmt: skip
+            found_keys.append(product)
+    if named is not None and any(key != named.key for key in found_keys):
+        raise UsageError(f"gpu={name!r} contradicts the GPUs NVML found on this machine "
+                         f"({', '.join(dict.fromkeys(found))}): the GPUs found win; drop --gpu, or add --no-detect "
+                         "to price other hardware from here")  # fmt: skip
+    if named is not None:
+        return named
+    if len(set(found_keys)) > 1:
+        raise UsageError("gpu: NVML found different GPUs on this machine (" + ", ".join(dict.fromkeys(found)) +
+                         "); pass --gpu with the one to price for")  # fmt: skip
+    return find_gpu(found_keys[0]) if found_keys else None
+
+
+__all__ = ["GpuPrior", "detected_gpus", "find_hardware", "gpu_prior"]

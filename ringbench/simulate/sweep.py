@@ -52,6 +52,12 @@ class SimRequest:
     """Scale view: keep S fixed (strong scaling) instead of tokens per rank (weak scaling)."""
     max_events: int = MAX_EVENTS
     """Events of one case above which its record is bounded."""
+    gpu: str | None = None
+    """The GPU of the hardware catalogue to price compute and links for (PRIOR figures); None: what NVML finds here
+    (``detect``), else the calibration or the documented defaults."""
+    attention: str | None = None
+    """The attention kernel family (fa2, fa3, cudnn); None: the GPU's default."""
+    detect: bool = True
     out: Path = Path("results")
     command: str = "ringbench simulate"
 
@@ -101,7 +107,7 @@ def cases_from_scenario(scenario: Scenario, iterations: int) -> list[SimCase]:
     return cases
 
 
-def _cluster(request: SimRequest, like: RunData | None) -> Cluster:
+def _cluster(request: SimRequest, like: RunData | None, prior=None) -> Cluster:
     from ringbench.topology import Topology, load_topology
 
     topology, emulate = None, request.emulate_links
@@ -110,14 +116,39 @@ def _cluster(request: SimRequest, like: RunData | None) -> Cluster:
     elif like is not None and like.meta.get("topology"):
         topology = Topology.from_dict(like.meta["topology"], "meta.json:topology")
         emulate = emulate or bool(like.meta.get("emulated_links"))
+    if prior is not None and topology is not None and not emulate:
+        topology = prior.price_links(topology)
     return Cluster(topology=topology, emulate_links=emulate and topology is not None,
                    gpus_per_host=request.gpus_per_host, cpu_cores=run_cores(like) if like is not None else None)  # fmt: skip
 
 
-def resolve_costs(request: SimRequest) -> tuple[Costs, Calibration | None]:
+def resolve_costs(request: SimRequest, prior=None) -> tuple[Costs, Calibration | None]:
+    """The costs to simulate with: a GPU's priors (``prior``) with what a calibration determined in their place,
+    else the calibration's, else the documented defaults; an explicit rate replaces the compute rate."""
     calibration = calibrate(load_run(request.calibrate_from)) if request.calibrate_from is not None else None
+    if prior is not None:
+        costs, _ = prior.with_calibration(calibration)
+        return _with_rates(costs, request), calibration
     costs = calibration.costs if calibration is not None else DEFAULTS
     return _with_rates(costs, request), calibration
+
+
+def hardware_prior(request: SimRequest, dtype: str):
+    """The GpuPrior of ``request.gpu`` (or the GPU NVML finds), or None."""
+    from ringbench.simulate.priors import find_hardware, gpu_prior
+
+    gpu = find_hardware(request.gpu, detect=request.detect)
+    if gpu is None:
+        return None
+    if request.emulate_links:
+        raise UsageError(f"gpu={gpu.key!r} is not allowed with emulated links: they price a CPU run's transport; "
+                         "drop --emulate-links or --gpu")  # fmt: skip
+    try:
+        return gpu_prior(gpu, dtype, request.attention)
+    except UsageError:
+        if request.gpu is not None:
+            raise
+        return None  # a GPU found here but a dtype its kernels do not run: the calibration or the defaults
 
 
 def _with_rates(costs: Costs, request: SimRequest) -> Costs:
@@ -130,7 +161,7 @@ def costs_by_case(cases: list[SimCase], costs: Costs, calibration: Calibration |
     """Each case with the costs of its compute model: a measured case's kernel family (real or emulated) picks
     the calibration's costs of that family; a case whose family the calibration did not measure is not predicted
     with another's (a note says so). Without a calibration every case takes ``costs``."""
-    if calibration is None or request.compute_tflops is not None:
+    if calibration is None or request.compute_tflops is not None or costs.kernel is not None:
         return [(case, costs) for case in cases], []
     out, skipped = [], {}
     for case in cases:
@@ -156,9 +187,17 @@ def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int]
     from ringbench.run.results import new_run_dir
     from ringbench.simulate.coverage import extrapolation
 
-    costs, calibration = resolve_costs(request)
+    prior = None
+    if request.gpu is not None or request.detect:
+        like_run = load_run(request.like) if request.like is not None else None
+        dtypes = sorted({str(d) for d in like_run.cases["dtype"]} if like_run is not None
+                        else {case.dtype for case in request.scenario.cases()})  # fmt: skip
+        if len(dtypes) > 1 and request.gpu is not None:
+            raise bad_value("dtype", ",".join(dtypes), "one dtype when --gpu prices the attention kernel")
+        prior = hardware_prior(request, dtypes[0]) if len(dtypes) == 1 else None
+    costs, calibration = resolve_costs(request, prior)
     like = load_run(request.like) if request.like is not None else None
-    cluster = _cluster(request, like)
+    cluster = _cluster(request, like, prior)
     if like is not None:
         cases = cases_like(like, request.iterations)
         if request.compute_tflops is not None:  # an explicit rate replaces the run's emulated ones
@@ -192,5 +231,11 @@ def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int]
         run.meta["scenario"] = request.scenario.to_dict()
         run.meta["scenario_source"] = request.scenario.source
     write_run(run_dir, run)
+    if prior is not None:
+        notes = (
+            [f"PRIOR figures of the hardware catalogue for {prior.gpu.key} (ringbench plan --list-gpus):"]
+            + [f"  {source.cost}: {source.how}" for source in prior.with_calibration(calibration)[1]]
+            + notes
+        )
     return SimOutcome(run_dir=run_dir, run=run, costs=costs, results=results, calibration=calibration, scale=view,
                       assumptions=assumptions, notes=notes)  # fmt: skip
