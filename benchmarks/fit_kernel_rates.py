@@ -22,7 +22,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from ringbench.hardware.catalogue import load_catalogue
-from ringbench.hardware.kernel import FLOPS_PER_ENTRY, PassModel
+from ringbench.hardware.kernel import PassModel, benchmark_tflops
 
 NAMES = ("matmul_efficiency", "exp_per_entry", "tile_overhead_keys", "causal_efficiency")
 LOWER = {"matmul_efficiency": 0.05, "exp_per_entry": 0.0, "tile_overhead_keys": 0.0, "causal_efficiency": 0.5}
@@ -32,19 +32,7 @@ FORWARD_EXP = 1.0
 
 def predicted(rates, curve: dict, seqlen: list[int]) -> np.ndarray:
     """TFLOP/s the model gives for one measured curve (fwd, bwd or fwd+bwd)."""
-    passes = ("fwd", "bwd") if curve["pass"] == "fwd+bwd" else (curve["pass"],)
-    causal, head_dim = bool(curve["causal"]), int(curve["head_dim"])
-    out = []
-    for length in seqlen:
-        batch_heads = max(1, 16384 // length) * max(1, 2048 // head_dim)
-        ms = flops = 0.0
-        for phase in passes:
-            kind = "causal" if causal else "full"
-            visible = length * length / 2.0 if causal else None
-            ms += rates.arithmetic_ms(phase, kind, length, length, batch_heads, head_dim, visible)
-            flops += FLOPS_PER_ENTRY[phase] * head_dim * length * length * (0.5 if causal else 1.0) * batch_heads
-        out.append(flops / (ms * 1e-3) / 1e12)
-    return np.array(out)
+    return np.array(benchmark_tflops(rates, curve["pass"], bool(curve["causal"]), int(curve["head_dim"]), seqlen))
 
 
 def fit(family: str, arch: str, bwd_exp: float | None) -> tuple[object, dict]:

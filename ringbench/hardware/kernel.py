@@ -114,4 +114,19 @@ class KernelRates:
                 f" TFLOP/s at 8K x 8K, head dim 128; fwd {self.rate_tflops('fwd', False, 8192, 32):.0f} at head dim 32")  # fmt: skip
 
 
-__all__ = ["EXP_PER_SM_CLOCK", "FLOPS_PER_ENTRY", "TILE", "KernelRates", "PassModel"]
+def benchmark_tflops(rates: KernelRates, phase: str, causal: bool, head_dim: int, lengths) -> list[float]:
+    """TFLOP/s of FlashAttention's benchmark shape (batch x length = 16k tokens, hidden 2048) at each length, for
+    ``phase`` fwd, bwd or fwd+bwd: what the catalogue's measured curves report (FLOPs at 4 / 10 per entry and
+    head dim, halved causal; the call's fixed cost left out, as a CUDA-event timing of many calls does)."""
+    passes = ("fwd", "bwd") if phase == "fwd+bwd" else (phase,)
+    out = []
+    for length in lengths:
+        batch_heads = max(1, 16384 // length) * max(1, 2048 // head_dim)
+        kind, visible = ("causal", length * length / 2.0) if causal else ("full", None)
+        ms = sum(rates.arithmetic_ms(p, kind, length, length, batch_heads, head_dim, visible) for p in passes)
+        flops = sum(FLOPS_PER_ENTRY[p] for p in passes) * head_dim * length * length * batch_heads
+        out.append(flops * (0.5 if causal else 1.0) / (ms * 1e-3) / 1e12)
+    return out
+
+
+__all__ = ["EXP_PER_SM_CLOCK", "FLOPS_PER_ENTRY", "TILE", "KernelRates", "PassModel", "benchmark_tflops"]

@@ -221,7 +221,10 @@ def _layouts(request: PlanRequest, masks: tuple[str, ...]) -> list[str]:
     from ringbench.vocab import MaskSpec
 
     layouts = [request.layout]
-    if request.layout != "doc-balanced" and any(MaskSpec.parse(m).documents for m in masks):
+    specs = [MaskSpec.parse(m) for m in masks]
+    if request.layout != "contiguous" and any(s.window is not None and not s.documents for s in specs):
+        layouts.append("contiguous")  # a window is balanced in place, and its short ring needs neighbours' blocks
+    if request.layout != "doc-balanced" and any(s.documents for s in specs):
         try:
             from ringbench.engine.layout import resolve_layout
             from ringbench.engine.masks import mask_rule
