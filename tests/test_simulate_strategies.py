@@ -10,7 +10,8 @@ import pytest
 from ringbench.rank.faults import RankFaults
 from ringbench.simulate import DEFAULTS, Cluster, SimCase, simulate_case
 from ringbench.simulate.plan import PlanRequest, make_plan
-from ringbench.simulate.strategies import Sharing, predicted_memory_mb
+from ringbench.simulate.flows import Prices
+from ringbench.simulate.strategies import predicted_memory_mb
 from ringbench.topology import load_topology
 from tests.cli_helpers import assert_one_line_error, invoke
 
@@ -42,11 +43,11 @@ def test_the_simulator_prices_an_exchange_as_the_run_injects_it(cluster):
                      for a in range(8)], "hosts": [d.host for d in topology.devices],
              "latency_us": [[0.0] * 8] * 8, "bandwidth_gbps": [[1.0] * 8] * 8}  # fmt: skip
     faults = RankFaults(rank=0, link_model=model)
-    sharing = Sharing(topology, flows)
-    for src, dst in ((0, 5), (0, 1), (6, 2)):
-        net = model["net"][src][dst]
-        assert sharing.share(src, dst, net) == faults._flow_sharing(src, dst, flows)
-    assert sharing.share(0, 5, True) == 16  # 4 x 4 transfers from host 0 to host 1 share its network link
+    pairs = [(0, 5), (0, 1), (6, 2)]
+    shares = Prices(DEFAULTS, Cluster(topology=topology, emulate_links=True)).shares(pairs, flows)
+    for (src, dst), share in zip(pairs, shares, strict=True):
+        assert share == faults._flow_sharing(src, dst, flows)
+    assert shares[0] == 16  # 4 x 4 transfers from host 0 to host 1 share its network link
 
 
 def test_compute_bound_contexts_favour_rings_and_predicted_memory_orders_the_strategies(cluster):

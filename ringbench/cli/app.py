@@ -1,5 +1,8 @@
 """`ringbench` entry point. Each command lives in its own module, which exposes ``register(app)``.
 
+The console entry point imports only the command it runs (``ringbench plan`` never loads the run command's
+torch-heavy modules); ``app`` (what tests and ``--help`` use) has every command.
+
 Every command shares these behaviours (one group class, so nothing depends on a command remembering them):
 ``-h``/``--help``; ``ringbench --version``; shell completion (``--install-completion``); a usage error (an
 unknown option, a bad number, a missing argument) is one line on stderr with a hint and exit code 2, never a box;
@@ -93,7 +96,7 @@ class RingbenchGroup(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-app = typer.Typer(
+_app = typer.Typer(
     name="ringbench",
     cls=RingbenchGroup,
     help="Benchmark and profile ring attention: exact rings, per-step records, reports, CI gate, ring-order advice.",
@@ -112,7 +115,7 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@_app.callback()
 def _root(
     version: Annotated[
         bool, typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True)
@@ -138,13 +141,39 @@ COMMAND_MODULES = (
     "probe_cmd",
 )
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(f"ringbench.cli.{_name}").register(app)
+_registered: set[str] = set()
+
+
+def _register(names) -> typer.Typer:
+    """Register ``names`` (command modules) in --help order; each once."""
+    for name in COMMAND_MODULES:
+        if name in names and name not in _registered:
+            importlib.import_module(f"ringbench.cli.{name}").register(_app)
+            _registered.add(name)
+    return _app
+
+
+def __getattr__(name: str):
+    if name == "app":  # the whole CLI (tests, help)
+        return _register(COMMAND_MODULES)
+    raise AttributeError(name)
+
+
+def _command_module(argv: list[str]) -> str | None:
+    """The module of the command ``argv`` names (the first word that is not an option), or None."""
+    for word in argv:
+        if word.startswith("-"):
+            return None  # options before the command (--version, --help, completion): the whole CLI
+        module = word.replace("-", "_") + "_cmd"
+        return module if module in COMMAND_MODULES else None
+    return None
 
 
 def main() -> None:
+    module = _command_module(sys.argv[1:])
+    _register([module] if module is not None and "_TYPER_COMPLETE_ARGS" not in os.environ else COMMAND_MODULES)
     try:
-        app()
+        _app()
     except SystemExit as exc:
         if common.stopped_by_signal:
             # A signal stopped the command and everything worth keeping is on disk and printed: leave now. The

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,7 +262,8 @@ def _candidates(request: PlanRequest, topology, masks: tuple[str, ...]) -> tuple
 
     world, heads = request.world, request.heads
     kv_heads = request.kv_heads or heads
-    ring_order = list(recommend(topology, time_budget_s=2.0).order)
+    ring_order = list(recommend(topology, time_budget_s=2.0 if world <= 64 else 0.3).order)
+    per_host = max(Counter(device.host for device in topology.devices).values())
     wanted = set(request.strategies)
 
     def allowed(spec: str) -> bool:
@@ -291,8 +293,8 @@ def _candidates(request: PlanRequest, topology, masks: tuple[str, ...]) -> tuple
                 ok.append(Candidate(strategy=spec, placement_name=name if spec != "ulysses" else "", placement=ranks,
                                     layout=layout))  # fmt: skip
         for width in _divisors(world):
-            if not allowed(f"double-ring:{width}"):
-                continue
+            if not allowed(f"double-ring:{width}") or (width > per_host and not wanted):
+                continue  # an inner ring longer than a host crosses the network every rotation: what the outer avoids
             for name, ranks in placements(topology, width).items():
                 ok.append(Candidate(strategy=f"double-ring:{width}", placement_name=name, placement=ranks,
                                     layout=layout))  # fmt: skip

@@ -22,7 +22,6 @@ not have spent computing); the ring's walk of the critical path (walk.py) is not
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +30,7 @@ from ringbench.engine.groups import Groups, block_plan
 from ringbench.orders import parse_placement
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseEngine, PhaseModel, Window
+from ringbench.simulate.flows import Prices
 from ringbench.vocab import Layout, Mask, Strategy
 
 STATS_BYTES = {"float64": 8}  # accumulators: fp64 for fp64 inputs, else fp32
@@ -69,137 +69,6 @@ class StrategyTimeline:
     @property
     def exposed_ms(self) -> np.ndarray:
         return np.clip(self.iteration_ms - self.compute_ms.max(axis=1), 0.0, None)
-
-
-class Sharing:
-    """How the transfers of one exchange (its ``flows``, on every rank) share links: the rule ringbench.rank.faults
-    applies to emulated links. Across hosts, every transfer of the exchange between the same two hosts; inside a
-    host, the rank's other transfers of the exchange (its port) -- per link class when the topology prices an
-    all-to-all's flows per class (``alltoall``: each class's bandwidth per device is shared by the rank's flows
-    over that class)."""
-
-    def __init__(self, topology, flows, *, by_class: bool = False) -> None:
-        from ringbench.topology import LinkKind
-
-        self.topology = topology
-        self.hosts = [device.host for device in topology.devices] if topology is not None else None
-        self.net_pairs: Counter = Counter()
-        self.out: Counter = Counter()
-        self.into: Counter = Counter()
-        self.by_class = by_class
-        self.trees = switch_trees(topology) if by_class and topology is not None else None
-        for a, b in flows:
-            link = topology.link(a, b) if topology is not None else None
-            if link is not None and link.kind is LinkKind.NET and not self._per_device(link):
-                self.net_pairs[(self.hosts[a], self.hosts[b])] += 1
-            else:
-                self.out[self._key(a, link)] += 1
-                self.into[self._key(b, link)] += 1
-
-    def _per_device(self, link) -> bool:
-        """An all-to-all's NET flows priced per device (its NIC: NCCL's all-to-all cannot aggregate a host's
-        NICs) when the class states an all-to-all bandwidth; else they share the host pair's link."""
-        return self.by_class and self.topology.cost_model.alltoall_bandwidth(link) is not None
-
-    def _key(self, rank: int, link) -> tuple:
-        """What a flow's bandwidth is shared by: the rank's port, per class when priced by class; a PCIe switch
-        tree's upstream link for flows through several bridges (PXB: the tree's GPUs share it)."""
-        from ringbench.topology import LinkKind
-
-        if not self.by_class or link is None:
-            return (rank, None)
-        if link.kind is LinkKind.PXB:
-            return ("tree", self.trees[rank], LinkKind.PXB)
-        return (rank, link.kind)
-
-    def share(self, src: int, dst: int, net: bool) -> int:
-        link = self.topology.link(src, dst) if self.topology is not None else None
-        if net and not self._per_device(link):
-            return max(1, self.net_pairs[(self.hosts[src], self.hosts[dst])])
-        return max(1, self.out[self._key(src, link)], self.into[self._key(dst, link)])
-
-
-_TREES: dict[int, tuple] = {}
-
-
-def switch_trees(topology) -> list[int]:
-    """(N,) the PCIe switch tree of each device: devices joined by PIX or PXB links share one (cached)."""
-    from ringbench.topology import LinkKind
-
-    found = _TREES.get(id(topology))
-    if found is not None and found[0] is topology:
-        return found[1]
-    tree = list(range(topology.world))
-
-    def root(a: int) -> int:
-        while tree[a] != a:
-            tree[a] = tree[tree[a]]
-            a = tree[a]
-        return a
-
-    if topology.world <= 4096:
-        for a in range(topology.world):
-            for b in range(a + 1, topology.world):
-                if topology.links[a][b].kind in (LinkKind.PIX, LinkKind.PXB):
-                    tree[root(a)] = root(b)
-    out = [root(a) for a in range(topology.world)]
-    _TREES.clear()
-    _TREES[id(topology)] = (topology, out)
-    return out
-
-
-class _Prices:
-    """Transfer and injected delay of one message between two ranks, in one exchange (its Sharing); and the bytes
-    each link class carries per iteration (``count``)."""
-
-    def __init__(self, case, costs: Costs, cluster) -> None:
-        self.costs, self.cluster = costs, cluster
-        self.local = costs.links["local"]
-        self.topology = cluster.topology
-        self.emulated = self.topology is not None and cluster.emulate_links
-        self.bytes_by_class: dict[str, float] = {}
-        self._labels: dict[int, tuple] = {}
-
-    def count(self, pairs, nbytes: float, messages: float = 1.0) -> None:
-        """``messages`` messages of ``nbytes`` over each (src, dst) of ``pairs``, per iteration."""
-        key = id(pairs)
-        labels = self._labels.get(key)
-        if labels is None or labels[0] is not pairs:
-            counted = Counter(self.topology.link(int(a), int(b)).label if self.topology is not None else "local"
-                              for a, b in pairs if a != b)  # fmt: skip
-            labels = self._labels[key] = (pairs, counted)
-        for label, hops in labels[1].items():
-            self.bytes_by_class[label] = self.bytes_by_class.get(label, 0.0) + nbytes * messages * hops
-
-    def price(self, src: int, dst: int, nbytes: float, sharing: Sharing, port: int = 1) -> tuple[float, float]:
-        """(transfer ms, delay ms): the local transport (``port`` messages at once share it), then the link; an
-        all-to-all's flow (``sharing.by_class``) at its class's all-to-all bandwidth where the topology states one."""
-        from ringbench.topology import LinkKind
-
-        transfer, delay = self.local.ms(nbytes, share=port), 0.0
-        topology = self.topology
-        if src == dst:
-            return 0.0, 0.0
-        if topology is None:
-            return transfer, delay
-        link = topology.link(src, dst)
-        latency_us, bandwidth = topology.cost_model.latency_bandwidth(link)
-        share = sharing.share(src, dst, link.kind is LinkKind.NET)
-        if self.emulated:  # the run moves it over the local transport, then holds it for the link's price
-            return transfer, (latency_us + nbytes / (bandwidth / share * 1e3)) / 1e3
-        calibrated = self.costs.link(link.label)
-        if calibrated is not None:
-            latency_us, bandwidth = calibrated.latency_us, calibrated.bandwidth_gbps
-        elif sharing.by_class:
-            bandwidth = topology.cost_model.alltoall_bandwidth(link) or bandwidth
-        return (latency_us + nbytes * share / (bandwidth * 1e3)) / 1e3, 0.0
-
-    @property
-    def alltoall_by_class(self) -> bool:
-        """The topology prices an all-to-all's flows per class (a GPU of the catalogue), on real links."""
-        if self.topology is None or self.emulated:
-            return False
-        return any(cost.alltoall_gbps is not None for cost in self.topology.cost_model.class_costs.values())
 
 
 # -- compute of blocks --------------------------------------------------------------------------------------------
@@ -263,36 +132,57 @@ def _block_table(case, costs: Costs, phase: str, q_groups: list, k_groups: list,
     return arith + calls * call_ms, worked
 
 
-# -- exchanges priced pair by pair --------------------------------------------------------------------------------
-def _prices(pairs, nbytes: float, prices: _Prices, flows, port: int = 1,
-            alltoall: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    sharing = Sharing(prices.topology, flows, by_class=alltoall and prices.alltoall_by_class)
-    priced = [prices.price(int(a), int(b), nbytes, sharing, port) for a, b in pairs]
-    return np.array([p[0] for p in priced]), np.array([p[1] for p in priced])
-
-
-def _all_to_all(post: np.ndarray, groups: Groups, nbytes: float, prices: _Prices, host_ms: float) -> np.ndarray:
+# -- exchanges -------------------------------------------------------------------------------------------------
+def _all_to_all(post: np.ndarray, groups: Groups, nbytes: float, prices: Prices, host_ms: float) -> np.ndarray:
     """Every group's all-to-all posted at ``post`` (G, N) per rank: when each rank's wait ends (G, N)."""
     if groups.size == 1:
         return post + host_ms
-    flows = groups.alltoall_flows()
-    src, dst = (np.array(side) for side in zip(*flows, strict=True))
-    transfer, delay = _prices(flows, nbytes, prices, flows, port=groups.size - 1, alltoall=True)
+    flows = _alltoall_flows(groups)
+    src, dst = flows
+    transfer, delay = prices.price(flows, nbytes, flows, port=groups.size - 1, alltoall=True)
     prices.count(flows, nbytes)
     # the layout copies before and after the exchange: the rank's whole tensor (its chunk to every member)
     host_ms = host_ms + prices.costs.transpose_ms_per_mib * nbytes * groups.size / 2**20
     landed = np.maximum(post[:, src], post[:, dst]) + host_ms + transfer  # (G, F)
     done = post + host_ms
-    np.maximum.at(done, (slice(None), dst), landed + delay)  # every chunk received ...
-    np.maximum.at(done, (slice(None), src), landed)  # ... and every chunk sent
+    _max_into(done, dst, landed + delay)  # every chunk received ...
+    _max_into(done, src, landed)  # ... and every chunk sent
     return done
+
+
+_FLOWS: dict[int, tuple] = {}
+
+
+def _alltoall_flows(groups: Groups) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) arrays of every ordered pair inside every group (kept for the groups of one case)."""
+    found = _FLOWS.get(id(groups))
+    if found is not None and found[0] is groups:
+        return found[1]
+    members = np.array(groups.all_groups(), dtype=np.int64)  # (R, U)
+    size = members.shape[1]
+    a, b = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    keep = a != b
+    flows = (members[:, a[keep]].ravel(), members[:, b[keep]].ravel())
+    _FLOWS.clear()
+    _FLOWS[id(groups)] = (groups, flows)
+    return flows
+
+
+def _max_into(target: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+    """target[:, index[f]] = max(target[:, index[f]], values[:, f]) over every f (np.maximum.at, sorted)."""
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    starts = np.flatnonzero(np.r_[True, sorted_index[1:] != sorted_index[:-1]])
+    best = np.maximum.reduceat(values[:, order], starts, axis=1)
+    columns = sorted_index[starts]
+    target[:, columns] = np.maximum(target[:, columns], best)
 
 
 class RingExchange:
     """One exchange on a set of rings (each rank to its ring successor), priced once: ``__call__(post)`` gives
     every rank's in-hand time for an exchange posted at ``post`` (G, N), and counts its bytes."""
 
-    def __init__(self, rings: list[list[int]], nbytes: float, prices: _Prices, flows) -> None:
+    def __init__(self, rings: list[list[int]], nbytes: float, prices: Prices, flows) -> None:
         hops = [(ring[p - 1], ring[p], ring[(p + 1) % len(ring)]) for ring in rings if len(ring) > 1
                 for p in range(len(ring))]  # fmt: skip
         self.prices, self.nbytes = prices, nbytes
@@ -300,9 +190,9 @@ class RingExchange:
         if self.empty:
             return
         self.prev, self.rank, self.succ = (np.array(column) for column in zip(*hops, strict=True))
-        self.t_in, self.d_in = _prices(list(zip(self.prev, self.rank, strict=True)), nbytes, prices, flows)
-        self.t_out, _ = _prices(list(zip(self.rank, self.succ, strict=True)), nbytes, prices, flows)
-        self.pairs = list(zip(self.prev, self.rank, strict=True))
+        self.t_in, self.d_in = prices.price((self.prev, self.rank), nbytes, flows)
+        self.t_out, _ = prices.price((self.rank, self.succ), nbytes, flows)
+        self.pairs = (self.prev, self.rank)
 
     def __call__(self, post: np.ndarray) -> np.ndarray:
         in_hand = post.copy()
@@ -316,14 +206,14 @@ class RingExchange:
 
 
 # -- sub-rings on the ring engine ---------------------------------------------------------------------------------
-def _ring_lanes(case, rings: list[list[int]], lanes: dict[str, float], prices: _Prices, flows, iterations: int):
+def _ring_lanes(case, rings: list[list[int]], lanes: dict[str, float], prices: Prices, flows, iterations: int):
     """Lanes of a set of equally long rings as rows: (G * rows, W) transfer and delay per receiving position."""
     width = len(rings[0])
     pairs = [(ring[p - 1], ring[p]) for ring in rings for p in range(width)]
     out = {}
     for name, nbytes in lanes.items():
         if width > 1:
-            transfer, delay = (v.reshape(len(rings), width) for v in _prices(pairs, nbytes, prices, flows))
+            transfer, delay = (v.reshape(len(rings), width) for v in prices.price(pairs, nbytes, flows))
         else:
             transfer = delay = np.zeros((len(rings), width))
         lane = Lane(name=name, nbytes=int(nbytes), transfer_ms=np.zeros(width))
@@ -334,7 +224,7 @@ def _ring_lanes(case, rings: list[list[int]], lanes: dict[str, float], prices: _
     return out
 
 
-def _count_ring(prices: _Prices, rings: list[list[int]], lanes: dict, times: int = 1) -> None:
+def _count_ring(prices: Prices, rings: list[list[int]], lanes: dict, times: int = 1) -> None:
     """``times`` passes of the ring loops: W - 1 K/V messages per hop, and in the backward W dK/dV ones."""
     width = len(rings[0])
     if width < 2:
@@ -383,7 +273,7 @@ def simulate_strategy(case, costs: Costs, cluster) -> StrategyTimeline:
     world = case.world
     size = strategy.group_size(world)
     groups = Groups(tuple(parse_placement(case.placement or "heads-first", world, size)), size)
-    prices = _Prices(case, costs, cluster)
+    prices = Prices(costs, cluster)
     rng = np.random.default_rng([case.seed, 11])
     iterations = case.iterations
     origin = _start_skew(case, costs, rng)
@@ -402,11 +292,16 @@ def _start_skew(case, costs: Costs, rng) -> np.ndarray:
 
 
 def _noise(case, costs: Costs, rng, rows: int, width: int) -> Noise:
+    if not (costs.compute_cv or costs.link_cv or costs.compute_noise or costs.link_noise):
+        return _QUIET  # no pool to draw from: the engine reads none
     return Noise.build(rng, rows * width, width + 1, costs.compute_cv, costs.link_cv, 0.0,
                        {"compute": costs.compute_noise, "link": costs.link_noise})  # fmt: skip
 
 
-def _hybrid(case, costs: Costs, groups: Groups, prices: _Prices, origin: np.ndarray, rng) -> StrategyTimeline:
+_QUIET = Noise()
+
+
+def _hybrid(case, costs: Costs, groups: Groups, prices: Prices, origin: np.ndarray, rng) -> StrategyTimeline:
     """Ulysses inside the groups, a ring across them; fwd and (with backward) bwd."""
     b = _bytes(case, groups.size)
     size, count, world = groups.size, groups.count, groups.world
@@ -448,7 +343,7 @@ def _hybrid(case, costs: Costs, groups: Groups, prices: _Prices, origin: np.ndar
     return StrategyTimeline(phase_start=starts, phase_end=ends, compute_ms=compute)
 
 
-def _double_ring(case, costs: Costs, groups: Groups, prices: _Prices, origin: np.ndarray, rng) -> StrategyTimeline:
+def _double_ring(case, costs: Costs, groups: Groups, prices: Prices, origin: np.ndarray, rng) -> StrategyTimeline:
     """Inner rotations on the ring engine (rows: groups), the outer ring's exchanges between them."""
     b = _bytes(case)
     width, count, world = groups.size, groups.count, groups.world

@@ -24,6 +24,23 @@ TOPOLOGY_FORMAT = "ringbench-topology"
 TOPOLOGY_VERSION = 1
 
 
+_DERIVED: dict[int, tuple[object, dict]] = {}
+_DERIVED_KEEP = 16  # topologies whose derived views are kept (a plan reads a few sub-topologies many times)
+
+
+def _derived(topology, name: str, build):
+    """A view derived from a (frozen) topology, computed once per topology object."""
+    entry = _DERIVED.get(id(topology))
+    if entry is None or entry[0] is not topology:
+        if len(_DERIVED) >= _DERIVED_KEEP:
+            _DERIVED.pop(next(iter(_DERIVED)))
+        entry = _DERIVED[id(topology)] = (topology, {})
+    views = entry[1]
+    if name not in views:
+        views[name] = build()
+    return views[name]
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -118,7 +135,11 @@ class Topology:
         return [["X" if link is None else link.label for link in row] for row in self.links]
 
     def cost_matrix(self) -> np.ndarray:
-        """(world, world) float64: microseconds per hop for the reference message; 0 on the diagonal."""
+        """(world, world) float64: microseconds per hop for the reference message; 0 on the diagonal (computed
+        once per topology; read-only)."""
+        return _derived(self, "cost_matrix", self._cost_matrix)
+
+    def _cost_matrix(self) -> np.ndarray:
         world = self.world
         costs = np.zeros((world, world), dtype=np.float64)
         # Sources share one Link object among many pairs, so caching by identity prices each object once and
@@ -131,11 +152,25 @@ class Topology:
                     if price is None:
                         price = cache[id(link)] = self.cost_model.hop_us(link)
                     costs[i, j] = price
+        costs.setflags(write=False)
         return costs
 
     def class_counts(self) -> dict[str, int]:
-        """How many ordered pairs have each class label."""
-        return dict(Counter(link.label for row in self.links for link in row if link is not None))
+        """How many ordered pairs have each class label (computed once per topology)."""
+        return dict(_derived(self, "class_counts", self._class_counts))
+
+    def _class_counts(self) -> dict[str, int]:
+        labels: dict[int, str] = {}  # sources share one Link object among many pairs: label each object once
+        counts: Counter = Counter()
+        for row in self.links:
+            counts.update(id(link) for link in row if link is not None)
+            for link in row:
+                if link is not None and id(link) not in labels:
+                    labels[id(link)] = link.label
+        out: Counter = Counter()
+        for key, count in counts.items():
+            out[labels[key]] += count
+        return dict(out)
 
     def device_label(self, rank: int) -> str:
         device = self.devices[rank]
