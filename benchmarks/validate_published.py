@@ -110,17 +110,41 @@ def _row_text(entry: dict) -> str:
     )
 
 
+def _markdown(result: dict) -> str:
+    """One table: a line per row, each configuration's predicted ms beside its measured value, then the verdict."""
+    labels = list(dict.fromkeys(label for entry in result["rows"] for label in entry["measured"]))
+    lines = [f"**{result['id']}**: {result['title']}", "",
+             "| row | " + " | ".join(f"{label} predicted ms / measured" for label in labels) +
+             " | first choice (measured best, regret) | Spearman |",
+             "|---|" + "---:|" * len(labels) + "---|---:|"]  # fmt: skip
+    for entry in result["rows"]:
+        row = ", ".join(f"{k}={v}" for k, v in entry["row"].items() if k not in ("topology", "gpu", "attention"))
+        cells = [f"{entry['predicted_ms'][k]:,.1f} / {entry['measured'][k]:g}" if k in entry["measured"] else "-"
+                 for k in labels]  # fmt: skip
+        lines.append(f"| {row} | " + " | ".join(cells) + f" | {entry['first_choice']} ({entry['measured_best']}, "
+                     f"{100 * entry['regret']:.1f}%) | {entry['spearman']:.2f} |")  # fmt: skip
+    lines += ["", f"First choice within {100 * WITHIN:.0f}% of the measured best in {result['first_choice_within']} of "
+              f"{result['row_count']} rows; pooled Spearman {result['pooled_spearman']:.2f} (rows' mean "
+              f"{result['mean_row_spearman']:.2f}): {'PASS' if result['passes'] else 'FAIL'}.", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="append", help="only this table id (repeatable)")
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument("--markdown", action="store_true", help="markdown tables (docs/plan.md)")
     args = parser.parse_args()
     document = yaml.safe_load((HERE / "tables.yaml").read_text())
     results = [validate_table(t) for t in document["tables"] if not args.table or t["id"] in args.table]
     if args.json:
         print(json.dumps({"format": "ringbench-validate-published", "format_version": 1, "tables": results},
                          indent=1, default=str))  # fmt: skip
+        return
+    if args.markdown:
+        for result in results:
+            print(_markdown(result))
         return
     for result in results:
         print(f"{result['id']}: {result['title']}")

@@ -82,7 +82,7 @@ def render_catalogue(out: Output) -> dict:
     from ringbench.hardware import load_catalogue
 
     catalogue = load_catalogue()
-    table = Table(title="The hardware catalogue (PRIOR figures; [source key] after each, cited below)",
+    table = Table(title="The hardware catalogue: PRIOR figures, each followed by its source key in brackets (cited below)",
                   title_justify="left")  # fmt: skip
     for name, justify in (("gpu", "left"), ("NVML names / aliases", "left"), ("dense bf16 TFLOP/s", "right"),
                           ("memory GB/s", "right"), ("links", "left"), ("attention (default first)", "left")):  # fmt: skip
