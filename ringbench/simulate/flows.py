@@ -35,12 +35,8 @@ class LinkArrays:
         from ringbench.topology import LinkKind
 
         world = topology.world
-        # Sources share one Link object among many pairs: code the objects by identity, in C loops
-        ids = np.array([list(map(id, row)) for row in topology.links], dtype=np.int64).ravel()
-        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        flat = [link for row in topology.links for link in row] if world <= 64 else None
-        links = [flat[i] if flat is not None else topology.links[i // world][i % world] for i in first]
-        codes = inverse.reshape(world, world).astype(np.int32)
+        links, codes = topology.link_codes()  # each distinct Link object once (the diagonal: None)
+        links = list(links)
         if any(link is None for link in links):  # the diagonal: a code of its own, never priced
             none = next(i for i, link in enumerate(links) if link is None)
             links[none] = next(link for link in links if link is not None)

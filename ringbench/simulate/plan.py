@@ -371,7 +371,7 @@ def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top:
             "measurement; name the GPU with --gpu (ringbench plan --list-gpus) to price its hardware"
         )
     rests = " and ".join(parts)
-    measured = any(link is not None and link.measured for row in topology.links for link in row)
+    measured = topology.has_measured_links
     if emulate:
         network = "emulated links (the topology's costs injected as delays, as the run does)"
     elif measured:

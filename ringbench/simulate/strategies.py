@@ -378,16 +378,18 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: Prices, origin: np.
         starts[phase] = t
         arithmetic, _, calls = _pair_costs(case, costs, phase)
         per_pair = arithmetic + calls * costs.call_ms.get(phase, 0.0)
-        g_index, j_index = np.meshgrid(np.arange(count), np.arange(width), indexing="ij")  # (R, W)
+        _g_index, _j_index = np.meshgrid(np.arange(count), np.arange(width), indexing="ij")  # (R, W)
         phase_lanes = {k: v for k, v in lanes.items() if k == "kv" or phase == "bwd"}
         _count_ring(prices, inner, phase_lanes, times=count)  # one inner rotation per outer step
         dkv_pending = None  # outer dK/dV: (landed into each rank, when its own send landed)
         for o in range(count):
+            rolled = np.roll(members, o, axis=0)  # the rotation's blocks: group g holds group g - o's
 
-            def step_compute(step, o=o, g_index=g_index, j_index=j_index, per_pair=per_pair):
-                origin_rank = members[(g_index - o) % count, (j_index - step) % width]  # (R, W)
-                cls = (np.sign(origin_rank - members) + 1).astype(np.int64)
-                return np.tile(per_pair[cls], (iterations, 1))  # (G * R, W)
+            def step_compute(step, rolled=rolled, per_pair=per_pair):
+                origin_rank = np.roll(rolled, step, axis=1)  # (R, W): position j holds j - step's block
+                cls = (origin_rank > members).view(np.int8) * 2 + (origin_rank == members)  # LESS, EQUAL, GREATER
+                cells = per_pair[cls]
+                return cells if iterations == 1 else np.tile(cells, (iterations, 1))  # (G * R, W)
 
             kv_in = None
             if count > 1 and (not sync and o < count - 1):

@@ -105,11 +105,12 @@ class Topology:
         for i, row in enumerate(self.links):
             if not isinstance(row, tuple) or len(row) != world:
                 raise UsageError(f"links[{i}]: expected {world} entries (one per device), got {_shape(row)}")
-            for j, link in enumerate(row):
-                if i == j and link is not None:
-                    raise bad_value(f"links[{i}][{j}]", link.label, "None (a device has no link to itself)")
-                if i != j and not isinstance(link, Link):
-                    raise bad_value(f"links[{i}][{j}]", link, "a Link")
+            if row[i] is not None:
+                raise bad_value(f"links[{i}][{i}]", getattr(row[i], "label", row[i]), "None (a device has no link to "
+                                "itself)")  # fmt: skip
+            if set(map(type, row)) - {Link, type(None)} or row.count(None) != 1:  # C loops; the culprit if any
+                j = next(j for j, link in enumerate(row) if j != i and not isinstance(link, Link))
+                raise bad_value(f"links[{i}][{j}]", row[j], "a Link")
         if not isinstance(self.cost_model, CostModel):
             raise bad_value("cost_model", self.cost_model, "a CostModel")
 
@@ -140,37 +141,43 @@ class Topology:
         return _derived(self, "cost_matrix", self._cost_matrix)
 
     def _cost_matrix(self) -> np.ndarray:
-        world = self.world
-        costs = np.zeros((world, world), dtype=np.float64)
-        # Sources share one Link object among many pairs, so caching by identity prices each object once and
-        # avoids hashing a million dataclasses for a 1024-rank cluster.
-        cache: dict[int, float] = {}
-        for i, row in enumerate(self.links):
-            for j, link in enumerate(row):
-                if link is not None:
-                    price = cache.get(id(link))
-                    if price is None:
-                        price = cache[id(link)] = self.cost_model.hop_us(link)
-                    costs[i, j] = price
+        objects, codes = self.link_codes()
+        prices = np.array([0.0 if link is None else self.cost_model.hop_us(link) for link in objects])
+        costs = prices[codes]
         costs.setflags(write=False)
         return costs
+
+    def link_codes(self) -> tuple[list, np.ndarray]:
+        """(the distinct Link objects, (N, N) the index of each pair's object): sources share one Link object among
+        many pairs, so a view of every pair prices each object once (None: the diagonal). Computed once."""
+        return _derived(self, "link_codes", self._link_codes)
+
+    def _link_codes(self) -> tuple[list, np.ndarray]:
+        world = self.world
+        ids = np.array([list(map(id, row)) for row in self.links], dtype=np.int64)
+        _, first, inverse = np.unique(ids.ravel(), return_index=True, return_inverse=True)
+        objects = [self.links[index // world][index % world] for index in first]
+        codes = inverse.reshape(world, world)
+        codes.setflags(write=False)
+        return objects, codes
 
     def class_counts(self) -> dict[str, int]:
         """How many ordered pairs have each class label (computed once per topology)."""
         return dict(_derived(self, "class_counts", self._class_counts))
 
     def _class_counts(self) -> dict[str, int]:
-        labels: dict[int, str] = {}  # sources share one Link object among many pairs: label each object once
-        counts: Counter = Counter()
-        for row in self.links:
-            counts.update(id(link) for link in row if link is not None)
-            for link in row:
-                if link is not None and id(link) not in labels:
-                    labels[id(link)] = link.label
+        objects, codes = self.link_codes()
+        counts = np.bincount(codes.ravel(), minlength=len(objects))
         out: Counter = Counter()
-        for key, count in counts.items():
-            out[labels[key]] += count
+        for link, count in zip(objects, counts, strict=True):
+            if link is not None:
+                out[link.label] += int(count)
         return dict(out)
+
+    @property
+    def has_measured_links(self) -> bool:
+        """Some link carries a measured cost."""
+        return any(link is not None and link.measured for link in self.link_codes()[0])
 
     def device_label(self, rank: int) -> str:
         device = self.devices[rank]
