@@ -69,6 +69,15 @@ def test_bad_mask_document_and_layer_specs_are_one_line_and_exit_2(args, message
     assert "Traceback" not in result.output
 
 
+def test_an_emulated_step_longer_than_half_the_timeout_is_refused_not_stalled():
+    # 1e-5 GFLOP/s models the one causal block at about 13 s: a peer would wait for it past --timeout.
+    result = runner.invoke(app, ["run", "--world", "1", *SMALL, "--kernel", "emulated:0.00001", "--timeout", "10"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(lines) == 1 and "kernel='emulated:1e-05' is not allowed" in lines[0]
+    assert "rank 0's fwd step 0 would take" in lines[0] and "Traceback" not in result.output
+
+
 def test_simulate_refuses_bad_specs_the_same_way():
     result = runner.invoke(app, ["simulate", "--world", "8", "--seq", "64", "--mask", "window:0"])
     assert result.exit_code == 2 and "mask='window:0' is not allowed" in result.stderr
