@@ -36,6 +36,7 @@ def test_one_run_of_documents_windows_layers_and_the_short_ring(tmp_path):
         assert case["predicted_imbalance"] >= 1 and case["imbalance"] >= 1 and case["kernel_calls"] > 0
     short, full = cases[("contiguous", "double-short")], cases[("contiguous", "double")]
     assert short["ring_steps"] <= full["ring_steps"] == 2 and short["bytes_moved"] <= full["bytes_moved"]
+    assert full["short_ring_bytes"] == short["short_ring_bytes"] == short["bytes_moved"]  # predicted = measured
     assert cases[("doc-balanced", "double")]["predicted_imbalance"] < full["predicted_imbalance"]
     assert any(line.startswith("balance: causal-document (2 ranks") for line in document["answers"]["balance"])
     run = load_run(tmp_path / Path(document["run_dir"]).name)
