@@ -4,8 +4,9 @@
 checkable, and then pads the block to the modelled duration. On 2-core machines real compute and gloo copies
 compete for the same cores, so this is how overlap, stragglers and topology effects are exercised honestly there.
 
-``emulated:auto`` picks, per case and before timing, the highest rate at which this machine's real arithmetic stays
-under a third of the modelled time, with room for the CPU scheduler (ringbench.rank.autorate).
+``emulated:auto`` picks, per run and before timing, the highest rate at which this machine's real arithmetic stays
+under a third of the modelled time, with room for the CPU scheduler, and a floor for the calls too small to pace at
+that rate (ringbench.rank.autorate): a call then takes max(FLOPs / rate, floor).
 
 ``modelled:GFLOPS`` skips the arithmetic altogether (outputs are zeros: nothing to check) and only takes the
 modelled time, so scale and memory experiments (long S, many ranks) run on small machines.
@@ -107,11 +108,13 @@ class EmulatedKernel(BlockKernel):
     emulated = True
     computes = True  # real arithmetic: results can be checked
 
-    def __init__(self, gflops: float, slowdown: float = 1.0) -> None:
+    def __init__(self, gflops: float, slowdown: float = 1.0, floor_ms: float = 0.0) -> None:
         if not gflops > 0:
             raise bad_value("kernel", f"emulated:{gflops}", "emulated:GFLOPS with GFLOPS > 0")
         self.gflops = float(gflops)
         self.slowdown = float(slowdown)  # set by the slow-rank fault on the affected rank
+        # The least time a call takes: emulated:auto's floor for calls too small to pace at its rate (0: none).
+        self.floor_s = float(floor_ms) / 1e3
         self.name = f"emulated:{gflops:g}"
         self._inner = TorchSdpaKernel()
         self.pacer = Pacer()
@@ -128,8 +131,11 @@ class EmulatedKernel(BlockKernel):
 
     def modelled_seconds(self, q, k, mask: BlockMask, backward: bool) -> float:
         batch, heads, q_len, head_dim = q.shape
-        flops = block_flops(batch, heads, q_len, k.shape[-2], head_dim, mask.work_fraction, backward)
-        return flops / (self.gflops * 1e9) * self.slowdown
+        return self.flops_seconds(block_flops(batch, heads, q_len, k.shape[-2], head_dim, mask.work_fraction, backward))
+
+    def flops_seconds(self, flops: float) -> float:
+        """The modelled time of a call of ``flops``: at the rate, at least the floor (a slow rank stretches both)."""
+        return max(flops / (self.gflops * 1e9), self.floor_s) * self.slowdown
 
     def _key(self, q, k, mask: BlockMask, backward: bool) -> tuple:
         return (tuple(q.shape), k.shape[-2], mask.kind, backward)
@@ -169,8 +175,8 @@ class ModelledKernel(EmulatedKernel):
 
     computes = False
 
-    def __init__(self, gflops: float, slowdown: float = 1.0) -> None:
-        super().__init__(gflops, slowdown)
+    def __init__(self, gflops: float, slowdown: float = 1.0, floor_ms: float = 0.0) -> None:
+        super().__init__(gflops, slowdown, floor_ms)
         self.name = f"modelled:{gflops:g}"
 
     @classmethod

@@ -17,7 +17,7 @@ import torch
 from ringbench.engine.documents import documents
 from ringbench.engine.layout import resolve_layout, token_positions
 from ringbench.engine.masks import mask_rule
-from ringbench.engine.plan import MAX_CALLS, band_items, pair_plan, pair_visibility, plan_table
+from ringbench.engine.plan import CALL_ENTRIES, MAX_CALLS, band_items, pair_plan, pair_visibility, plan_table
 from ringbench.engine.short_ring import short_route
 from ringbench.errors import UsageError
 from ringbench.kernels.base import MaskTensors
@@ -117,6 +117,17 @@ def test_document_pairs_are_full_and_causal_pieces_not_one_masked_block():
     partial = sum(b.area for b in window.blocks if b.mask.kind.value == "partial")
     assert partial < 0.25 * 1024 * 1024 and window.calls <= 8
     assert {b.mask.kind.value for b in window.blocks} == {"causal", "partial"}
+
+
+def test_a_window_of_one_block_leaves_no_sliver_call():
+    # W = S/N on a contiguous layout: the pair with the previous block is one upper triangle. Its last strip used to
+    # end in a FULL block one key wide (255 x 1), a whole kernel call for 255 entries (and the call that set
+    # emulated:auto's rate, 39x below causal's).
+    seq, world = 4096, 8
+    plans = plan_table(f"window:{seq // world}", "contiguous", seq, world)
+    blocks = [b for row in plans for plan in row for b in plan.blocks]
+    assert min(b.area for b in blocks) >= CALL_ENTRIES
+    assert max(plan.calls for row in plans for plan in row) == 3
 
 
 def test_exact_visible_counts_and_flops_of_small_documents():

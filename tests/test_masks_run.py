@@ -36,6 +36,7 @@ def test_one_run_of_documents_windows_layers_and_the_short_ring(tmp_path):
         assert case["predicted_imbalance"] >= 1 and case["imbalance"] >= 1 and case["kernel_calls"] > 0
     short, full = cases[("contiguous", "double-short")], cases[("contiguous", "double")]
     assert short["ring_steps"] <= full["ring_steps"] == 2 and short["bytes_moved"] <= full["bytes_moved"]
+    assert full["short_ring_bytes"] == short["short_ring_bytes"] == short["bytes_moved"]  # predicted = measured
     assert cases[("doc-balanced", "double")]["predicted_imbalance"] < full["predicted_imbalance"]
     assert any(line.startswith("balance: causal-document (2 ranks") for line in document["answers"]["balance"])
     run = load_run(tmp_path / Path(document["run_dir"]).name)
@@ -67,6 +68,15 @@ def test_bad_mask_document_and_layer_specs_are_one_line_and_exit_2(args, message
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert "Traceback" not in result.output
+
+
+def test_an_emulated_step_longer_than_half_the_timeout_is_refused_not_stalled():
+    # 1e-5 GFLOP/s models the one causal block at about 13 s: a peer would wait for it past --timeout.
+    result = runner.invoke(app, ["run", "--world", "1", *SMALL, "--kernel", "emulated:0.00001", "--timeout", "10"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(lines) == 1 and "kernel='emulated:1e-05' is not allowed" in lines[0]
+    assert "rank 0's fwd step 0 would take" in lines[0] and "Traceback" not in result.output
 
 
 def test_simulate_refuses_bad_specs_the_same_way():

@@ -14,6 +14,10 @@ which rank or hop holds the ring back. ``answers(analysis)`` gives, one line eac
                rank with how much more than the mean work (the plan's prediction, with the measured compute beside
                it), e.g. "causal-document (8 ranks): zigzag leaves rank 5 with 1.90× the mean work (measured
                1.85×); doc-balanced 1.04× (1.06×)"
+  short ring   per context that ran on a full ring: what the short ring (--buffer double-short) would move
+               instead, when it is less (analysis/short_ring.py), e.g. "short ring: window:512 (8 ranks,
+               contiguous): --buffer double-short would move 3.67 MB per iteration instead of 46.14 MB (0.08×; double),
+               2 ring steps instead of 8; a rank keeps up to 1 K/V block for the backward"
   caveats      emulation, oversubscribed cores, faults, unchecked numerics: one line
   next         the command to run next
 
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ringbench.analysis.short_ring import short_ring_lines
 from ringbench.figures.metrics import step_times
 from ringbench.fmt import number
 from ringbench.record.schema import CASE_AXES
@@ -91,11 +96,12 @@ class Answers:
     next_step: str
     winners: tuple[str, ...] = ()  # the fastest strategy per context, one line each (a run that varied it)
     balance: tuple[str, ...] = ()
+    short_ring: tuple[str, ...] = ()  # full-ring cases the short ring would move fewer bytes for (short_ring.py)
 
     def lines(self) -> list[str]:
         """The block, one line each, in the order a reader needs them."""
         lines = [self.headline, *self.winners, *(c.line() for c in self.comparisons), f"straggler: {self.straggler}",
-                 *self.balance]  # fmt: skip
+                 *self.balance, *self.short_ring]  # fmt: skip
         if self.caveats:
             lines.append(f"caveats: {self.caveats}")
         lines.append(f"next: {self.next_step}")
@@ -123,6 +129,7 @@ class Answers:
             ],
             "winners": list(self.winners),
             "balance": list(self.balance),
+            "short_ring": list(self.short_ring),
             "straggler": self.straggler,
             "caveats": self.caveats,
             "next": self.next_step,
@@ -291,7 +298,7 @@ def answers(analysis, run_dir: str | None = None) -> Answers:
         next_step = f"ringbench report {target}   (then open reports/<run-id>/report.html)"
     return Answers(headline=headline, comparisons=tuple(comparisons), straggler=straggler, caveats=caveats,
                    next_step=next_step, winners=tuple(winners["line"]) if len(winners) else (),
-                   balance=balance)  # fmt: skip
+                   balance=balance, short_ring=short_ring_lines(cases, run.meta.plans) if len(cases) else ())  # fmt: skip
 
 
 def _winners(cases: pd.DataFrame, samples: pd.DataFrame, comparable: set[str]) -> pd.DataFrame:

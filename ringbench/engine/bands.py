@@ -7,7 +7,8 @@ plan, ringbench/engine/plan.py, derives lo from causality and hi from the window
                                            the FULL rows below the square when the key block ends first)
   * rows the window edge cuts as well   -> strips of T rows (T <= hi - lo + 1), each a PARTIAL triangle along
                                            the window edge, a FULL middle and a CAUSAL square along the causal
-                                           edge; or, for bands thinner than a strip, one PARTIAL block per strip
+                                           edge (a middle smaller than one call joins the triangle); or, for bands
+                                           thinner than a strip, one PARTIAL block per strip
 
 T is the candidate (the band's width, a half or a quarter of it; or 1, 2 or 4 thin strips) of least cost, the cost
 being the score entries computed (CAUSAL at half) plus CALL_ENTRIES per kernel call.
@@ -32,18 +33,27 @@ def _lower(r0: int, r1: int, lk: int, lo: int) -> list[tuple]:
     return out + _causal_edge(r0, r1, lk, lo)
 
 
-def _strips(r0: int, r1: int, lk: int, lo: int, hi: int, height: int) -> list[tuple]:
+def _strips(r0: int, r1: int, lk: int, lo: int, hi: int, height: int, call_entries: int) -> list[tuple]:
     """Rows [r0, r1) (all cut by the window edge j >= i - hi) in strips of ``height`` <= hi - lo + 1 rows: each a
-    PARTIAL triangle along the window edge, a FULL middle and a CAUSAL square along the causal edge."""
+    PARTIAL triangle along the window edge, a FULL middle and a CAUSAL square along the causal edge.
+
+    A FULL middle smaller than one call (``call_entries``) joins the triangle beside it: its entries are computed
+    either way, so the join saves a call and wastes nothing. (Left alone, a window's last strip ends in a FULL
+    sliver one key wide -- 255 x 1 entries for W = S/N = 512 -- a call that costs the kernel's whole overhead.)"""
     out = []
     for r in range(r0, r1, height):
         end = min(r + height, r1)
         left_hi = min(lk, end - 1 - hi)
-        if left_hi > r - hi:
-            out.append(("partial", r, end, r - hi, left_hi))
         full_lo, full_hi = max(0, end - 1 - hi), min(lk, r - lo)
-        if full_hi > full_lo:
-            out.append(("full", r, end, full_lo, full_hi))
+        triangle = left_hi > r - hi
+        middle = full_hi > full_lo
+        if triangle and middle and (end - r) * (full_hi - full_lo) < call_entries and full_lo == left_hi:
+            out.append(("partial", r, end, r - hi, full_hi))
+        else:
+            if triangle:
+                out.append(("partial", r, end, r - hi, left_hi))
+            if middle:
+                out.append(("full", r, end, full_lo, full_hi))
         out += _causal_edge(r, end, lk, lo)
     return out
 
@@ -88,7 +98,7 @@ def band_items(lq: int, lk: int, lo: int | None, hi: int | None, call_entries: i
     candidates = []
     for height in {width, _ceil_div(width, 2), _ceil_div(width, 4)}:
         if 1 <= height <= width:
-            candidates.append(_strips(head_end, r1, lk, lo, hi, height))
+            candidates.append(_strips(head_end, r1, lk, lo, hi, height, call_entries))
     for parts in (1, 2, 4):
         height = _ceil_div(rows, parts)
         if height > width:

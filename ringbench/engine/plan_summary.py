@@ -3,8 +3,9 @@
 ``plan_summary(rules, layout, seq, world, ring, buffer, backward)`` gives, per attention layer: the mask, the N x N
 grid of pair kinds (``full`` / ``causal`` / ``partial`` / ``skip``, [query rank][key rank], for rings of up to
 GRID_LIMIT ranks), each rank's visible score entries (its predicted work: ringbench.engine.plan.pair_visibility,
-exact), its kernel calls per phase, the ring steps a phase runs (N, or D + 1 for the short ring) and the K/V block
-hops of one forward; and for the case: the per-rank sum over layers (its max / mean is the predicted imbalance,
+exact), its kernel calls per phase, the ring steps a phase runs (N, or D + 1 for the short ring), the K/V block
+hops of one forward, and the short ring's on the same ring whatever the buffer (``short_hops``, and its depth
+``short_depth``); and for the case: the per-rank sum over layers (its max / mean is the predicted imbalance,
 ringbench.figures.metrics.max_over_mean) and the kernel calls of one iteration.
 """
 
@@ -30,6 +31,15 @@ def _steps(rule, layout, seq: int, world: int, ring: list[int], buffer: Buffer) 
     return world, world * (world - 1)
 
 
+def _short(rule, layout, seq: int, world: int, ring: list[int]) -> tuple[int, int]:
+    """The short ring on this ring, whatever the case's buffer: (K/V block hops of one forward, its depth D: the
+    last step, and the most blocks a rank keeps for the backward). The answers set it beside a full ring's bytes."""
+    from ringbench.engine.short_ring import short_route
+
+    route = short_route(rule, layout, seq, world, tuple(ring))
+    return route.blocks_moved(), route.depth
+
+
 def plan_summary(rules, layout, seq: int, world: int, ring: list[int], buffer, backward: bool) -> dict:
     """The plan's predictions for a case (module docstring); plain JSON-ready data."""
     buffer = Buffer.parse(buffer, "buffer")
@@ -49,6 +59,7 @@ def plan_summary(rules, layout, seq: int, world: int, ring: list[int], buffer, b
         steps, hops = _steps(rule, layout, seq, world, ring, buffer)
         entry["ring_steps"] = steps
         entry["block_hops"] = hops
+        entry["short_hops"], entry["short_depth"] = _short(rule, layout, seq, world, ring)
         total += visible.sum(axis=1)
         layers.append(entry)
     return {

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ringbench.engine.api import build_context, close_context
+from ringbench.engine.api import close_context
 from ringbench.engine.comm import RingStall
 from ringbench.engine.inputs import rank_shards
 from ringbench.engine.layout import resolve_layout
@@ -25,7 +25,7 @@ from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
-from ringbench.rank.autorate import rank_rate, round_down
+from ringbench.rank.autorate import AutoModel, calibrate_auto, check_pacing
 from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.faults import RankFaults, parse_fault
@@ -69,6 +69,8 @@ class RunSettings:
     """Seconds the check may take per case and rank before it samples rows."""
     emulated_auto_gflops: float | None = None
     """The one rate ``emulated:auto`` runs at in this run, calibrated before any case is timed."""
+    emulated_auto_floor_ms: float = 0.0
+    """The least time each of its kernel calls takes (ringbench.rank.autorate: the calls too small for the rate)."""
     calibrate_auto: bool = False
     """Calibrate that rate at the start of this launch (every emulated:auto case is in it) and report it."""
 
@@ -211,14 +213,14 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         )
         for layer, rule in enumerate(rules)
     ]
-    ctx = contexts[0]
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
-        twin = _ring_twin(ctx, q, k, v, rules[0], layout, settings, timeline)
-        emulated_gflops = settings.emulated_auto_gflops or _calibrate_rate(twin, session, q, k, v, case.backward)
-        kernel = faults.wrap_kernel(EmulatedKernel(emulated_gflops))
+        model = auto_model(settings) or calibrate_auto(session, [case], settings)
+        emulated_gflops = model.gflops
+        kernel = faults.wrap_kernel(EmulatedKernel(model.gflops, floor_ms=model.floor_ms))
         for layer_ctx in contexts:
             layer_ctx.kernel = kernel
+    check_pacing(kernel, contexts, q, settings.timeout, case.backward)
     profiled = settings.iters - 1 if profile_path is not None else None
     origin = None
     outs = grads = None
@@ -350,58 +352,16 @@ def _clock_report(clock, origin: int) -> dict:
             "clock_method": clock.method, "clock_drift_ppm": round(clock.drift * 1e6, 3)}  # fmt: skip
 
 
-def calibrate_auto(session: RankSession, cases: list[Case], settings: RunSettings) -> float | None:
-    """``emulated:auto``'s one rate for these cases: the lowest any of them allows (None without such a case).
-
-    One rate for a whole run, so that every case models the same machine and comparing two cases compares the
-    ring, not two calibrations. Every rank measures its own blocks of each case at once (contention included).
-    """
-    rates, seen = [], set()
-    for case in cases:
-        if not getattr(get_kernel(case.kernel), "auto", False) or case.impl != "ringbench":
-            continue
-        # Cases that differ only in buffer strategy (or anything else the blocks do not depend on) compute the
-        # same blocks: calibrated once.
-        blocks = (case.batch, case.heads, case.head_dim, case.seq, case.dtype, case.layout, case.mask,
-                  tuple(case.ring), case.backward, case.docs, case.layers)  # fmt: skip
-        if blocks in seen:
-            continue
-        seen.add(blocks)
-        env = session.env
-        rules = layer_rules(case)
-        layout = resolve_layout(case.layout, case.seq, env.world, tuple(rules))
-        q, k, v, _ = rank_shards(seed=settings.seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
-                                 seq=case.seq, dtype=case.dtype, layout=layout, world=env.world, rank=env.rank,
-                                 device=env.device)  # fmt: skip
-        ctx = build_context(q, k, v, mask=rules[0], layout=layout, buffer=case.buffer, order=case.ring,
-                            kernel="torch", timeout_s=settings.timeout, timeline=session.timeline)  # fmt: skip
-        try:
-            rates.append(_calibrate_rate(ctx, session, q, k, v, case.backward))
-        finally:
-            close_context(ctx)
-    return min(rates) if rates else None
+def auto_model(settings: RunSettings) -> AutoModel | None:
+    """The run's emulated:auto model when it is already calibrated (None: calibrate)."""
+    if settings.emulated_auto_gflops is None:
+        return None
+    return AutoModel(settings.emulated_auto_gflops, settings.emulated_auto_floor_ms)
 
 
-def calibration_worker(worker_ctx, cases: list[Case], settings: RunSettings) -> float | None:
+def calibration_worker(worker_ctx, cases: list[Case], settings: RunSettings) -> AutoModel | None:
     """Entry point inside each local rank of the calibration launch (ringbench.run.sweep)."""
     return calibrate_auto(open_session(worker_ctx.env), cases, settings)
-
-
-def _calibrate_rate(ctx, session: RankSession, q, k, v, backward: bool) -> float:
-    """``emulated:auto``: every rank measures its blocks at once (contention included); all take the lowest rate."""
-    session.ops.barrier()
-    with torch.no_grad():
-        rate = rank_rate(ctx, q.detach(), k.detach(), v.detach(), backward, barrier=session.ops.barrier)
-    return round_down(session.ops.min_float(rate))
-
-
-def _ring_twin(ctx, q, k, v, rule, layout, settings: RunSettings, timeline):
-    """The ring context whose blocks ``emulated:auto`` is calibrated on (every strategy of a run gets the ring's
-    rate: one rate per run)."""
-    if not hasattr(ctx, "strategy"):
-        return ctx
-    return build_context(q, k, v, mask=rule, layout=layout, buffer="sync", order="identity", kernel="torch",
-                         timeout_s=settings.timeout, timeline=timeline)  # fmt: skip
 
 
 def _settle(contexts, timeline, timeout_s: float, rank: int) -> None:
@@ -438,9 +398,10 @@ def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: RunSettings
     session = open_session(worker_ctx.env, on_stall=worker_ctx.abort)
     stored = 0
     if settings.calibrate_auto and settings.emulated_auto_gflops is None:
-        rate = calibrate_auto(session, [case for _, case in cases], settings)
-        settings = dataclasses.replace(settings, emulated_auto_gflops=rate)
-        worker_ctx.send({"emulated_auto_gflops": rate, "rank": session.env.rank})
+        model = calibrate_auto(session, [case for _, case in cases], settings)
+        settings = with_auto_model(settings, model)
+        worker_ctx.send({"emulated_auto_gflops": settings.emulated_auto_gflops,
+                         "emulated_auto_floor_ms": settings.emulated_auto_floor_ms, "rank": session.env.rank})  # fmt: skip
         stored = 1
     for done, (index, case) in enumerate(cases, start=stored):
         worker_ctx.wait_stored(done)  # the parent stores the previous case before we time the next one
@@ -449,6 +410,13 @@ def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: RunSettings
                                                                                      session.env.rank))  # fmt: skip
         worker_ctx.send(result)
     return len(cases)
+
+
+def with_auto_model(settings: RunSettings, model: AutoModel | None) -> RunSettings:
+    """``settings`` running emulated:auto at ``model`` (unchanged without one)."""
+    if model is None:
+        return settings
+    return dataclasses.replace(settings, emulated_auto_gflops=model.gflops, emulated_auto_floor_ms=model.floor_ms)
 
 
 def profile_path(settings: RunSettings, case: Case, repeat: int, rank: int) -> Path | None:

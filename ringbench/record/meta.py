@@ -80,6 +80,7 @@ KEYS = (
     ),
     MetaKey("emulated_auto", _DICT, frozenset({"run"}), "case id -> the rate (GFLOP/s) emulated:auto chose"),
     MetaKey("emulated_auto_gflops", _NUM, frozenset({"run"}), "the one rate emulated:auto runs the whole run at"),
+    MetaKey("emulated_auto_floor_ms", _NUM, frozenset({"run"}), "the least time an emulated:auto call takes (0: none)"),
     MetaKey("check_notes", _DICT, frozenset({"run"}), "case id -> what the float64 check left out (budget)"),
     MetaKey("skipped", _DICT, frozenset({"run"}), "case id -> why an implementation could not run it here"),
     MetaKey("profile", _DICT, frozenset({"run"}), "profiler captures (run --profile): dir and timed iteration"),

@@ -17,7 +17,7 @@ Schema versions (readers accept every one of them; missing columns read as null,
        Masks beyond one causal sequence: events gain ``layer`` (the attention layer of a multi-layer iteration, 0
        for one layer); cases gain the ``docs`` and ``layers`` axes, the documents' ``docs_count``, ``docs_mean``,
        ``docs_max``, the balance figure (``imbalance``, ``predicted_imbalance``), ``bytes_moved``, ``kernel_calls``
-       and ``ring_steps``.
+       and ``ring_steps``; later ``short_ring_bytes`` (what the short ring would move; null in records before it).
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -153,6 +153,7 @@ CASE_COLUMNS = (
     "bytes_moved",  # median per iteration of the bytes all ranks sent (send and collective rows), NaN untraced
     "kernel_calls",  # block-kernel calls per iteration, all ranks, forward and backward, from the plan
     "ring_steps",  # ring steps per phase and layer (N for the full ring; D + 1 for the short ring's deepest layer)
+    "short_ring_bytes",  # what one iteration would move on the short ring, all ranks (the plan's route; NaN: no ring)
 )
 CASE_DEFAULTS = {"docs": "none", "layers": "1"}  # what an axis an older record lacks reads as
 

@@ -55,6 +55,9 @@ def _run_table(run: RunData) -> Table:
         rows.append(["git commit", f"{_text(meta['git_commit'])}{dirty}"])
     if meta.get("emulated_auto_gflops") is not None:
         rows.append(["emulated rate", f"{_text(meta['emulated_auto_gflops'])} GFLOP/s (emulated:auto, every case)"])
+        if meta.get("emulated_auto_floor_ms"):
+            rows.append(["emulated floor", f"{_text(meta['emulated_auto_floor_ms'])} ms per kernel call at least "
+                                            "(emulated:auto: calls too small to pace at the rate)"])  # fmt: skip
     rows.append(["faults", ", ".join(meta.faults) or "none"])
     if "trace" in meta:
         rows.append(["per-step spans", _text(meta.get("trace"))])

@@ -188,7 +188,8 @@ def _plan(session, env, scenario, *, resume, out, trace, command, device, profil
                 folder.notes += [f"skipped {count} case(s): {reason}" for reason, count in by_reason.items()]
             settings = with_profile(settings, folder, profile, cases)
             plan = {"scenario": scenario, "settings": settings, "cases": cases, "done": sorted(folder.done()),
-                    "rate": folder.meta.get("emulated_auto_gflops")}  # fmt: skip
+                    "rate": folder.meta.get("emulated_auto_gflops"),
+                    "floor_ms": folder.meta.get("emulated_auto_floor_ms") or 0.0}  # fmt: skip
         except UsageError as exc:
             plan = {"error": str(exc)}
     plan = session.ops.all_objects(plan)[0]
@@ -198,19 +199,21 @@ def _plan(session, env, scenario, *, resume, out, trace, command, device, profil
 
 
 def _run_cases(session, env, plan, folder, tracker: Tracker, stop: RankStop, on_case) -> None:
-    from ringbench.rank.runner import calibrate_auto, profile_path, run_case
+    from ringbench.rank.autorate import AutoModel, calibrate_auto
+    from ringbench.rank.runner import profile_path, run_case, with_auto_model
 
     scenario, settings, cases = plan["scenario"], plan["settings"], plan["cases"]
     if plan["rate"] is not None:
-        settings = dataclasses.replace(settings, emulated_auto_gflops=plan["rate"])
+        settings = with_auto_model(settings, AutoModel(plan["rate"], plan["floor_ms"]))
     else:
         tracker.activity = "the emulated:auto calibration"
-        rate = calibrate_auto(session, cases, settings)  # every rank calls it: it is collective
+        model = calibrate_auto(session, cases, settings)  # every rank calls it: it is collective
         tracker.activity = None
-        if rate is not None:
-            settings = dataclasses.replace(settings, emulated_auto_gflops=rate)
+        if model is not None:
+            settings = with_auto_model(settings, model)
             if folder is not None:
-                folder.meta["emulated_auto_gflops"] = rate
+                folder.meta["emulated_auto_gflops"] = model.gflops
+                folder.meta["emulated_auto_floor_ms"] = model.floor_ms
     hosts = session.ops.all_objects(socket.gethostname())
     remote = hosts[env.rank] != hosts[0]  # rank 0 cannot read this rank's disk
     if remote and settings.profile_dir:

@@ -241,7 +241,26 @@ def _plan_figures(case: Case, events: pd.DataFrame, plan: dict | None) -> dict:
         "bytes_moved": float(moved["bytes_moved"].iloc[0]) if len(moved) else math.nan,
         "kernel_calls": float(plan["kernel_calls"]) if plan and plan.get("kernel_calls") is not None else math.nan,
         "ring_steps": float(plan["ring_steps"]) if plan else math.nan,
+        "short_ring_bytes": short_ring_bytes(case, plan),
     }
+
+
+def short_ring_bytes(case: Case, plan: dict | None) -> float:
+    """Bytes one iteration of ``case`` would move on the short ring (sync-short / double-short), all ranks: each
+    layer's short_hops K/V blocks forward and as many dK/dV accumulators home in the backward (engine/short_ring.py).
+    NaN for a strategy other than one ring, or without a plan."""
+    ring = case.strategy in ("ring", "", None) and case.buffer in ("sync", "double", "sync-short", "double-short")
+    if plan is None or not ring or any("short_hops" not in layer for layer in plan["layers"]):
+        return math.nan
+    import torch
+
+    from ringbench.kernels.base import stats_dtype
+
+    dtype = getattr(torch, case.dtype)
+    rows = case.seq // case.world
+    block = 2 * case.batch * case.heads * rows * case.head_dim  # K and V of one rank: elements
+    per_hop = block * dtype.itemsize + (block * stats_dtype(dtype).itemsize if case.backward else 0)
+    return float(sum(layer["short_hops"] for layer in plan["layers"]) * per_hop)
 
 
 def _emulated_rate(per_rank: list[dict]) -> float:

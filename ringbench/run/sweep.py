@@ -25,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ringbench.errors import RunFailure, UsageError
+from ringbench.rank.autorate import AutoModel
 from ringbench.rank.metadata import collect_metadata
-from ringbench.rank.runner import RunSettings, rank_worker
+from ringbench.rank.runner import RunSettings, calibration_worker, rank_worker, with_auto_model
 from ringbench.rank.scenario import Case, Scenario
 from ringbench.run.cases import preflight, reported, runnable, with_profile
 from ringbench.run.interrupt import StopRequested, StopSignals
@@ -101,9 +102,9 @@ def _execute(scenario, tracker: Tracker, *, out, resume, trace, command, on_case
 
 def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, cases, device,
                     tracker: Tracker | None = None) -> RunSettings:  # fmt: skip
-    """emulated:auto: one rate for the whole run, measured before any case is timed (kept on resume)."""
+    """emulated:auto: one model (rate and floor) for the whole run, measured before any case is timed (kept on
+    resume)."""
     from ringbench.kernels import get_kernel
-    from ringbench.rank.runner import calibration_worker
 
     auto = [case for case in cases if getattr(get_kernel(case.kernel), "auto", False) and case.impl == "ringbench"]
     if not auto:
@@ -111,22 +112,35 @@ def _with_auto_rate(settings: RunSettings, folder: ResultsFolder, scenario, case
     rate = folder.meta.get("emulated_auto_gflops")
     if rate is None and len({case.world for case in auto}) == 1:
         return dataclasses.replace(settings, calibrate_auto=True)  # in the one launch, before its first case
-    if rate is None:
-        rates = []
+    if rate is not None:
+        model = AutoModel(rate, folder.meta.get("emulated_auto_floor_ms") or 0.0)
+    else:
+        models = []
         if tracker is not None:
             tracker.activity = "the emulated:auto calibration"
         for world in sorted({case.world for case in auto}):
             group = [case for case in auto if case.world == world]
             per_rank = launch_local(world, calibration_worker, (group, settings), timeout_s=scenario.timeout,
                                     device=device, case_names=[c.case_id for c in group])  # fmt: skip
-            rates += [r for r in per_rank if r is not None]
-        rate = min(rates)
+            models += [m for m in per_rank if m is not None]
+        model = AutoModel.combine(models)
         if tracker is not None:
             tracker.activity = None
-        folder.meta["emulated_auto_gflops"] = rate
-        folder.save_meta()
-    folder.notes.append(f"emulated:auto runs every emulated case of this run at {rate:g} GFLOP/s (measured here)")
-    return dataclasses.replace(settings, emulated_auto_gflops=rate)
+        _note_auto(folder, model)
+    folder.notes.append(auto_note(model))
+    return with_auto_model(settings, model)
+
+
+def _note_auto(folder: ResultsFolder, model) -> None:
+    folder.meta["emulated_auto_gflops"] = model.gflops
+    folder.meta["emulated_auto_floor_ms"] = model.floor_ms
+    folder.save_meta()
+
+
+def auto_note(model) -> str:
+    """The line that says what emulated:auto runs at (printed with the run's notes)."""
+    floor = f", every kernel call at least {model.floor_ms:g} ms (calls too small to pace)" if model.floor_ms else ""
+    return f"emulated:auto runs every emulated case of this run at {model.gflops:g} GFLOP/s{floor} (measured here)"
 
 
 def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case, device, tracker: Tracker) -> None:
@@ -149,11 +163,10 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
             nonlocal finished, settings
             if "emulated_auto_gflops" in result:  # the launch calibrated emulated:auto: keep it for the rest
                 if rank == 0:
-                    rate = result["emulated_auto_gflops"]
-                    settings = dataclasses.replace(settings, emulated_auto_gflops=rate, calibrate_auto=False)
-                    folder.meta["emulated_auto_gflops"] = rate
-                    folder.notes.append(f"emulated:auto runs every emulated case at {rate:g} GFLOP/s (measured here)")
-                    folder.save_meta()
+                    model = AutoModel(result["emulated_auto_gflops"], result.get("emulated_auto_floor_ms") or 0.0)
+                    settings = dataclasses.replace(with_auto_model(settings, model), calibrate_auto=False)
+                    _note_auto(folder, model)
+                    folder.notes.append(auto_note(model))
                     tracker.activity = None
                 return rank == 0  # one calibration item per launch (rank 0's) counts as stored
             pending[result["case_id"]].append(result)

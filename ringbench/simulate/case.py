@@ -65,6 +65,8 @@ class SimCase:
     """Canonical fault specs: slow-rank:R:F, slow-host:H:F, slow-link:S:D:MS, jitter:MS."""
     gflops: float | None = None
     """Nominal compute rate for this case (e.g. the rate an emulated run chose); None: the costs' rate."""
+    floor_ms: float = 0.0
+    """The least time a kernel call takes (the floor an emulated:auto run gave its smallest calls); 0: none."""
     kernel: str = ""
     """The measured kernel this case predicts (``--like``: ``torch``, ``emulated:1``), which picks the compute
     model (real or emulated) of a calibration; empty: the costs' own compute model."""
@@ -334,7 +336,7 @@ def class_compute(case: SimCase, costs: Costs, phase: str) -> tuple[np.ndarray, 
     for index, pair in enumerate(classes):
         for block in pair.blocks:
             gflop = block_flops(case.batch, case.heads, 1, 1, case.head_dim, 1.0, backward) * block.work_pairs / 1e9
-            ms = gflop * costs.ms_per_gflop(phase, block.kind, case.gflops)
+            ms = max(gflop * costs.ms_per_gflop(phase, block.kind, case.gflops), case.floor_ms)
             work[index] += ms
             total[index] += ms + costs.call_ms.get(phase, 0.0)
     return total, work
@@ -471,6 +473,8 @@ def cases_like(run, iterations: int | None = None) -> list[SimCase]:
             continue  # a multi-layer case: the simulator runs one layer
         rate = row.get("emulated_gflops")
         rate = float(rate) if rate is not None and rate == rate and float(rate) > 0 else None
+        auto = rate is not None and str(row.get("kernel")) == "emulated:auto"
+        floor = float(run.meta.get("emulated_auto_floor_ms") or 0.0) if auto else 0.0
         if str(row.get("mask")) in ("unknown", "nan", "None"):
             raise UsageError(f"like={str(run.path)!r}: the record does not say which mask its attention used (an "
                              "imported trace); simulate its cases with --mask and --seq instead of --like")  # fmt: skip
@@ -479,8 +483,8 @@ def cases_like(run, iterations: int | None = None) -> list[SimCase]:
                              mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
                              order=str(row["order"]), backward=bool(row["backward"]),
                              iterations=iterations or int(row.get("iters") or 1), faults=faults,
-                             gflops=rate, docs=str(row.get("docs") or "none"), kernel=str(row.get("kernel") or ""),
-                             **_strategy_of(row)))  # fmt: skip
+                             gflops=rate, floor_ms=floor, docs=str(row.get("docs") or "none"),
+                             kernel=str(row.get("kernel") or ""), **_strategy_of(row)))  # fmt: skip
     if not cases:
         raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
     return cases

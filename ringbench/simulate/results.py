@@ -139,6 +139,9 @@ def plan_entry(case: SimCase) -> dict:
     layer = {"mask": case.mask, "visible": [float(x) for x in visible],
              "skipped_pairs": int(counts[entries == 0].sum()), "ring_steps": route.depth + 1 if route else case.world,
              "block_hops": int(hops)}  # fmt: skip
+    short = _short_route(case)
+    if short is not None:
+        layer["short_hops"], layer["short_depth"] = short.blocks_moved(), short.depth
     calls = np.array([len(c.blocks) for c in classes.classes])
     if case.world <= GRID_LIMIT:
         q, k = np.meshgrid(np.arange(case.world), np.arange(case.world), indexing="ij")
@@ -183,7 +186,29 @@ def plan_figures(case: SimCase, timeline: Timeline, events: pd.DataFrame, bounde
         "bytes_moved": moved_bytes,
         "kernel_calls": float(plan["kernel_calls"]),
         "ring_steps": float(plan["ring_steps"]),
+        "short_ring_bytes": _short_ring_bytes(case),
     }
+
+
+@lru_cache(maxsize=64)
+def _short_route(case: SimCase):
+    """The short ring's route on this case's ring whatever its buffer, for the ring strategy on up to GRID_LIMIT
+    ranks (the route needs the N x N visibility); None otherwise."""
+    from ringbench.engine.plan_summary import GRID_LIMIT
+    from ringbench.engine.short_ring import route_of
+
+    if case.strategy != "ring" or case.buffer == "allgather" or case.world > GRID_LIMIT:
+        return None
+    return route_of(case.visibility(), case.ring)
+
+
+def _short_ring_bytes(case: SimCase) -> float:
+    """What one iteration would move on the short ring (run/results.py's figure, from the same route); NaN where
+    _short_route has none."""
+    route = _short_route(case)
+    if route is None:
+        return math.nan
+    return float(route.blocks_moved() * (case.block_bytes("kv") + (case.block_bytes("dkv") if case.backward else 0)))
 
 
 def _predicted_memory(case: SimCase) -> float:
