@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+else:
+
+    class _Torch:
+        """torch, imported on first use: naming kernels, planning masks and counting FLOPs need none of it (the
+        simulator and `ringbench plan` start without loading torch)."""
+
+        def __getattr__(self, name: str):
+            return getattr(importlib.import_module("torch"), name)
+
+    torch = _Torch()
 
 
 class MaskKind(str, Enum):
@@ -118,6 +131,14 @@ def block_flops(batch: int, heads: int, q_len: int, k_len: int, head_dim: int, v
     return forward * 2.5 if backward else forward
 
 
+class _Dtypes:
+    """A kernel's default dtypes (fp64, fp32, bf16, fp16), made on first read (a subclass or an instance may set
+    its own)."""
+
+    def __get__(self, obj, owner=None) -> tuple:
+        return (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
 class BlockKernel:
     """Base class: subclasses implement forward and backward for one (query block, key block) pair.
 
@@ -129,7 +150,7 @@ class BlockKernel:
     name: str = "base"
     emulated: bool = False
     max_head_dim: int | None = None
-    dtypes: tuple[torch.dtype, ...] = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+    dtypes: tuple[torch.dtype, ...] = _Dtypes()
 
     def check(self, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
         """Raise ValueError (UsageError) when this kernel cannot take the shape, dtype or device."""
@@ -210,11 +231,12 @@ class MaskTensors:
             self._entries[key] = entry
         return entry[1]
 
-    def allowed(self, mask: BlockMask, device: torch.device, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    def allowed(self, mask: BlockMask, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
         """(Lq, Lk) visibility of a PARTIAL mask on ``device``, contiguous, in ``dtype`` (1 / True = visible); a
         positional rule is evaluated on the device itself (no (Lq, Lk) host tensor, no copy)."""
         assert mask.allowed is not None or mask.rule is not None, "allowed() needs a PARTIAL mask"
         device = torch.device(device)
+        dtype = torch.bool if dtype is None else dtype
 
         def build() -> torch.Tensor:
             if mask.allowed is None:

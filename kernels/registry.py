@@ -42,21 +42,25 @@ def _plain(cls):
     return factory
 
 
+def _lazy(module: str, attr: str, *, plain: bool = True) -> Callable[[str], BlockKernel]:
+    """A factory that imports its kernel's module (and torch) only when a kernel is made: naming and validating
+    kernel specs (scenarios, the simulator, plan) needs no torch."""
+
+    def factory(argument: str) -> BlockKernel:
+        import importlib
+
+        cls = getattr(importlib.import_module(f"ringbench.kernels.{module}"), attr)
+        return _plain(cls)(argument) if plain else cls.from_argument(argument)
+
+    return factory
+
+
 def _register_builtins() -> None:
-    from ringbench.kernels.emulated import EmulatedKernel, ModelledKernel
-    from ringbench.kernels.torch_sdpa import MathKernel, TorchSdpaKernel
-
-    register_kernel("torch", _plain(TorchSdpaKernel))
-    register_kernel("math", _plain(MathKernel))
-    register_kernel("emulated", EmulatedKernel.from_argument)
-    register_kernel("modelled", ModelledKernel.from_argument)
-
-    def triton_factory(argument: str) -> BlockKernel:
-        from ringbench.kernels.triton_attn import TritonKernel
-
-        return _plain(TritonKernel)(argument)
-
-    register_kernel("triton", triton_factory)
+    register_kernel("torch", _lazy("torch_sdpa", "TorchSdpaKernel"))
+    register_kernel("math", _lazy("torch_sdpa", "MathKernel"))
+    register_kernel("emulated", _lazy("emulated", "EmulatedKernel", plain=False))
+    register_kernel("modelled", _lazy("emulated", "ModelledKernel", plain=False))
+    register_kernel("triton", _lazy("triton_attn", "TritonKernel"))
 
 
 _register_builtins()

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ringbench.engine.documents import documents
 from ringbench.errors import UsageError
 from ringbench.kernels.base import PositionMask
 from ringbench.vocab import MaskSpec
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, eq=True, slots=True)
@@ -118,6 +121,8 @@ class MaskRule:
 
     def visible(self, q_positions, k_positions) -> torch.Tensor:
         """(Lq, Lk) bool: query i sees key j. For blocks, never for a whole sequence."""
+        import torch  # on first use (module docstring of ringbench.kernels.base)
+
         q = torch.as_tensor(np.asarray(q_positions, dtype=np.int64))
         k = torch.as_tensor(np.asarray(k_positions, dtype=np.int64))
         lo, hi = (torch.as_tensor(x) for x in self.key_bounds(q.numpy()))
@@ -125,6 +130,8 @@ class MaskRule:
 
     def position_mask(self, q_positions, k_positions) -> PositionMask:
         """The kernels' form of this rule on one block (positions, document ids, causal flag, window)."""
+        import torch  # on first use (module docstring of ringbench.kernels.base)
+
         q = np.asarray(q_positions, dtype=np.int64)
         k = np.asarray(k_positions, dtype=np.int64)
         q_doc = k_doc = None

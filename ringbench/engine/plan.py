@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import torch
 
 from ringbench.engine.bands import CALL_ENTRIES, band_items
 from ringbench.engine.layout import Segment, as_layout, segments
@@ -144,6 +143,8 @@ def _causal(q_lo, k_lo, n, exact: bool) -> SubBlock:
 
 def _partial(q_lo, q_hi, k_lo, k_hi, rule: MaskRule, q_rows: _Rows, k_rows: _Rows) -> SubBlock | None:
     """A PARTIAL block with its positional rule (None when nothing in it is visible)."""
+    import torch  # on first use (module docstring of ringbench.kernels.base)
+
     q_pos, k_pos = q_rows[slice(q_lo, q_hi)], k_rows[slice(k_lo, k_hi)]
     counts = rule.row_counts(q_pos, k_pos)
     visible = int(counts.sum())
@@ -304,6 +305,8 @@ def plan_pair(q_segments, k_segments, rule: MaskRule, *, call_entries: int = CAL
 
 
 def _naive(q_segs, k_segs, q_len: int, k_len: int) -> SubBlock:
+    import torch  # on first use (module docstring of ringbench.kernels.base)
+
     q_pos = torch.cat([s.positions() for s in q_segs])
     k_pos = torch.cat([s.positions() for s in k_segs])
     allowed = k_pos[None, :] <= q_pos[:, None]

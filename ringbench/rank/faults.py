@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from ringbench.errors import UsageError
 from ringbench.kernels.base import BlockKernel
-from ringbench.kernels.emulated import Pacer
 
 FAULT_HELP = (
     "slow-rank:RANK:FACTOR, slow-host:HOST:FACTOR, slow-link:SRC:DST:MS, jitter:MS, crash:RANK:STEP or hang:RANK:STEP"
@@ -176,6 +175,8 @@ class SlowKernel(BlockKernel):
         self.emulated = inner.emulated
         self.max_head_dim = inner.max_head_dim
         self.dtypes = inner.dtypes
+        from ringbench.kernels.emulated import Pacer  # torch: only where a kernel is wrapped, in a rank
+
         self.pacer = Pacer()
 
     def check(self, head_dim, dtype, device):

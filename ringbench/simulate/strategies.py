@@ -234,24 +234,41 @@ def _count_ring(prices: Prices, rings: list[list[int]], lanes: dict, times: int 
         prices.count(hops, lane.nbytes, times * (width - 1 if name == "kv" else width))
 
 
+class RingLoops:
+    """The ring loops of one phase on rows of ``width`` positions, built once and run for every rotation (the
+    double ring runs N / W of them per phase: the model, its engine and their buffers are reused)."""
+
+    def __init__(self, case, costs: Costs, phase: str, lanes, width: int) -> None:
+        host = costs.host(phase, "sync" if case.buffer == "sync" else "double")
+        self.model = BlockPhaseModel(phase=phase, buffer="sync" if case.buffer == "sync" else "double",
+                                     ring=np.arange(width), compute_ms=np.zeros(3), work_ms=np.zeros(3), slow=None,
+                                     lanes=lanes, enter_ms=host["enter_ms"], pre_ms=host["pre_ms"],
+                                     mid_ms=host["mid_ms"], post_ms=host["post_ms"],
+                                     overlap_penalty=costs.overlap_penalty)  # fmt: skip
+        self.engine = PhaseEngine(self.model)
+        self.width = width
+        self._windows: dict[int, Window] = {}
+
+    def run(self, origin: np.ndarray, step_compute, noise: Noise) -> tuple[np.ndarray, np.ndarray]:
+        """Every step from ``origin`` (rows, W): (end, compute spent per cell)."""
+        model, engine = self.model, self.engine
+        model.step_compute, model.noise = step_compute, noise
+        window = self._windows.get(origin.shape[0])
+        if window is None:
+            window = self._windows[origin.shape[0]] = Window.ring(self.width, origin.shape[0])
+        state = engine.begin(origin)
+        spent = np.zeros(origin.shape)
+        for step in range(self.width):
+            spent += model.compute(step, window)
+            engine.advance(state, step, window, record=False)
+        end, _ = engine.finish(state)
+        return end, spent
+
+
 def _run_rings(case, costs: Costs, phase: str, origin: np.ndarray, step_compute, step_work, lanes, width: int,
                noise: Noise) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Run one phase of the ring loops on rows of ``width`` positions from ``origin`` (rows, W): (end, compute)."""
-    host = costs.host(phase, "sync" if case.buffer == "sync" else "double")
-    model = BlockPhaseModel(phase=phase, buffer="sync" if case.buffer == "sync" else "double",
-                            ring=np.arange(width), compute_ms=np.zeros(3), work_ms=np.zeros(3), slow=None,
-                            lanes=lanes, enter_ms=host["enter_ms"], pre_ms=host["pre_ms"], mid_ms=host["mid_ms"],
-                            post_ms=host["post_ms"], noise=noise, step_compute=step_compute,
-                            step_work=step_work, overlap_penalty=costs.overlap_penalty)  # fmt: skip
-    engine = PhaseEngine(model)
-    window = Window.ring(width, origin.shape[0])
-    state = engine.begin(origin)
-    spent = np.zeros(origin.shape)
-    for step in range(width):
-        spent += np.broadcast_to(model.compute(step, window), origin.shape)
-        engine.advance(state, step, window, record=False)
-    end, _ = engine.finish(state)
-    return end, spent
+    return RingLoops(case, costs, phase, lanes, width).run(origin, step_compute, noise)
 
 
 def _bytes(case, degree: int = 1) -> dict[str, float]:
@@ -381,6 +398,7 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: Prices, origin: np.
         _g_index, _j_index = np.meshgrid(np.arange(count), np.arange(width), indexing="ij")  # (R, W)
         phase_lanes = {k: v for k, v in lanes.items() if k == "kv" or phase == "bwd"}
         _count_ring(prices, inner, phase_lanes, times=count)  # one inner rotation per outer step
+        loops = RingLoops(case, costs, phase, phase_lanes, width)
         dkv_pending = None  # outer dK/dV: (landed into each rank, when its own send landed)
         for o in range(count):
             rolled = np.roll(members, o, axis=0)  # the rotation's blocks: group g holds group g - o's
@@ -396,8 +414,7 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: Prices, origin: np.
                 kv_in = outer_kv(t)  # posted at the rotation start
             if count > 1 and sync and o >= 1:
                 t = outer_kv(t)
-            end, spent = _run_rings(case, costs, phase, cells_of(t), step_compute, None, phase_lanes, width,
-                                    _noise(case, costs, rng, rows, width))  # fmt: skip
+            end, spent = loops.run(cells_of(t), step_compute, _noise(case, costs, rng, rows, width))
             t = per_rank(end)
             compute += per_rank(spent)
             if phase == "bwd" and count > 1:
