@@ -399,12 +399,13 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: Prices, origin: np.
         phase_lanes = {k: v for k, v in lanes.items() if k == "kv" or phase == "bwd"}
         _count_ring(prices, inner, phase_lanes, times=count)  # one inner rotation per outer step
         loops = RingLoops(case, costs, phase, phase_lanes, width)
+        columns = (np.arange(width)[None, :] - np.arange(width)[:, None]) % width  # [step, j] = j - step
         dkv_pending = None  # outer dK/dV: (landed into each rank, when its own send landed)
         for o in range(count):
-            rolled = np.roll(members, o, axis=0)  # the rotation's blocks: group g holds group g - o's
+            rolled = members[(np.arange(count) - o) % count]  # the rotation's blocks: group g holds group g - o's
 
-            def step_compute(step, rolled=rolled, per_pair=per_pair):
-                origin_rank = np.roll(rolled, step, axis=1)  # (R, W): position j holds j - step's block
+            def step_compute(step, rolled=rolled, per_pair=per_pair, columns=columns):
+                origin_rank = rolled[:, columns[step]]  # (R, W): position j holds position j - step's block
                 cls = (origin_rank > members).view(np.int8) * 2 + (origin_rank == members)  # LESS, EQUAL, GREATER
                 cells = per_pair[cls]
                 return cells if iterations == 1 else np.tile(cells, (iterations, 1))  # (G * R, W)
