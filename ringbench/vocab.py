@@ -15,6 +15,9 @@ from enum import Enum
 
 from ringbench.errors import UsageError, bad_value
 
+DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+"""Short dtype names the axes accept."""
+
 
 class _Choice(str, Enum):
     @classmethod

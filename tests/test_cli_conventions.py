@@ -46,7 +46,40 @@ def test_version_and_one_line_usage_errors():
 
 def test_run_help_shows_the_defaults_of_the_embedded_scenario():
     text = invoke("run", "-h").stdout
-    assert f"(default: {DEFAULT_SCENARIO.world[0]})" in text and f"(default: {DEFAULT_SCENARIO.iters})" in text
+    assert f"default: ({DEFAULT_SCENARIO.world[0]})" in text and f"(default: {DEFAULT_SCENARIO.iters})" in text
+
+
+def test_every_scenario_axis_is_an_option_of_run_with_one_help_text_everywhere():
+    """The axis registry (ringbench/scenario/axes.py) makes the options of run, simulate, plan and calibrate."""
+    import inspect
+    import typing
+
+    from ringbench.cli import calibrate_cmd, plan_cmd, run_cmd, simulate_cmd
+    from ringbench.rank.scenario import AXES
+    from ringbench.scenario.axes import axes_for, axis
+
+    def options(function) -> dict[str, str]:
+        out = {}
+        for name, parameter in inspect.signature(function).parameters.items():
+            extras = typing.get_args(parameter.annotation)[1:] if typing.get_origin(parameter.annotation) else ()
+            for extra in extras:
+                if getattr(extra, "help", None) is not None:
+                    out[name] = extra.help
+        return out
+
+    commands = {"run": run_cmd.run, "simulate": simulate_cmd.simulate, "plan": plan_cmd.plan,
+                "calibrate": calibrate_cmd.calibrate}  # fmt: skip
+    run_options = options(commands["run"])
+    for name in AXES:  # every key a scenario file accepts as an axis
+        assert run_options.get(name) == axis(name).help, name
+    for command, function in commands.items():
+        found = options(function)
+        for entry in axes_for(command):
+            assert found.get(entry.name) == entry.help, (command, entry.name)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for entry in axes_for("run"):
+        if entry.kind is str and entry.name != "dtype":
+            assert f"| {entry.name} |" in readme, f"README's axis table lacks {entry.name}"
 
 
 def test_dtype_aliases_and_shipped_names():

@@ -23,12 +23,10 @@ from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement
 from ringbench.rank.faults import check_fault_hops, check_faults, parse_fault
 from ringbench.rank.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
-from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec, Strategy
+from ringbench.scenario.axes import AXIS_NAMES, INT_AXES
+from ringbench.vocab import DTYPE_ALIASES, DTYPES, Buffer, Layout, MaskSpec, Strategy
 
-AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel", "impl",
-        "strategy", "placement", "docs", "layers")  # fmt: skip
-DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-INT_AXES = ("world", "seq", "heads", "head_dim", "batch")
+AXES = AXIS_NAMES  # the sweep's axes (ringbench/scenario/axes.py), in the cartesian product's order
 SETTINGS = (
     "backward", "iters", "warmup", "check", "timeout", "repeat", "faults", "name", "description", "seed",
     "topology", "emulate_links",
