@@ -37,8 +37,13 @@ def test_the_starting_sets_tables_pass(validated, table):
 
 
 def test_every_table_keeps_its_first_choices_and_order(validated):
-    floors = {"magi-h100": (16, 0.85), "magi-b200": (16, 0.7), "rfa-layouts": (4, 0.9),
-              "usp-a100-nvlink": (8, 0.6), "usp-l20-pcie": (2, 0.9)}  # docs/plan.md's figures, less a margin
+    floors = {
+        "magi-h100": (16, 0.85),
+        "magi-b200": (16, 0.7),
+        "rfa-layouts": (4, 0.9),
+        "usp-a100-nvlink": (8, 0.6),
+        "usp-l20-pcie": (2, 0.9),
+    }  # docs/plan.md's figures, less a margin
     for table, (rows, spearman) in floors.items():
         result = validated[table]
         assert result["first_choice_within"] >= rows, (table, result["first_choice_within"])

@@ -9,8 +9,8 @@ import pytest
 
 from ringbench.rank.faults import RankFaults
 from ringbench.simulate import DEFAULTS, Cluster, SimCase, simulate_case
-from ringbench.simulate.plan import PlanRequest, make_plan
 from ringbench.simulate.flows import Prices
+from ringbench.simulate.plan import PlanRequest, make_plan
 from ringbench.simulate.strategies import predicted_memory_mb
 from ringbench.topology import load_topology
 from tests.cli_helpers import assert_one_line_error, invoke
