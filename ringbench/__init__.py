@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ringbench._version import __version__
 
 _EXPORTS = {
     "build_context": "ringbench.engine.api",

@@ -109,7 +109,7 @@ _app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from ringbench import __version__
+        from ringbench._version import __version__
 
         typer.echo(f"ringbench {__version__}")
         raise typer.Exit(0)

@@ -34,7 +34,7 @@ def collect_versions() -> dict:
 
 
 def _ringbench_version() -> str:
-    from ringbench import __version__
+    from ringbench._version import __version__
 
     return __version__
 

@@ -338,7 +338,7 @@ def _case_table(events: pd.DataFrame, case: dict, emulated: bool) -> pd.DataFram
 def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patterns, notes, built, run_meta,
           emulated) -> dict:  # fmt: skip
     """meta.json of an import (ringbench/record/meta.py registry; what only an import has goes under ``imported``)."""
-    from ringbench import __version__
+    from ringbench._version import __version__
 
     hosts = sorted({r.file.host for r in ranks})
     devices = ranks[0].devices
