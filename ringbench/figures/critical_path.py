@@ -62,6 +62,8 @@ joined. It is what perfect overlap would win: the path would run through the com
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 import numpy as np
 import pandas as pd
 
@@ -170,32 +172,38 @@ def clock_tolerance_ns(residual_ns: int) -> int:
     return max(DEFAULT_TOL_NS, 2 * int(residual_ns or 0))
 
 
-def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, width: int, tol_ns: int):
-    """The blocking spans of every (iteration, rank), sorted by end, with where the walk continues after each."""
-    index = origin.index
+class Element(IntEnum):
+    """What a blocking span on the walk is: the rank's own time, a wait on an exchange, a collective (or
+    barrier), or an exchange's post held back on one hop."""
 
-    def group_of(frame: pd.DataFrame) -> np.ndarray:
-        return index.get_indexer(pd.MultiIndex.from_frame(frame[GROUP_KEYS]))
+    COMPUTE = 0
+    WAIT = 1
+    COLLECTIVE = 2
+    POST = 3
 
+
+def _part(element: Element, g, rank, start, end, *, link_src=None, link_dst=None, link_ms=None, link_end=None,
+          next_rank=None, next_t=None, exposed_ms=None) -> dict[str, np.ndarray]:  # fmt: skip
+    """One kind's elements as arrays (defaults: no link, the walk goes on on the same rank at the start)."""
+    n = len(rank)
+    return {"g": g, "rank": rank, "start": start, "end": end, "kind": np.full(n, int(element), np.int8),
+            "link_src": np.full(n, -1) if link_src is None else link_src,
+            "link_dst": np.full(n, -1) if link_dst is None else link_dst,
+            "link_ms": np.zeros(n) if link_ms is None else link_ms,
+            "link_end": end if link_end is None else link_end,
+            "next_rank": rank if next_rank is None else next_rank,
+            "next_t": start if next_t is None else next_t,
+            "exposed_ms": np.zeros(n) if exposed_ms is None else exposed_ms}  # fmt: skip
+
+
+def _compute_part(events: pd.DataFrame, group_of) -> dict:
     comp = events.loc[events["kind"].isin(["compute", "own"]), [*GROUP_KEYS, "rank", "start_ns", "end_ns"]]
-    g = group_of(comp)
-    rank = comp["rank"].to_numpy(np.int64)
-    parts = [
-        {
-            "g": g,
-            "rank": rank,
-            "start": comp["start_ns"].to_numpy(np.int64),
-            "end": comp["end_ns"].to_numpy(np.int64),
-            "kind": np.zeros(len(comp), np.int8),
-            "link_src": np.full(len(comp), -1),
-            "link_dst": np.full(len(comp), -1),
-            "link_ms": np.zeros(len(comp)),
-            "link_end": comp["end_ns"].to_numpy(np.int64),
-            "next_rank": rank,
-            "next_t": comp["start_ns"].to_numpy(np.int64),
-            "exposed_ms": np.zeros(len(comp)),
-        }
-    ]
+    return _part(Element.COMPUTE, group_of(comp), comp["rank"].to_numpy(np.int64), comp["start_ns"].to_numpy(np.int64),
+                 comp["end_ns"].to_numpy(np.int64))  # fmt: skip
+
+
+def _waits(xfers: pd.DataFrame) -> pd.DataFrame:
+    """Each wait with its exchange's both directions: the predecessor's transfer in, the rank's own send out."""
     waits = xfers[xfers["wait_ms"] > 0].rename(columns={"dst": "rank", "src": "pred"})
     outgoing = xfers[[*STEP_KEYS, "ordinal", "src", "dst", "send_start_ns", "send_end_ns", "recv_start_ns"]].rename(
         columns={"src": "rank", "dst": "succ", "recv_start_ns": "succ_post_ns"}
@@ -210,96 +218,83 @@ def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, widt
         # last is the one that could have held the wait (a ring sends to its successor only).
         waits = waits.sort_values("send_end_ns", kind="stable", na_position="first")
         waits = waits.drop_duplicates([*STEP_KEYS, "ordinal", "rank", "pred"], keep="last")
-    if len(waits):
-        we = waits["wait_end_ns"].to_numpy(float)
-        re, rs = waits["recv_end_ns"].to_numpy(float), waits["recv_start_ns"].to_numpy(float)
-        tr = waits["transfer_start_ns"].to_numpy(float)
-        ps = waits["pred_post_ns"].to_numpy(float)
-        se, ss = waits["send_end_ns"].to_numpy(float), waits["send_start_ns"].to_numpy(float)
-        succ_post = waits["succ_post_ns"].to_numpy(float)
-        # The send binds only if it completed after the recv and still before the wait ended.
-        by_send = np.nan_to_num(se, nan=-np.inf) > re
-        by_send &= np.nan_to_num(se, nan=np.inf) <= we + tol_ns
-        to = np.fmax(ss, succ_post)
-        own = waits["rank"].to_numpy(np.int64)
-        pred, succ = waits["pred"].to_numpy(np.int64), waits["succ"].fillna(-1).to_numpy(np.int64)
-        upstream_in = np.nan_to_num(ps, nan=-np.inf) > rs  # the predecessor posted after us: we waited on it
-        upstream_out = np.nan_to_num(succ_post, nan=-np.inf) > ss
-        link_end = np.where(by_send, se, re)
-        moved_from = np.where(by_send, to, tr)  # when the binding transfer began
-        ws = waits["wait_start_ns"].to_numpy(float)
-        # The exchange was still in flight when the rank began to wait: the wait is the exchange's. Otherwise the
-        # rank was busy until ws (double: computing beside the exchange) and the walk stays on it.
-        binding = link_end > ws + tol_ns
-        next_t = np.where(by_send, np.where(upstream_out, succ_post, ss), np.where(upstream_in, ps, rs))
-        next_rank = np.where(by_send, np.where(upstream_out, succ, own), np.where(upstream_in, pred, own))
-        # Exposed: the wait while the transfer was in flight (its wake-up tail would remain with perfect overlap).
-        in_flight = np.fmin(link_end, we) - np.fmax(ws, np.nan_to_num(moved_from, nan=-np.inf))
-        exposed = np.clip(in_flight, 0.0, we - ws) / 1e6
-        parts.append(
-            {
-                "g": group_of(waits),
-                "rank": own,
-                "start": ws.astype(np.int64),
-                "end": we.astype(np.int64),
-                "kind": np.ones(len(waits), np.int8),
-                "link_src": np.where(binding, np.where(by_send, own, pred), -1),
-                "link_dst": np.where(binding, np.where(by_send, succ, own), -1),
-                "link_ms": np.where(binding, np.clip((link_end - moved_from) / 1e6, 0.0, None), 0.0),
-                "link_end": link_end.astype(np.int64),
-                "next_rank": np.where(binding, next_rank, own),
-                "next_t": np.where(binding, np.minimum(next_t, link_end), ws).astype(np.int64),
-                "exposed_ms": np.where(binding, exposed, 0.0),
-            }
-        )
+    return waits
+
+
+def _wait_part(xfers: pd.DataFrame, group_of, tol_ns: int) -> dict | None:
+    waits = _waits(xfers)
+    if not len(waits):
+        return None
+    col = lambda name: waits[name].to_numpy(float)  # noqa: E731
+    we, re, rs, tr, ps = col("wait_end_ns"), col("recv_end_ns"), col("recv_start_ns"), col("transfer_start_ns"), \
+        col("pred_post_ns")  # fmt: skip
+    se, ss, succ_post, ws = col("send_end_ns"), col("send_start_ns"), col("succ_post_ns"), col("wait_start_ns")
+    # The send binds only if it completed after the recv and still before the wait ended.
+    by_send = (np.nan_to_num(se, nan=-np.inf) > re) & (np.nan_to_num(se, nan=np.inf) <= we + tol_ns)
+    own = waits["rank"].to_numpy(np.int64)
+    pred, succ = waits["pred"].to_numpy(np.int64), waits["succ"].fillna(-1).to_numpy(np.int64)
+    upstream_in = np.nan_to_num(ps, nan=-np.inf) > rs  # the predecessor posted after us: we waited on it
+    upstream_out = np.nan_to_num(succ_post, nan=-np.inf) > ss
+    link_end = np.where(by_send, se, re)
+    moved_from = np.where(by_send, np.fmax(ss, succ_post), tr)  # when the binding transfer began
+    # The exchange was still in flight when the rank began to wait: the wait is the exchange's. Otherwise the
+    # rank was busy until ws (double: computing beside the exchange) and the walk stays on it.
+    binding = link_end > ws + tol_ns
+    next_t = np.where(by_send, np.where(upstream_out, succ_post, ss), np.where(upstream_in, ps, rs))
+    next_rank = np.where(by_send, np.where(upstream_out, succ, own), np.where(upstream_in, pred, own))
+    # Exposed: the wait while the transfer was in flight (its wake-up tail would remain with perfect overlap).
+    in_flight = np.fmin(link_end, we) - np.fmax(ws, np.nan_to_num(moved_from, nan=-np.inf))
+    exposed = np.clip(in_flight, 0.0, we - ws) / 1e6
+    return _part(Element.WAIT, group_of(waits), own, ws.astype(np.int64), we.astype(np.int64),
+                 link_src=np.where(binding, np.where(by_send, own, pred), -1),
+                 link_dst=np.where(binding, np.where(by_send, succ, own), -1),
+                 link_ms=np.where(binding, np.clip((link_end - moved_from) / 1e6, 0.0, None), 0.0),
+                 link_end=link_end.astype(np.int64), next_rank=np.where(binding, next_rank, own),
+                 next_t=np.where(binding, np.minimum(next_t, link_end), ws).astype(np.int64),
+                 exposed_ms=np.where(binding, exposed, 0.0))  # fmt: skip
+
+
+def _post_part(events: pd.DataFrame, group_of) -> dict | None:
     held = events.loc[events["kind"] == "post", [*GROUP_KEYS, "rank", "src", "dst", "start_ns", "end_ns"]]
-    if len(held):
-        own = held["rank"].to_numpy(np.int64)
-        ms = (held["end_ns"] - held["start_ns"]).to_numpy(float) / 1e6
-        parts.append(
-            {
-                "g": group_of(held),
-                "rank": own,
-                "start": held["start_ns"].to_numpy(np.int64),
-                "end": held["end_ns"].to_numpy(np.int64),
-                "kind": np.full(len(held), 3, np.int8),
-                "link_src": held["src"].to_numpy(np.int64),
-                "link_dst": held["dst"].to_numpy(np.int64),
-                "link_ms": ms,
-                "link_end": held["end_ns"].to_numpy(np.int64),
-                "next_rank": own,
-                "next_t": held["start_ns"].to_numpy(np.int64),
-                "exposed_ms": ms,
-            }
-        )
+    if not len(held):
+        return None
+    ms = (held["end_ns"] - held["start_ns"]).to_numpy(float) / 1e6
+    return _part(Element.POST, group_of(held), held["rank"].to_numpy(np.int64), held["start_ns"].to_numpy(np.int64),
+                 held["end_ns"].to_numpy(np.int64), link_src=held["src"].to_numpy(np.int64),
+                 link_dst=held["dst"].to_numpy(np.int64), link_ms=ms, exposed_ms=ms)  # fmt: skip
+
+
+def _collective_part(events: pd.DataFrame, group_of, tol_ns: int) -> dict | None:
     coll = events.loc[events["kind"].isin(["collective", "sync"]), [*STEP_KEYS, "rank", "kind", "start_ns", "end_ns"]]
-    if len(coll):
-        # A collective ends when the last rank joined: continue on that rank at its post (upstream) if it is not us.
-        last = coll.groupby(STEP_KEYS, observed=True)["start_ns"].transform("max").to_numpy(np.int64)
-        joiner = coll.sort_values("start_ns").groupby(STEP_KEYS, observed=True)["rank"].transform("last")
-        own = coll["rank"].to_numpy(np.int64)
-        cs = coll["start_ns"].to_numpy(np.int64)
-        late = last > cs + tol_ns
-        parts.append(
-            {
-                "g": group_of(coll),
-                "rank": own,
-                "start": cs,
-                "end": coll["end_ns"].to_numpy(np.int64),
-                "kind": np.full(len(coll), 2, np.int8),
-                "link_src": np.full(len(coll), -1),
-                "link_dst": np.full(len(coll), -1),
-                "link_ms": np.zeros(len(coll)),
-                "link_end": coll["end_ns"].to_numpy(np.int64),
-                "next_rank": np.where(late, joiner.reindex(coll.index).to_numpy(np.int64), own),
-                "next_t": np.where(late, last, cs),
-                "exposed_ms": np.where(
-                    coll["kind"].to_numpy() == "sync",
-                    0.0,  # a barrier moves no ring data: its time after the last join is no exposed communication
-                    (coll["end_ns"].to_numpy(np.int64) - np.where(late, last, cs)).clip(min=0) / 1e6,
-                ),
-            }
-        )
+    if not len(coll):
+        return None
+    # A collective ends when the last rank joined: continue on that rank at its post (upstream) if it is not us.
+    last = coll.groupby(STEP_KEYS, observed=True)["start_ns"].transform("max").to_numpy(np.int64)
+    joiner = coll.sort_values("start_ns").groupby(STEP_KEYS, observed=True)["rank"].transform("last")
+    own, cs, ce = (
+        coll["rank"].to_numpy(np.int64),
+        coll["start_ns"].to_numpy(np.int64),
+        coll["end_ns"].to_numpy(np.int64),
+    )
+    late = last > cs + tol_ns
+    resumed = np.where(late, last, cs)
+    # a barrier moves no ring data: its time after the last join is no exposed communication
+    exposed = np.where(coll["kind"].to_numpy() == "sync", 0.0, (ce - resumed).clip(min=0) / 1e6)
+    return _part(Element.COLLECTIVE, group_of(coll), own, cs, ce,
+                 next_rank=np.where(late, joiner.reindex(coll.index).to_numpy(np.int64), own), next_t=resumed,
+                 exposed_ms=exposed)  # fmt: skip
+
+
+def _elements(events: pd.DataFrame, xfers: pd.DataFrame, origin: pd.Series, width: int, tol_ns: int):
+    """The blocking spans of every (iteration, rank), sorted by end, with where the walk continues after each."""
+    index = origin.index
+
+    def group_of(frame: pd.DataFrame) -> np.ndarray:
+        return index.get_indexer(pd.MultiIndex.from_frame(frame[GROUP_KEYS]))
+
+    parts = [_compute_part(events, group_of), _wait_part(xfers, group_of, tol_ns), _post_part(events, group_of),
+             _collective_part(events, group_of, tol_ns)]  # fmt: skip
+    parts = [part for part in parts if part is not None]
     el = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     base = origin.to_numpy(np.int64)[el["g"]]
     for key in ("start", "end", "link_end", "next_t"):
@@ -364,7 +359,7 @@ def critical_path_segments(
         if not active.any():
             break
         sel, e = np.nonzero(active)[0], idx_c[active]
-        is_compute = el["kind"][e] == 0
+        is_compute = el["kind"][e] == Element.COMPUTE
         dur_ms = np.where(is_compute, (el["end"][e] - el["start"][e]) / 1e6, el["link_ms"][e])
         contributions.append(
             (walk_g[sel], is_compute, el["rank"][e], el["link_src"][e], el["link_dst"][e], dur_ms, el["exposed_ms"][e])
