@@ -161,12 +161,9 @@ def case_labels(cases: pd.DataFrame) -> dict[str, str]:
 
 
 def _ratio_interval(slow: np.ndarray, fast: np.ndarray, seed: int) -> tuple[float, float, float]:
-    rng = np.random.default_rng(seed)
-    point = float(np.median(slow) / np.median(fast))
-    a = np.median(rng.choice(slow, size=(RESAMPLES, len(slow))), axis=1)
-    b = np.median(rng.choice(fast, size=(RESAMPLES, len(fast))), axis=1)
-    low, high = np.percentile(a / b, [5, 95])
-    return point, float(low), float(high)
+    from ringbench.figures.bootstrap import ratio_interval
+
+    return ratio_interval(slow, fast, resamples=RESAMPLES, seed=seed, confidence=0.9)
 
 
 def compare_axis(axis: str, cases: pd.DataFrame, samples: pd.DataFrame, judged: set[str], overlap: dict) -> list:

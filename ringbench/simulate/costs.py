@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ringbench.errors import bad_value
+from ringbench.topology.cost import LinkCost  # the one link-cost type (re-exported here)
 
 PHASES = ("fwd", "bwd")
 KINDS = ("full", "causal", "partial")
@@ -37,24 +38,6 @@ def _finite(name: str, value: object, *, positive: bool = False) -> float:
     if not ok or value < 0 or (positive and value == 0):
         raise bad_value(name, value, "a finite number > 0" if positive else "a finite number >= 0")
     return float(value)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LinkCost:
-    """One link class: latency and bandwidth in one direction."""
-
-    latency_us: float
-    """One-way latency of a message, microseconds."""
-    bandwidth_gbps: float
-    """Bytes per second / 1e9 (GB/s), one direction."""
-
-    def __post_init__(self) -> None:
-        _finite("latency_us", self.latency_us)
-        _finite("bandwidth_gbps", self.bandwidth_gbps, positive=True)
-
-    def ms(self, nbytes: float, share: float = 1.0) -> float:
-        """Transfer time of ``nbytes``, ms; ``share`` transfers divide the bandwidth."""
-        return self.latency_us / 1e3 + nbytes * share / (self.bandwidth_gbps * 1e6)
 
 
 DEFAULT_LINKS = {"local": LinkCost(latency_us=5.0, bandwidth_gbps=100.0)}

@@ -7,7 +7,7 @@ included) that emulated links, the simulator and recommend share. See docs/topol
 
 from __future__ import annotations
 
-from ringbench.topology.cost import DEFAULT_CLASS_COSTS, DEFAULT_MESSAGE_BYTES, ClassCost, CostModel
+from ringbench.topology.cost import DEFAULT_CLASS_COSTS, DEFAULT_MESSAGE_BYTES, CostModel, LinkCost
 from ringbench.topology.linkmodel import RingLinks, ring_links
 from ringbench.topology.links import Link, LinkKind, parse_link_class
 from ringbench.topology.load import load_topology, read_topology_text, resolve_topology, topology_from_run
@@ -26,12 +26,12 @@ from ringbench.topology.yaml_source import parse_yaml_topology, topology_from_sp
 __all__ = [
     "DEFAULT_CLASS_COSTS",
     "DEFAULT_MESSAGE_BYTES",
-    "ClassCost",
     "CostModel",
     "Device",
     "DeviceRecord",
     "Hop",
     "Link",
+    "LinkCost",
     "LinkKind",
     "Recommendation",
     "RingLinks",

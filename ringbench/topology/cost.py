@@ -29,8 +29,9 @@ DEFAULT_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ClassCost:
-    """Latency and bandwidth of one link class (for NV: bandwidth per NVLink, multiplied by the link count)."""
+class LinkCost:
+    """Latency and bandwidth of one link or link class (for an NV class: per NVLink, multiplied by the link count).
+    The one link-cost type: the topology's class costs and the simulator's (calibrated) links both use it."""
 
     latency_us: float
     """One-way latency of a small message, microseconds."""
@@ -40,6 +41,10 @@ class ClassCost:
     """An all-to-all's flows over this class: the bandwidth per device they share, GB/s (NCCL's all-to-all moves
     data differently from a point-to-point exchange: faster over NVSwitch, far slower through a CPU); None: the
     point-to-point bandwidth, shared by the device's transfers."""
+
+    def ms(self, nbytes: float, share: float = 1.0) -> float:
+        """Transfer time of ``nbytes``, ms; ``share`` transfers divide the bandwidth."""
+        return self.latency_us / 1e3 + nbytes * share / (self.bandwidth_gbps * 1e6)
 
     def __post_init__(self) -> None:
         for name, value, positive in (
@@ -53,15 +58,15 @@ class ClassCost:
 
 
 # NOMINAL defaults, best class first (see the module docstring for where the figures come from).
-DEFAULT_CLASS_COSTS: Mapping[LinkKind, ClassCost] = MappingProxyType(
+DEFAULT_CLASS_COSTS: Mapping[LinkKind, LinkCost] = MappingProxyType(
     {
-        LinkKind.NV: ClassCost(latency_us=2.0, bandwidth_gbps=25.0),  # per NVLink
-        LinkKind.PIX: ClassCost(latency_us=3.0, bandwidth_gbps=24.0),
-        LinkKind.PXB: ClassCost(latency_us=3.5, bandwidth_gbps=22.0),
-        LinkKind.PHB: ClassCost(latency_us=4.0, bandwidth_gbps=18.0),
-        LinkKind.NODE: ClassCost(latency_us=5.0, bandwidth_gbps=16.0),
-        LinkKind.SYS: ClassCost(latency_us=6.0, bandwidth_gbps=14.0),
-        LinkKind.NET: ClassCost(latency_us=10.0, bandwidth_gbps=12.5),
+        LinkKind.NV: LinkCost(latency_us=2.0, bandwidth_gbps=25.0),  # per NVLink
+        LinkKind.PIX: LinkCost(latency_us=3.0, bandwidth_gbps=24.0),
+        LinkKind.PXB: LinkCost(latency_us=3.5, bandwidth_gbps=22.0),
+        LinkKind.PHB: LinkCost(latency_us=4.0, bandwidth_gbps=18.0),
+        LinkKind.NODE: LinkCost(latency_us=5.0, bandwidth_gbps=16.0),
+        LinkKind.SYS: LinkCost(latency_us=6.0, bandwidth_gbps=14.0),
+        LinkKind.NET: LinkCost(latency_us=10.0, bandwidth_gbps=12.5),
     }
 )
 
@@ -72,7 +77,7 @@ class CostModel:
 
     message_bytes: int = DEFAULT_MESSAGE_BYTES
     """Reference message: the bytes one rank sends its successor per ring step (one KV block)."""
-    class_costs: Mapping[LinkKind, ClassCost] = field(default_factory=lambda: DEFAULT_CLASS_COSTS)
+    class_costs: Mapping[LinkKind, LinkCost] = field(default_factory=lambda: DEFAULT_CLASS_COSTS)
     """Cost per class; the nominal DEFAULT_CLASS_COSTS unless overridden."""
 
     def __post_init__(self) -> None:
@@ -101,7 +106,7 @@ class CostModel:
                 raise bad_value(where, value, "a mapping with latency_us, bandwidth_gbps and/or alltoall_gbps")
             base = costs[kind]
             try:
-                costs[kind] = ClassCost(
+                costs[kind] = LinkCost(
                     latency_us=value.get("latency_us", base.latency_us),
                     bandwidth_gbps=value.get("bandwidth_gbps", base.bandwidth_gbps),
                     alltoall_gbps=value.get("alltoall_gbps", base.alltoall_gbps),
