@@ -143,8 +143,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=2.0)
 
 
-def run_child(command: list[str], timeout_s: float, env: dict | None = None, cwd: Path = ROOT) -> Child:
-    """Run ``command`` in its own session; killed as a group after ``timeout_s``; its output so far is kept."""
+def run_child(command: list[str], timeout_s: float, env: dict | None = None, cwd: Path | None = None) -> Child:
+    """Run ``command`` in its own session; killed as a group after ``timeout_s``; its output so far is kept.
+
+    It runs outside the checkout (the temporary folder) by default: ``python -m`` puts its working folder first on
+    sys.path, and the checkout's ``ringbench/`` would then shadow the installed package, which alone holds
+    ``ringbench.kernels`` (a bundle's install)."""
+    cwd = cwd if cwd is not None else Path(tempfile.gettempdir())
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
@@ -367,8 +372,8 @@ _TEST_LINE = re.compile(r"^(tests/\S+::\S+)\s+(PASSED|FAILED|SKIPPED|ERROR|XFAIL
 
 def check_gpu_tests(dry: bool, limit: float, env: dict) -> Check:
     check = Check("gpu-tests")
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "-o",
-               "addopts=", *GPU_TESTS]  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "-o", "addopts=",
+               "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *(str(ROOT / t) for t in GPU_TESTS)]  # fmt: skip
     child = run_child(command, limit, env=env)
     check.seconds = child.seconds
     outcomes: dict[str, list[str]] = {}
