@@ -407,9 +407,8 @@ def _ring_twin(ctx, q, k, v, rule, layout, settings: RunSettings, timeline):
 def _settle(contexts, timeline, timeout_s: float, rank: int) -> None:
     """After the loop: wait, bounded, for the iteration's transfers and marks; name what never completed."""
     for ctx in contexts if isinstance(contexts, list) else [contexts]:
-        for comm in (ctx.comm, getattr(ctx, "back_comm", None)):  # a strategy's comm: its set of communicators
-            if comm is not None:
-                comm.settle(timeout_s)
+        for comm in ctx.comms() if hasattr(ctx, "comms") else [ctx.comm]:  # a strategy's: its set of communicators
+            comm.settle(timeout_s)
     if timeline.settle(timeout_s):
         raise RingStall(f"rank {rank}: the device did not finish the iteration within {timeout_s:g} s")
 
