@@ -58,3 +58,31 @@ def test_a_ring_without_hops_keeps_its_own_block_and_no_receive_buffer():
     assert lone.in_hand[0] is k and lone.in_hand[1] is v and lone.spare is None  # no stacked copy, no spare
     travelling = _Rotation(k, v, hops=1)
     assert travelling.in_hand.shape == (2, 1, 2, 16, 8) and travelling.spare is None  # made at the first post
+
+
+class CompilingKernel(CountingKernel):
+    """A kernel that says it compiles (as Triton's does); counts its calls."""
+
+    compiles = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forwards = 0
+
+    def forward(self, q, k, v, mask, scale):
+        self.forwards += 1
+        return super().forward(q, k, v, mask, scale)
+
+
+@pytest.mark.parametrize(("strategy", "mask"), [("ring", "causal-document"), ("ulysses", "window:8"),
+                                                ("double-ring:1", "causal")])  # fmt: skip
+def test_a_jit_kernel_runs_each_block_variant_once_before_timing(strategy, mask):
+    from ringbench.engine.warm import compiles, warm
+    from ringbench.kernels.emulated import EmulatedKernel
+
+    kernel = CompilingKernel()
+    q, k, v = (torch.randn(1, 2, 32, 8) for _ in range(3))
+    ctx = build_strategy_context(q, k, v, strategy=strategy, mask=mask, docs="lengths:20,12", kernel=kernel)
+    ran = warm(ctx, q)
+    assert ran >= 1 and kernel.forwards == ran and compiles(kernel)
+    assert not compiles(EmulatedKernel(10.0)) and warm(build_context(q, k, v), q) == 0  # torch's: nothing to do

@@ -22,6 +22,7 @@ from ringbench.engine.layout import resolve_layout
 from ringbench.engine.recorder import ListRecorder
 from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.engine.timeline import timeline_for
+from ringbench.engine.warm import compiles, warm
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
@@ -36,6 +37,8 @@ from ringbench.rank.scenario import Case, Scenario
 
 # Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
 CHECK_BUDGET_S = 60.0
+# Seconds a rank may spend compiling a JIT kernel's variants (a cold Triton cache) beyond the ring's own bound.
+COMPILE_PATIENCE_S = 600.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -212,6 +215,10 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         for layer, rule in enumerate(rules)
     ]
     ctx = contexts[0]
+    if compiles(kernel):  # a JIT kernel compiles here, rank by rank, not inside the first (timed) iterations
+        for layer_ctx in contexts:
+            warm(layer_ctx, q0)
+        session.ops.min_int_after(0, settings.timeout + COMPILE_PATIENCE_S)  # ranks compile for different times
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
         twin = _ring_twin(ctx, q, k, v, rules[0], layout, settings, timeline)
