@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ringbench-installed
 
-.PHONY: run test test-slow test-all lint clean-results setup
+.PHONY: run test test-slow test-all lint clean-results setup gpu-bundle
 
 setup: $(STAMP)
 
@@ -41,3 +41,13 @@ lint: $(STAMP)
 
 clean-results:
 	find results reports -mindepth 1 ! -name README.md -exec rm -rf {} +
+
+# The GPU check's bundle (README, "GPU check"): ringbench's wheel and the wheels a bare GPU machine lacks (never
+# torch, triton or numpy), with a manifest, at most 64 MiB. Made where a registry is reached, for the GPU machine's
+# CPython: `make gpu-bundle BUNDLE_PY=3.12` for the lent H100 / H200. Then, there:
+# bash benchmarks/gpu_check.sh --bundle $(BUNDLE)
+BUNDLE    ?= dist/gpu-bundle
+BUNDLE_PY ?= $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+
+gpu-bundle: $(STAMP)
+	$(PY) benchmarks/gpu_bundle.py $(BUNDLE) --python-version $(BUNDLE_PY)

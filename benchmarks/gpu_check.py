@@ -49,6 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_coverage import CHECK_NAMES, coverage_lines  # noqa: E402
+
 PROBE = ROOT / "benchmarks" / "gpu_probe.py"
 RESULT = "GPU_CHECK_RESULT "
 GPU_TESTS = ["tests/test_timeline.py", "tests/test_kernels.py", "tests/test_impls.py", "tests/test_torch_kernel_gpu.py",
@@ -143,8 +146,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=2.0)
 
 
-def run_child(command: list[str], timeout_s: float, env: dict | None = None, cwd: Path = ROOT) -> Child:
-    """Run ``command`` in its own session; killed as a group after ``timeout_s``; its output so far is kept."""
+def run_child(command: list[str], timeout_s: float, env: dict | None = None, cwd: Path | None = None) -> Child:
+    """Run ``command`` in its own session; killed as a group after ``timeout_s``; its output so far is kept.
+
+    It runs outside the checkout (the temporary folder) by default: ``python -m`` puts its working folder first on
+    sys.path, and the checkout's ``ringbench/`` would then shadow the installed package, which alone holds
+    ``ringbench.kernels`` (a bundle's install)."""
+    cwd = cwd if cwd is not None else Path(tempfile.gettempdir())
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
@@ -367,8 +375,8 @@ _TEST_LINE = re.compile(r"^(tests/\S+::\S+)\s+(PASSED|FAILED|SKIPPED|ERROR|XFAIL
 
 def check_gpu_tests(dry: bool, limit: float, env: dict) -> Check:
     check = Check("gpu-tests")
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "-o",
-               "addopts=", *GPU_TESTS]  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "-o", "addopts=",
+               "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *(str(ROOT / t) for t in GPU_TESTS)]  # fmt: skip
     child = run_child(command, limit, env=env)
     check.seconds = child.seconds
     outcomes: dict[str, list[str]] = {}
@@ -405,10 +413,11 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
     shape = ["--seq", str(64 * gpus), "--heads", "2", "--head-dim", "16"] if dry else [
         "--seq", str(8192 * gpus), "--heads", "32", "--head-dim", "128", "--dtype", "bfloat16"]  # fmt: skip
     device = ["--device", "cpu"] if dry else ["--device", "cuda"]
+    strategies = [arg for spec in node_strategies(gpus) for arg in ("--strategy", spec)]
     child = run_child(_torchrun(gpus, "run", "--world", str(gpus), *device, *shape, "--buffer", "sync", "--buffer",
-                                "double", "--buffer", "allgather", "--mask", "causal", "--layout", "zigzag", "--kernel", "torch",
-                                "--iters", "5", "--warmup", "2", "--profile", "--out", str(out), "--json"),
-                      limit, env={"TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
+                                "double", *strategies, "--mask", "causal", "--layout", "zigzag", "--kernel", "torch",
+                                "--iters", "3", "--warmup", "2", "--profile", "--out", str(out), "--json"),
+                      0.8 * limit, env={"TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
     ring.seconds = child.seconds
     document = _json_document(child.stdout)
     if child.code is None or child.code != 0 or not document.get("cases"):
@@ -419,12 +428,16 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
     meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text())
     ring.facts = [f"{gpus} ranks ({meta.get('backend')}, {meta.get('device_kind')}, NCCL options "
                   f"{meta.get('nccl_options')}): " + "; ".join(
-                      f"{c['kernel']} {c['buffer']} step {c['step_ms']:.2f} ms, exposed {100 * (c['exposed_comm_frac'] or 0):.1f}%,"
+                      f"{c['strategy']} {c['buffer']} step {c['step_ms']:.2f} ms, exposed {100 * (c['exposed_comm_frac'] or 0):.1f}%,"
                       f" check {'pass' if c['passed'] else 'FAIL'}" for c in document["cases"])]  # fmt: skip
     ring.ok = all(c["passed"] for c in document["cases"]) and (dry or meta.get("backend") == "nccl")
     if dry:
         ring.ok = None if ring.ok else False
-    timeline = run_child(_ringbench("check-timeline", document["run_dir"], "--json"), max(30.0, limit / 3))
+    left = limit - child.seconds  # check-timeline shares node-ring's time: the whole check keeps its one deadline
+    if left < 10.0:
+        agree.facts = [f"not checked: node-ring's share left {max(left, 0):.0f} s for check-timeline (needs 10 s)"]
+        return [ring, agree]
+    timeline = run_child(_ringbench("check-timeline", document["run_dir"], "--json"), left)
     agree.seconds = timeline.seconds
     result = _json_document(timeline.stdout)
     kinds = result.get("kinds") or []
@@ -434,7 +447,34 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
                    f"{'pass' if k['passed'] else 'FAIL'}" for k in kinds] or [
         f"check-timeline exited {timeline.code}: {timeline.tail()}"]  # fmt: skip
     agree.ok = timeline.code == 0 if not dry else None
+    ring.data["strategies"] = judge_strategies(document["cases"], result.get("cases") or [], dry)
     return [ring, agree]
+
+
+def node_strategies(gpus: int) -> list[str]:
+    """Every strategy at ``gpus`` ranks: the grouped ones at the smallest degree that makes both a group and a ring
+    across groups (none for a prime count: said in the coverage lines)."""
+    degree = next((d for d in range(2, gpus) if gpus % d == 0), None)
+    grouped = [f"hybrid:{degree}", f"double-ring:{degree}"] if degree else []
+    return ["ring", "ulysses", *grouped, "allgather"]
+
+
+def judge_strategies(cases: list[dict], timeline_cases: list[dict], dry: bool) -> dict:
+    """Per strategy: exact at N ranks, and (with sync and double) whether double hid the transfers CUPTI saw:
+    the share of the receive spans during which the rank computed, from check-timeline's profiled side."""
+    overlap = {row["case_id"]: row.get("profiled_overlap") for row in timeline_cases if row.get("kind") == "recv"}
+    judged: dict[str, dict] = {}
+    for case in cases:
+        entry = judged.setdefault(case["strategy"], {"passed": True, "overlap": {}})
+        entry["passed"] = entry["passed"] and bool(case["passed"])
+        entry["overlap"][case["buffer"]] = overlap.get(case["case_id"])
+    for entry in judged.values():
+        sync, double = entry["overlap"].get("sync"), entry["overlap"].get("double")
+        if sync is None or double is None or dry:
+            entry["overlap_ok"] = None
+        else:
+            entry["overlap_ok"] = double >= sync + 0.2  # double must hide what sync exposes
+    return judged
 
 
 def _ms(value) -> str:
@@ -468,13 +508,14 @@ def check_node_probe(gpus: int, dry: bool, limit: float, out: Path) -> Check:
 
 # -- the whole check -----------------------------------------------------------------------------------------------
 PLAN = [  # (name, max share s, minimum s): the order is the order of value if the deadline bites
-    ("placement", 40, 10), ("kernels", 100, 30), ("timing", 110, 30), ("adapters", 60, 15), ("memory", 45, 15),
-    ("spin-drift", 60, 45), ("calibration", 40, 15), ("gpu-tests", 10_000, 30),
+    ("placement", 30, 10), ("kernels", 120, 40), ("timing", 100, 30), ("coverage", 70, 20), ("adapters", 45, 15),
+    ("memory", 40, 15), ("spin-drift", 50, 40), ("calibration", 35, 15), ("gpu-tests", 10_000, 20),
 ]  # fmt: skip
 NODE_PLAN = [("node-ring", 240, 60), ("node-probe", 120, 30)]
 # The dry run measures nothing, so it runs the stand-ins side by side and the three probes in one process.
-DRY_PLAN = [("placement", 40, 10), ("probes", 100, 30), ("adapters", 60, 15), ("memory", 45, 15),
-            ("calibration", 40, 15), ("gpu-tests", 100, 30)]  # fmt: skip
+DRY_PLAN = [("placement", 40, 10), ("probes", 100, 30), ("coverage", 90, 20), ("adapters", 60, 15),
+            ("memory", 60, 15), ("calibration", 60, 15), ("gpu-tests", 100, 30)]  # fmt: skip
+KERNEL_CHECKS = ["triton-compile", "correctness-float16", "correctness-bfloat16", "correctness-float32"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -524,21 +565,63 @@ def main(argv: list[str] | None = None) -> int:
             _show(check)
     if args.gpus == 1:
         checks.append(Check("multi-rank", facts=[MULTI_RANK]))
+    node_plan = _node_plan(checks)  # adds a check per strategy of a node run
+    covered = coverage_lines({c.name: (c.ok, (c.facts or [""])[0]) for c in checks}, node_plan)
     failed = [c for c in checks if c.ok is False]
     passed = [c for c in checks if c.ok]
     summary = {"dry_run": dry, "device": label, "gpus": args.gpus, "budget_s": args.budget,
                "seconds": round(deadline.elapsed(), 1), "passed": not failed, "checks": [c.as_dict() for c in checks],
-               "command": shlex.join(sys.argv)}  # fmt: skip
+               "coverage": [{"item": item, "ok": ok, "line": line} for item, ok, line in covered],
+               "compile_s": _compile_seconds(checks), "command": shlex.join(sys.argv)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"\ngpu_check summary ({label}, {deadline.elapsed():.0f} s of a {args.budget:.0f} s budget):")
     for check in checks:
         mark = {True: "ok", False: "FAIL", None: "--"}[check.ok]
         for i, fact in enumerate(check.facts or ["(no facts)"]):
             print(f"  [{mark:>4}] {check.name}: {fact}" if i == 0 else f"         {' ' * len(check.name)}  {fact}")
-    unchecked = len(checks) - len(failed) - len(passed)
+    print(
+        f"coverage ({'one GPU' if args.gpus == 1 else f'{args.gpus} GPUs'}; cold Triton compile: "
+        f"{_compile_seconds(checks)}):"
+    )
+    for item, ok, line in covered:
+        print(f"  [{ {True: 'ok', False: 'FAIL', None: '--'}[ok]:>4}] {item}: {line}")
+    unchecked = len(checks) - len(failed) - len(passed)  # (a coverage line fails only with a check it names)
     print(f"gpu_check: {len(passed)} passed, {len(failed)} failed, {unchecked} not checked"
           f"{' (dry run: nothing was measured on a GPU)' if dry else ''}; details in {out / 'summary.json'}")  # fmt: skip
     return 1 if failed else 0
+
+
+def _compile_seconds(checks: list[Check]) -> str:
+    compiled = next((c for c in checks if c.name == "triton-compile"), None)
+    if compiled is None or not compiled.data.get("seconds"):
+        return "not measured"
+    per = ", ".join(f"{k} {v:.1f} s" for k, v in compiled.data["seconds"].items())
+    return f"{compiled.data.get('wall_s', 0):.1f} s ({per})"
+
+
+def _node_plan(checks: list[Check]) -> dict | None:
+    """Coverage at N ranks: each strategy from the node run (exact, and double against sync as CUPTI saw it)."""
+    ring = next((c for c in checks if c.name == "node-ring"), None)
+    if ring is None:
+        return None
+    judged = ring.data.get("strategies") or {}
+    plan: dict = {}
+    for spec in ("ring", "ulysses", "hybrid", "double-ring", "allgather"):
+        found = {name: entry for name, entry in judged.items() if name.split(":")[0] == spec}
+        if not found:
+            why = ring.facts[0] if ring.ok is not True and ring.facts else "no strategy of that kind at this world"
+            plan[f"strategy {spec}"] = f"not checked: {why[:160]}"
+            continue
+        name, entry = next(iter(found.items()))
+        key = f"node:{name}"
+        plan[f"strategy {name}"] = [key]
+        overlap = entry["overlap"]
+        note = (f"sync {overlap.get('sync')} vs double {overlap.get('double')} (CUPTI receive overlap)"
+                if entry["overlap_ok"] is not None else "overlap not judged (one buffer, or no CUPTI trace)")  # fmt: skip
+        ok = False if not entry["passed"] or entry["overlap_ok"] is False else (True if ring.ok else None)
+        checks.append(Check(key, ok=ok, facts=[f"exact at N ranks: {'pass' if entry['passed'] else 'FAIL'}; {note}"]))
+    plan["masks"] = "at N ranks the node run takes the causal mask; the one-GPU check covers every mask's kernels"
+    return plan
 
 
 def _run_side_by_side(plan, dry: bool, deadline: Deadline, out: Path, env: dict, gpus: int, jobs: int = 3):
@@ -569,7 +652,7 @@ def _run(name: str, dry: bool, limit: float, out: Path, env: dict, gpus: int) ->
     if name == "placement":
         return [check_placement(dry, limit)]
     if name == "kernels":
-        return probe_checks("kernels", dry, limit, out, ["correctness", "triton-compile"], env)
+        return probe_checks("kernels", dry, limit, out, KERNEL_CHECKS, env)
     if name == "timing":
         return probe_checks("timing", dry, limit, out, ["no-host-sync", "overlap"], env)
     if name == "adapters":
@@ -579,8 +662,9 @@ def _run(name: str, dry: bool, limit: float, out: Path, env: dict, gpus: int) ->
     if name == "spin-drift":
         return probe_checks("drift", dry, limit, out, ["spin-drift"], env)
     if name == "probes":
-        return probe_checks("all", dry, limit, out, ["correctness", "triton-compile", "no-host-sync", "overlap",
-                                                     "spin-drift"], env)  # fmt: skip
+        return probe_checks("all", dry, limit, out, [*KERNEL_CHECKS, "no-host-sync", "overlap", "spin-drift"], env)
+    if name == "coverage":
+        return probe_checks("coverage", dry, limit, out, CHECK_NAMES, env)
     if name == "calibration":
         return [check_calibration(dry, limit, out)]
     if name == "gpu-tests":

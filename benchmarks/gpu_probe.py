@@ -66,78 +66,137 @@ def _reference(q, k, v, dout, mask, scale, head_chunk: int):
     return [torch.cat([p[i] for p in parts], dim=1) for i in range(5)]
 
 
-def kernels(dry: bool) -> None:
-    from ringbench.engine.layout import shard
+KERNEL_DTYPES = ("float16", "bfloat16", "float32")
+KERNEL_CASES = (("causal-naive", "contiguous"), ("causal", "striped"))
+
+
+def _pair_blocks(seq: int):
+    """Every (mask, layout, rank, owner, plan) of a 2-rank ring over ``seq`` tokens, in the checks' order."""
     from ringbench.engine.plan import pair_plan
+    from ringbench.vocab import Layout, Mask
+
+    for mask, layout in KERNEL_CASES:
+        for rank, owner in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            yield mask, layout, rank, owner, pair_plan(Mask.parse(mask), Layout.parse(layout), seq, 2, rank, owner)
+
+
+def compile_one(dtype_name: str) -> None:
+    """Child of ``compile_first``: every Triton variant the correctness check needs for one dtype, on blocks of
+    the same shape classes (lengths divisible by 16 or not, the same masks) at seq 256: the cache it fills is the
+    one the check then reads (TRITON_CACHE_DIR)."""
+    from ringbench.engine.layout import shard
     from ringbench.kernels import get_kernel
-    from ringbench.vocab import TOLERANCE, Layout, Mask
+
+    device, dtype = torch.device("cuda"), getattr(torch, dtype_name)
+    kernel = get_kernel("triton")
+    started = time.perf_counter()
+    q, k, v, dout = (torch.randn(1, 2, 256, 128, device=device, dtype=dtype) for _ in range(4))
+    for _, layout, rank, owner, plan in _pair_blocks(256):
+        q_l, dout_l = shard(q, layout, 2, rank), shard(dout, layout, 2, rank)
+        k_o, v_o = shard(k, layout, 2, owner), shard(v, layout, 2, owner)
+        for block in plan.blocks:
+            rows, cols = slice(block.q_lo, block.q_hi), slice(block.k_lo, block.k_hi)
+            args = (q_l[:, :, rows].contiguous(), k_o[:, :, cols].contiguous(), v_o[:, :, cols].contiguous())
+            out, lse = kernel.forward(*args, block.mask, 128**-0.5)
+            kernel.backward(dout_l[:, :, rows].contiguous(), *args, out, lse, block.mask, 128**-0.5)
+    torch.cuda.synchronize()
+    print(json.dumps({"dtype": dtype_name, "seconds": time.perf_counter() - started}), flush=True)
+
+
+def compile_first(dtypes: list[str]) -> None:
+    """Compile the Triton variants of every dtype at once, one child each (Triton compiles on the host: the cold
+    compile takes the longest dtype's time, not their sum), and report each dtype as it finishes."""
+    import subprocess
+
+    started = time.perf_counter()
+    children = {name: subprocess.Popen([sys.executable, __file__, "compile", name], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True) for name in dtypes}  # fmt: skip
+    seconds, problems = {}, []
+    while children:
+        for name, child in list(children.items()):
+            if child.poll() is None:
+                continue
+            out, err = child.communicate()
+            del children[name]
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            if child.returncode == 0 and lines:
+                seconds[name] = json.loads(lines[-1])["seconds"]
+                print(f"gpu_probe: triton {name} compiled in {seconds[name]:.1f} s", file=sys.stderr, flush=True)
+            else:
+                problems.append(f"{name}: exit {child.returncode}: {(err.strip().splitlines() or ['?'])[-1][:200]}")
+        time.sleep(0.2)
+    wall = time.perf_counter() - started
+    shown = ", ".join(f"{name} {sec:.1f} s" for name, sec in seconds.items())
+    facts = [f"cold Triton compile (a fresh cache; every variant the correctness check needs, fwd + bwd at D=128, "
+             f"the dtypes side by side): {shown or 'none finished'}; {wall:.1f} s in all"]  # fmt: skip
+    facts += [f"compile failed: {problem}" for problem in problems]
+    emit("triton-compile", not problems, facts, seconds=seconds, wall_s=wall)
+
+
+def kernels(dry: bool) -> None:
+    """Correctness at realistic blocks, one result per dtype as each finishes (a deadline keeps those done); on a
+    GPU the Triton variants are compiled first, all dtypes at once."""
+    from ringbench.kernels import get_kernel
 
     device = torch.device("cpu" if dry else "cuda")
     batch, heads, head_dim, seq = (1, 1, 16, 128) if dry else (1, 32, 128, 8192)  # world 2: blocks of seq / 2
-    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32} if dry else {
-        "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}  # fmt: skip
     names = ["torch"]
     try:
         get_kernel("triton").check(head_dim, torch.float32, device)
         names.append("triton")
+        triton_missing = ""
     except Exception as exc:
         triton_missing = str(exc).splitlines()[0]
+    if "triton" in names and not dry:
+        compile_first(list(KERNEL_DTYPES))
     else:
-        triton_missing = ""
-    cases = [("causal-naive", "contiguous"), ("causal", "striped")]
-    scale = head_dim**-0.5
-    compile_s: dict[str, float] = {}
-    worst: dict[tuple[str, str], list[float]] = {}
+        emit("triton-compile", None, ["not measured: cold Triton compile time ("
+                                      + ("dry run: Triton's interpreter does not compile" if dry else
+                                         triton_missing) + ")"])  # fmt: skip
+    for dtype_name in KERNEL_DTYPES:
+        _dtype_correctness(dtype_name, names, device, (batch, heads, head_dim, seq), dry, triton_missing)
+
+
+def _dtype_correctness(dtype_name: str, names, device, shape, dry: bool, triton_missing: str) -> None:
+    from ringbench.engine.layout import shard
+    from ringbench.kernels import get_kernel
+    from ringbench.vocab import TOLERANCE
+
+    batch, heads, head_dim, seq = shape
+    dtype, scale = getattr(torch, dtype_name), head_dim**-0.5
+    worst: dict[str, list[float]] = {}
     blocks_seen = 0
-    for dtype_name, dtype in dtypes.items():
-        (q, k, v, dout), exact = _inputs(batch, heads, seq, head_dim, dtype, device, seed=19)
-        for mask, layout in cases:
-            for rank, owner in ((0, 0), (0, 1), (1, 0), (1, 1)):  # every pair of a 2-rank ring
-                plan = pair_plan(Mask.parse(mask), Layout.parse(layout), seq, 2, rank, owner)
-                q_l, dout_l = shard(q, layout, 2, rank), shard(dout, layout, 2, rank)
-                k_o, v_o = shard(k, layout, 2, owner), shard(v, layout, 2, owner)
-                q64, dout64 = shard(exact[0], layout, 2, rank), shard(exact[3], layout, 2, rank)
-                k64, v64 = shard(exact[1], layout, 2, owner), shard(exact[2], layout, 2, owner)
-                for block in plan.blocks:
-                    rows, cols = slice(block.q_lo, block.q_hi), slice(block.k_lo, block.k_hi)
-                    want = _reference(q64[:, :, rows], k64[:, :, cols], v64[:, :, cols], dout64[:, :, rows],
-                                      block.mask, scale, head_chunk=8)  # fmt: skip
-                    blocks_seen += 1
-                    for name in names:
-                        kernel = get_kernel(name)
-                        args = (
-                            q_l[:, :, rows].contiguous(),
-                            k_o[:, :, cols].contiguous(),
-                            v_o[:, :, cols].contiguous(),
-                        )
-                        started = time.perf_counter()
-                        out, _lse = kernel.forward(*args, block.mask, scale)
-                        grads = kernel.backward(dout_l[:, :, rows].contiguous(), *args, want[0].to(dtype),
-                                                want[1].float(), block.mask, scale)  # fmt: skip
-                        _sync(device)
-                        first = time.perf_counter() - started
-                        key = f"{name} {dtype_name} {block.mask.kind.value}"  # one compile per dtype and mask
-                        if name == "triton" and key not in compile_s:
-                            started = time.perf_counter()
-                            kernel.forward(*args, block.mask, scale)
-                            kernel.backward(dout_l[:, :, rows].contiguous(), *args, want[0].to(dtype),
-                                            want[1].float(), block.mask, scale)  # fmt: skip
-                            _sync(device)
-                            compile_s[key] = first - (time.perf_counter() - started)  # first call minus a warm one
-                        fwd = (out.double() - want[0]).abs().max().item()
-                        bwd = max((g.double() - w).abs().max().item() for g, w in zip(grads, want[2:], strict=True))
-                        entry = worst.setdefault((name, dtype_name), [0.0, 0.0])
-                        entry[0], entry[1] = max(entry[0], fwd), max(entry[1], bwd)
-                    del want
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    (q, k, v, dout), exact = _inputs(batch, heads, seq, head_dim, dtype, device, seed=19)
+    for _, layout, rank, owner, plan in _pair_blocks(seq):
+        q_l, dout_l = shard(q, layout, 2, rank), shard(dout, layout, 2, rank)
+        k_o, v_o = shard(k, layout, 2, owner), shard(v, layout, 2, owner)
+        q64, dout64 = shard(exact[0], layout, 2, rank), shard(exact[3], layout, 2, rank)
+        k64, v64 = shard(exact[1], layout, 2, owner), shard(exact[2], layout, 2, owner)
+        for block in plan.blocks:
+            rows, cols = slice(block.q_lo, block.q_hi), slice(block.k_lo, block.k_hi)
+            want = _reference(q64[:, :, rows], k64[:, :, cols], v64[:, :, cols], dout64[:, :, rows], block.mask,
+                              scale, head_chunk=8)  # fmt: skip
+            blocks_seen += 1
+            for name in names:
+                kernel = get_kernel(name)
+                args = (q_l[:, :, rows].contiguous(), k_o[:, :, cols].contiguous(), v_o[:, :, cols].contiguous())
+                out, _lse = kernel.forward(*args, block.mask, scale)
+                grads = kernel.backward(dout_l[:, :, rows].contiguous(), *args, want[0].to(dtype), want[1].float(),
+                                        block.mask, scale)  # fmt: skip
+                fwd = (out.double() - want[0]).abs().max().item()
+                bwd = max((g.double() - w).abs().max().item() for g, w in zip(grads, want[2:], strict=True))
+                entry = worst.setdefault(name, [0.0, 0.0])
+                entry[0], entry[1] = max(entry[0], fwd), max(entry[1], bwd)
+            del want
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     where = "CPU stand-in (dry run), " if dry else ""
-    facts = [f"{where}{blocks_seen // len(dtypes)} blocks of {seq // 2}x{seq // 2} tokens per dtype (every pair of a 2-rank ring, "
-             f"causal-naive contiguous and causal striped: full, causal and partial masks, an empty row), B={batch} H={heads} D={head_dim}, "
-             "against float64 (ringbench's check tolerances)"]  # fmt: skip
+    facts = [f"{where}{dtype_name}: {blocks_seen} blocks of {seq // 2}x{seq // 2} tokens (every pair of a 2-rank ring, "
+             f"causal-naive contiguous and causal striped: full, causal and partial masks, an empty row), B={batch} "
+             f"H={heads} D={head_dim}, against float64 (ringbench's check tolerances)"]  # fmt: skip
     ok = True
-    for (name, dtype_name), (fwd, bwd) in sorted(worst.items()):
-        fwd_tol, bwd_tol = TOLERANCE[dtype_name]
+    fwd_tol, bwd_tol = TOLERANCE[dtype_name]
+    for name, (fwd, bwd) in sorted(worst.items()):
         passed = fwd <= fwd_tol and bwd <= bwd_tol
         ok = ok and passed
         facts.append(f"{name} {dtype_name}: max |err| fwd {fwd:.2e} (tol {fwd_tol:g}), bwd {bwd:.2e} (tol {bwd_tol:g})"
@@ -146,20 +205,8 @@ def kernels(dry: bool) -> None:
         facts.append(f"triton not checked: {triton_missing}")
     if dry:
         facts.append("not measured: kernels on a GPU (dry run: the CPU flash op and Triton's interpreter stand in)")
-    emit("correctness", ok if not dry else None, facts, worst={f"{a} {b}": v for (a, b), v in worst.items()})
-    if compile_s and not dry:
-        per_dtype: dict[str, float] = {}
-        for key, seconds in compile_s.items():
-            per_dtype[key.split()[1]] = per_dtype.get(key.split()[1], 0.0) + seconds
-        shown = ", ".join(f"{dtype} {seconds:.1f} s" for dtype, seconds in per_dtype.items())
-        kinds = sorted({key.split()[2] for key in compile_s})
-        emit("triton-compile", True, [f"cold Triton compile (a fresh cache; fwd + bwd at D={head_dim}, masks "
-                                      f"{', '.join(kinds)}; each first call minus a warm one): {shown}; total "
-                                      f"{sum(per_dtype.values()):.1f} s"])  # fmt: skip
-    else:
-        emit("triton-compile", None, ["not measured: cold Triton compile time ("
-                                      + ("dry run: Triton's interpreter does not compile" if dry else
-                                         triton_missing or "no Triton kernel ran") + ")"])  # fmt: skip
+    emit(f"correctness-{dtype_name}", ok if not dry else None, facts,
+         worst={f"{name} {dtype_name}": v for name, v in worst.items()})  # fmt: skip
 
 
 # -- timing: sync debug mode, and the overlap and edges seen by CUPTI -----------------------------------------------
@@ -495,15 +542,23 @@ def drift(seconds: float, dry: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["kernels", "timing", "drift", "all"])
-    parser.add_argument("out", nargs="?", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("what", choices=["kernels", "timing", "drift", "all", "compile", "coverage"])
+    parser.add_argument("out", nargs="?", default=tempfile.gettempdir())
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--seconds", type=float, default=30.0, help="drift: seconds of attention")
     args = parser.parse_args(argv)
+    if args.what == "compile":  # a child of compile_first: ``out`` is the dtype
+        compile_one(str(args.out))
+        return 0
+    if args.what == "coverage":
+        from gpu_coverage import coverage
+
+        coverage(args.dry_run)
+        return 0
     if args.what in ("kernels", "all"):
         kernels(args.dry_run)
     if args.what in ("timing", "all"):
-        timing(args.out, args.dry_run)
+        timing(Path(args.out), args.dry_run)
     if args.what in ("drift", "all"):
         drift(args.seconds, args.dry_run)
     return 0

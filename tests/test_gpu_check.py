@@ -15,6 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from gpu_coverage import CHECK_NAMES, coverage_lines  # noqa: E402
 from gpu_timing import edge_residuals, overlap, profiled_edges, recorded_edges, step_kernels  # noqa: E402
 
 ENV = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}
@@ -31,15 +32,21 @@ def test_gpu_check_dry_run_passes_without_a_gpu(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["dry_run"] and summary["passed"]
     names = [c["check"] for c in summary["checks"]]
-    assert names == ["env", "placement", "correctness", "triton-compile", "no-host-sync", "overlap", "spin-drift",
-                     "adapters", "memory", "calibration", "gpu-tests", "multi-rank"]  # fmt: skip
+    assert names == ["env", "placement", "triton-compile", "correctness-float16", "correctness-bfloat16",
+                     "correctness-float32", "no-host-sync", "overlap", "spin-drift", *CHECK_NAMES, "adapters", "memory",
+                     "calibration", "gpu-tests", "multi-rank"]  # fmt: skip
+    covered = {row["item"]: row for row in summary["coverage"]}  # every strategy and mask family has its line
+    assert {"strategy ring", "strategy ulysses", "strategy hybrid:U", "strategy double-ring:W", "strategy allgather",
+            "buffer short ring", "mask none", "mask causal", "mask causal-naive", "mask causal-document",
+            "mask full-document", "mask window", "mask causal-document+window"} == set(covered)  # fmt: skip
+    assert all(row["ok"] is None and row["line"].startswith("not checked") for row in covered.values())
     for check in summary["checks"]:
         assert check["facts"] and all(fact.strip() for fact in check["facts"]), check
         if check["ok"] is None and check["check"] != "multi-rank":  # nothing measured on a GPU: it says so
             text = " ".join(check["facts"])
             assert "not checked" in text or "not measured" in text or "dry run" in text, check
     assert "one GPU cannot show multi-rank behaviour" in done.stdout
-    assert "gpu_check: 1 passed, 0 failed, 11 not checked (dry run" in done.stdout
+    assert "gpu_check: 1 passed, 0 failed, 20 not checked (dry run" in done.stdout
     print(f"dry run: {time.monotonic() - started:.1f} s")
 
 
@@ -59,7 +66,7 @@ def test_a_deadline_that_leaves_no_time_checks_nothing_and_says_so(tmp_path, cap
     assert main(["--dry-run", "--budget", "1", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     skipped = [c for c in summary["checks"] if c["facts"][0].startswith("not checked: the deadline left")]
-    assert len(skipped) == 6 and all(c["seconds"] == 0 for c in skipped)  # nothing was started past the deadline
+    assert len(skipped) == 7 and all(c["seconds"] == 0 for c in skipped)  # nothing was started past the deadline
 
 
 def test_a_child_past_its_time_is_killed_with_its_whole_tree():
@@ -147,3 +154,28 @@ def test_the_node_check_runs_its_stand_ins_through_torchrun(tmp_path):
     assert {"node-ring", "node-timeline", "node-probe"} <= set(by_name)
     assert "2 ranks (gloo" in by_name["node-ring"]["facts"][0]
     assert "probe over 2 ranks" in by_name["node-probe"]["facts"][0]
+
+
+def test_coverage_lines_say_checked_failed_or_why_not():
+    results = {"cover:ulysses": (True, "ulysses ... pass"), "correctness-float16": (False, "FAIL"),
+               "overlap": (None, "not checked: a CPU trace has no CUDA kernels")}  # fmt: skip
+    lines = {item: (ok, line) for item, ok, line in coverage_lines(results)}
+    assert lines["strategy ulysses"] == (True, "checked by cover:ulysses")
+    assert lines["strategy ring"] == (False, "FAILED in correctness-float16")
+    assert lines["mask none"] == (None, "not checked on a GPU: a CPU trace has no CUDA kernels")
+    assert lines["strategy hybrid:U"][1].startswith("not checked on one GPU")
+
+
+def test_the_node_check_judges_each_strategy_from_cuptis_overlap():
+    from gpu_check import judge_strategies, node_strategies
+
+    assert node_strategies(8) == ["ring", "ulysses", "hybrid:2", "double-ring:2", "allgather"]
+    assert node_strategies(3) == ["ring", "ulysses", "allgather"]  # no group and ring across groups at 3
+    cases = [{"case_id": f"{s}-{b}", "strategy": s, "buffer": b, "passed": True}
+             for s in ("ring", "hybrid:2") for b in ("sync", "double")]  # fmt: skip
+    timeline = [{"case_id": "ring-sync", "kind": "recv", "profiled_overlap": 0.05},
+                {"case_id": "ring-double", "kind": "recv", "profiled_overlap": 0.9},
+                {"case_id": "hybrid:2-sync", "kind": "recv", "profiled_overlap": 0.1},
+                {"case_id": "hybrid:2-double", "kind": "recv", "profiled_overlap": 0.15}]  # fmt: skip
+    judged = judge_strategies(cases, timeline, dry=False)
+    assert judged["ring"]["overlap_ok"] is True and judged["hybrid:2"]["overlap_ok"] is False

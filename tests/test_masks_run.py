@@ -41,7 +41,7 @@ def test_one_run_of_documents_windows_layers_and_the_short_ring(tmp_path):
     assert any(line.startswith("balance: causal-document (2 ranks") for line in document["answers"]["balance"])
     run = load_run(tmp_path / Path(document["run_dir"]).name)
     assert tuple(run.events.columns) == EVENT_COLUMNS and set(run.events["layer"]) == {0, 1}
-    assert run.meta["schema_version"] == SCHEMA_VERSION == 3
+    assert run.meta["schema_version"] == SCHEMA_VERSION == 4
     plan = run.meta.plans[full["case_id"]]
     assert [layer["mask"] for layer in plan["layers"]] == ["causal-document+window:12", "causal-document"]
     assert len(plan["layers"][0]["grid"]) == 2 and len(plan["visible"]) == 2

@@ -83,7 +83,7 @@ def _row(phase, step, kind, start_ms, end_ms, rank=0, iteration=K) -> dict:
     row.update(case_id=CASE, repeat=0, iteration=iteration, phase=phase, rank=rank, ring_position=rank, step=step,
                kind=kind, start_ns=RECORDER_ANCHOR_NS + round(start_ms * 1e6),
                end_ns=RECORDER_ANCHOR_NS + round(end_ms * 1e6), src=-1, dst=rank, block=-1, pair="",
-               flops=0.0, nccl_ms=float("nan"), exchange="")  # fmt: skip
+               flops=0.0, nccl_ms=float("nan"), exchange="", comm_group="")  # fmt: skip
     return row
 
 

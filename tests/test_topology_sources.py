@@ -302,3 +302,17 @@ def test_merge_records_from_two_hosts():
         merge_device_records([DeviceRecord(rank=0, host="h0", local_index=0, bus_id="0000:01:00.0"), lonely])
     with pytest.raises(UsageError, match=r"records\.rank"):
         merge_device_records([lonely])
+
+
+def test_nvml_records_follow_cuda_visible_devices_numbering():
+    # CUDA_VISIBLE_DEVICES=3,1: cuda:0 is NVML's GPU 3 and cuda:1 its GPU 1; the others are not this run's.
+    nvml = fake_pynvml({(0, 1): 2, (1, 3): 4})
+    nvml.nvmlDeviceGetUUID = lambda handle: f"GPU-{handle:04d}-fake"
+    records = collect_local_records(nvml, host="box", visible="3,1")
+    assert [(r.rank, r.local_index, r.bus_id[-7:]) for r in records] == [(0, 0, "04:00.0"), (1, 1, "02:00.0")]
+    assert records[0].peers == {records[1].bus_id: "NV4"}  # the link between the two visible GPUs only
+    by_uuid = collect_local_records(nvml, host="box", visible="GPU-0002,GPU-0000,7,1")  # stops at the bad entry
+    assert [r.bus_id[-7:] for r in by_uuid] == ["03:00.0", "01:00.0"]
+    assert [r.local_index for r in collect_local_records(nvml, host="box", visible=None)] == [0, 1, 2, 3]
+    topology = collect_nvml_topology(nvml, host="box", visible="3,1")
+    assert topology.label_matrix() == [["X", "NV4"], ["NV4", "X"]]

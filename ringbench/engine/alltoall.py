@@ -30,7 +30,6 @@ import torch
 import torch.distributed as dist
 
 from ringbench.engine.comm import RingComm, RingStall, Transfer, _short
-from ringbench.engine.timeline import COMM
 
 
 @dataclass(slots=True, eq=False)
@@ -101,18 +100,18 @@ class PeerComm(RingComm):
         pairs = {p: PairTransfer(peer=p, nbytes=sends[p].numel() * sends[p].element_size()) for p in peers}
         streamed = self.streamed
         if streamed:
-            self.timeline.comm_after_compute()
-        context = self.timeline.on_comm() if streamed else contextlib.nullcontext()
+            self.timeline.comm_after_compute(self.lane)
+        context = self.timeline.on_comm(self.lane) if streamed else contextlib.nullcontext()
         with context:
-            a2a = AllToAll(phase=phase, step=step, exchange=exchange, start=self.timeline.mark(COMM), pairs=pairs,
+            a2a = AllToAll(phase=phase, step=step, exchange=exchange, start=self.timeline.mark(self.lane), pairs=pairs,
                            received=received)  # fmt: skip
             if not peers:
                 a2a.done.set()
                 return a2a
             ops = []
             for p in peers:  # sends and receives in one batch: no pair waits for another to be posted
-                ops.append(dist.P2POp(dist.isend, sends[p], self._peer_global(p), self.group))
-                ops.append(dist.P2POp(dist.irecv, received[p], self._peer_global(p), self.group))
+                ops.append(dist.P2POp(dist.isend, sends[p], self._peer_global(p), self.pg))
+                ops.append(dist.P2POp(dist.irecv, received[p], self._peer_global(p), self.pg))
             try:
                 works = list(dist.batch_isend_irecv(ops))
             except RuntimeError as exc:
@@ -126,8 +125,8 @@ class PeerComm(RingComm):
                 for _, _, work in a2a.works:
                     self.timeline.wait_work(work, self.timeout_s)
                 delay = max(self._pair_delay(p, pairs[p].nbytes, flows) for p in peers)
-                self.timeline.spin(COMM, delay)  # the slowest pair's injected delay holds the batch on the device
-                a2a.end = self.timeline.mark(COMM)
+                self.timeline.spin(self.lane, delay)  # the slowest pair's injected delay holds the batch on the device
+                a2a.end = self.timeline.mark(self.lane)
                 for pair in pairs.values():
                     pair.send_done = pair.recv_done = a2a.end
         if streamed:
@@ -153,7 +152,7 @@ class PeerComm(RingComm):
             return a2a.received
         if not a2a.works:
             for pair in a2a.pairs.values():
-                pair.send_done = pair.recv_done = self.timeline.mark(COMM)
+                pair.send_done = pair.recv_done = self.timeline.mark(self.lane)
             return a2a.received
         if self.watch:
             if not a2a.done.wait(self.timeout_s + 1.0):
@@ -167,7 +166,7 @@ class PeerComm(RingComm):
                 self._wait_work(work)
             except BaseException as exc:
                 raise self._peer_stall(a2a, peer, exc, direction) from None
-        stamp = self.timeline.mark(COMM)
+        stamp = self.timeline.mark(self.lane)
         for pair in a2a.pairs.values():
             pair.send_done = pair.recv_done = stamp
         return a2a.received
@@ -227,14 +226,14 @@ class PeerComm(RingComm):
         last_peer, last_end = -1, None
         for peer, pair in sorted(a2a.pairs.items()):
             recorder.span(phase=a2a.phase, step=a2a.step, kind="send", start=a2a.start, end=pair.send_done,
-                          src=self.rank, dst=peer, nbytes=pair.nbytes, exchange=a2a.exchange)  # fmt: skip
+                          src=self.rank, dst=peer, nbytes=pair.nbytes, exchange=a2a.exchange, group=self.label)  # fmt: skip
             recorder.span(phase=a2a.phase, step=a2a.step, kind="recv", start=a2a.start, end=pair.recv_done,
-                          src=peer, dst=self.rank, nbytes=pair.nbytes, exchange=a2a.exchange)  # fmt: skip
+                          src=peer, dst=self.rank, nbytes=pair.nbytes, exchange=a2a.exchange, group=self.label)  # fmt: skip
             if self.streamed or last_end is None or pair.recv_done >= last_end:
                 last_peer, last_end = peer, pair.recv_done
         if last_peer >= 0:
             recorder.span(phase=a2a.phase, step=a2a.step, kind="wait", start=wait_start, end=wait_end, src=last_peer,
-                          dst=self.rank, exchange=a2a.exchange)  # fmt: skip
+                          dst=self.rank, exchange=a2a.exchange, group=self.label)  # fmt: skip
 
     def _peer_stall(self, a2a: AllToAll, peer: int, exc: BaseException, direction: str) -> RingStall:
         what = f"its chunk was not taken by rank {peer}" if direction == "send" else f"no chunk from rank {peer}"

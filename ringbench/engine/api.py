@@ -25,6 +25,7 @@ import torch.distributed as dist
 from ringbench.engine.comm import RingComm
 from ringbench.engine.layout import as_layout, check_divisible, resolve_layout
 from ringbench.engine.masks import mask_rule
+from ringbench.engine.pgroups import channel, resolve_policy, ring_partition
 from ringbench.engine.recorder import NullRecorder
 from ringbench.engine.reference import attention
 from ringbench.engine.ring import RingContext, ring_backward, ring_forward
@@ -80,13 +81,15 @@ def build_context(
     on_stall=None,
     docs="none",
     layer: int = 0,
+    groups: str = "auto",
 ) -> RingContext:
     """Validate everything once and build the per-rank ring context (and its communicator).
 
     ``timeline``: where spans get their times (ringbench.engine.timeline.timeline_for(device) picks it; the host clock
     when None). ``loopback``: a 1-rank ring still exchanges its block with itself (the one-device transfer test).
     ``mask``: a mode name or a MaskRule; ``docs``: the docs spec of a document mask. ``layer``: the attention layer
-    the context runs (recorded with its spans).
+    the context runs (recorded with its spans). ``groups``: ``auto``, ``own`` or ``shared`` -- whether the K/V
+    rotation and the backward's dK/dV each get a process group of their own (ringbench/engine/pgroups.py).
     """
     _check_tensors(q, k, v)
     layout, buffer = as_layout(layout), Buffer.parse(buffer, "buffer")
@@ -103,13 +106,20 @@ def build_context(
     recorder = recorder if recorder is not None else NullRecorder()
     timeline = timeline if timeline is not None else timeline_for(q.device)
     loopback = bool(loopback) and world == 1
-    comm = back_comm = None
+    comm = back_comm = dkv_comm = None
     if world > 1 or loopback:
-        comm = RingComm(ring, rank, group, timeout_s=timeout_s, watch=recorder.enabled, link_delay=link_delay,
-                        timeline=timeline, loopback=loopback, on_stall=on_stall)  # fmt: skip
+        policy = resolve_policy(groups, group, world)
+        options = dict(timeout_s=timeout_s, watch=recorder.enabled, link_delay=link_delay, timeline=timeline,
+                       on_stall=on_stall)  # fmt: skip
+
+        def on(role: str):
+            return channel(group, role, ring_partition(world), rank, timeout_s=timeout_s, policy=policy)
+
+        comm = RingComm(ring, rank, group, loopback=loopback, channel=on("ring-kv"), **options)
         if buffer.short and world > 1:  # dK/dV go home to the predecessor: the same ring, reversed
-            back_comm = RingComm(ring[::-1], rank, group, timeout_s=timeout_s, watch=recorder.enabled,
-                                 link_delay=link_delay, timeline=timeline, on_stall=on_stall)  # fmt: skip
+            back_comm = RingComm(ring[::-1], rank, group, channel=on("ring-dkv"), **options)
+        elif not buffer.short and buffer is not Buffer.ALLGATHER:  # dK/dV travel beside the next K/V
+            dkv_comm = RingComm(ring, rank, group, loopback=loopback, channel=on("ring-dkv"), **options)
     return RingContext(
         mask=rule,
         layout=layout,
@@ -127,14 +137,14 @@ def build_context(
         loopback=loopback,
         layer=int(layer),
         back_comm=back_comm,
+        dkv_comm=dkv_comm,
     )
 
 
 def close_context(ctx) -> None:
     """Close the context's communicators (their watcher threads); a strategy's context closes its set of them."""
-    for comm in (ctx.comm, getattr(ctx, "back_comm", None)):
-        if comm is not None:
-            comm.close()
+    for comm in ctx.comms() if isinstance(ctx, RingContext) else [ctx.comm]:
+        comm.close()
 
 
 def _forward(q, k, v, ring_ctx: RingContext):

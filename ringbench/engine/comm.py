@@ -23,6 +23,10 @@ ring order sends to the predecessor instead (the short ring's dK/dV on their way
 
 A ring of one rank has no neighbour; with ``loopback`` it still exchanges with itself once per step (a real
 SendRecv kernel on NCCL: the one-GPU test of the transfer path; gloo cannot send to itself, so there it is a copy).
+
+``channel`` (ringbench/engine/pgroups.py): the process group the exchanges go over (ring ranks stay ranks of
+``group``) and its label, recorded with every span as ``comm_group``; on a stream timeline the communicator posts
+from a comm lane of its own, so two rings never queue behind each other's transfers.
 """
 
 from __future__ import annotations
@@ -129,11 +133,15 @@ class RingComm:
         timeline=None,
         loopback: bool = False,
         on_stall: Callable[[str], None] | None = None,
+        channel=None,
     ) -> None:
         self.ring = list(ring)
         self.world = len(ring)
         self.rank = rank
-        self.group = group
+        self.group = group  # ring ranks are this group's
+        self.pg = channel.group if channel is not None and channel.group is not None else group  # ops go here
+        self.label = channel.label if channel is not None else ""
+        self.lane = f"{COMM}:{self.label}" if self.label else COMM
         self.position = self.ring.index(rank)
         self.next = self.ring[(self.position + 1) % self.world]  # group ranks
         self.prev = self.ring[(self.position - 1) % self.world]
@@ -145,7 +153,7 @@ class RingComm:
         self.streamed = self.timeline.kind == "stream"
         self.watch = watch or link_delay is not None
         self.loopback = loopback and self.world == 1
-        self.backend = dist.get_backend(group) if dist.is_initialized() else "none"
+        self.backend = dist.get_backend(self.pg) if dist.is_initialized() else "none"
         self.on_stall = on_stall
         self.stalled: RingStall | None = None
         self._watchers: dict[str, _Watcher] = {}
@@ -185,9 +193,9 @@ class RingComm:
             return []
         ops = []
         if "send" in directions:
-            ops.append(dist.P2POp(dist.isend, send, self._next_global, self.group))
+            ops.append(dist.P2POp(dist.isend, send, self._next_global, self.pg))
         if "recv" in directions:
-            ops.append(dist.P2POp(dist.irecv, recv, self._prev_global, self.group))
+            ops.append(dist.P2POp(dist.irecv, recv, self._prev_global, self.pg))
         return list(dist.batch_isend_irecv(ops))
 
     def _exchange_ops(self, send, recv, directions: tuple[str, ...]) -> list:
@@ -214,8 +222,8 @@ class RingComm:
         directions = tuple(d for d, on in (("send", sending), ("recv", receiving)) if on)
         if self.streamed:
             return self._post_streamed(send, recv, phase, step, nbytes, directions)
-        transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=self.timeline.mark(COMM), nbytes=nbytes,
-                            directions=directions)  # fmt: skip
+        transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=self.timeline.mark(self.lane),
+                            nbytes=nbytes, directions=directions)  # fmt: skip
         try:
             works = self._exchange_ops(send, recv, directions)
         except RuntimeError as exc:
@@ -235,18 +243,18 @@ class RingComm:
 
     def _post_streamed(self, send, recv, phase: str, step: int, nbytes: int, directions=("send", "recv")) -> Transfer:
         timeline = self.timeline
-        timeline.comm_after_compute()  # the block to send is ready before the transfer may start
-        with timeline.on_comm():
-            transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=timeline.mark(COMM), nbytes=nbytes,
-                                directions=directions)  # fmt: skip
+        timeline.comm_after_compute(self.lane)  # the block to send is ready before the transfer may start
+        with timeline.on_comm(self.lane):
+            transfer = Transfer(recv_buffer=recv, phase=phase, step=step, start=timeline.mark(self.lane),
+                                nbytes=nbytes, directions=directions)  # fmt: skip
             try:
                 transfer.works = self._exchange_ops(send, recv, directions)
             except RuntimeError as exc:
                 raise self._stall(transfer, exc, "send") from None
             for work in transfer.works:
                 timeline.wait_work(work, self.timeout_s)  # orders the comm stream after the transfer
-            timeline.spin(COMM, self._delay(transfer))  # an injected link delay holds the block on the device
-            transfer.send_done = transfer.recv_done = timeline.mark(COMM)
+            timeline.spin(self.lane, self._delay(transfer))  # an injected link delay holds the block on the device
+            transfer.send_done = transfer.recv_done = timeline.mark(self.lane)
         self._pending.append(transfer)
         with self._lock:
             self._inflight.append(transfer)
@@ -265,7 +273,7 @@ class RingComm:
             self.timeline.compute_after(transfer.recv_done)
             return transfer.recv_buffer
         if not transfer.works:  # host loopback: the copy is done
-            transfer.send_done = transfer.recv_done = self.timeline.mark(COMM)
+            transfer.send_done = transfer.recv_done = self.timeline.mark(self.lane)
             return transfer.recv_buffer
         if transfer.watched:
             for direction, event in transfer.events.items():
@@ -284,7 +292,7 @@ class RingComm:
                     self._wait_work(work)
                 except BaseException as exc:
                     raise self._stall(transfer, exc, direction) from None
-            transfer.send_done = transfer.recv_done = self.timeline.mark(COMM)
+            transfer.send_done = transfer.recv_done = self.timeline.mark(self.lane)
         return transfer.recv_buffer
 
     def exchange(self, send: torch.Tensor, *, into=None, phase: str, step: int) -> tuple[torch.Tensor, Transfer]:
@@ -298,12 +306,12 @@ class RingComm:
         self._raise_stall()
         timeline = self.timeline
         if self.streamed:
-            timeline.comm_after_compute()
-            with timeline.on_comm():
-                start = timeline.mark(COMM)
+            timeline.comm_after_compute(self.lane)
+            with timeline.on_comm(self.lane):
+                start = timeline.mark(self.lane)
                 work = launch()
                 timeline.wait_work(work, self.timeout_s)
-                end = timeline.mark(COMM)
+                end = timeline.mark(self.lane)
             timeline.compute_after(end)
             transfer = Transfer(recv_buffer=torch.empty(0), phase=phase, step=0, start=start, nbytes=0)
             transfer.works, transfer.recv_done = [work], end
@@ -311,7 +319,7 @@ class RingComm:
                 self._inflight.append(transfer)
             self._start_watchdog()
             return start, end
-        start = timeline.mark(COMM)
+        start = timeline.mark(self.lane)
         work = launch()
         try:
             host_wait(work, self.timeout_s)
@@ -319,7 +327,7 @@ class RingComm:
             raise RingStall(
                 f"rank {self.rank} stalled in {phase} {what} within {self.timeout_s:g} s ({_short(exc)})"
             ) from None
-        return start, timeline.mark(COMM)
+        return start, timeline.mark(self.lane)
 
     # -- bounds -----------------------------------------------------------------------------------------------
     def settle(self, timeout_s: float | None = None) -> None:

@@ -14,6 +14,10 @@ and comes home to the rank that held the outer block. That sum, plus the outer b
 predecessor (which travelled while this rotation computed; ``double``), goes on to the outer successor, where the
 block goes next; after the last rotation it lands on the block's own rank, fully summed.
 
+Partial results stay in the statistics dtype (fp32 for 16-bit inputs) between rotations: each rotation's (out,
+lse) and dK/dV come back unrounded and are merged or summed in fp32; only the final result is rounded to the input
+dtype, once, as the ring does.
+
 Steps of the record: rotation o covers steps o W .. o W + W - 1; its outer K/V exchange is labelled with step o W,
 its outer dK/dV exchange with o W + W - 1 (the posting steps, as the ring labels its own exchanges).
 """
@@ -33,6 +37,11 @@ def _rotation_context(sctx, outer_step: int):
     return sctx.inner_context(outer_step)
 
 
+def _own_block(k, v, outer):
+    """The outer block in hand at rotation 0: stacked when it travels the outer ring, else (k, v) as they are."""
+    return torch.stack([k, v]) if outer is not None else (k, v)
+
+
 def double_ring_forward(q, k, v, sctx):
     """(B, H, L, D) shards -> (out in q's dtype, lse in the statistics dtype)."""
     from ringbench.engine.ring import ring_forward
@@ -40,10 +49,10 @@ def double_ring_forward(q, k, v, sctx):
     acc = stats_dtype(q.dtype)
     acc_out = torch.zeros(q.shape, dtype=acc, device=q.device)  # the merge's identity: (out=0, lse=-inf)
     acc_lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
-    block, spare = torch.stack([k, v]), None  # (2, B, H, L, D): the outer block in hand
+    outer = sctx.outer_comm
+    block, spare = _own_block(k, v, outer), None  # (2, B, H, L, D): the outer block in hand
     rotations, width = sctx.outer_world, sctx.inner_world
     sync = sctx.buffer is Buffer.SYNC
-    outer = sctx.outer_comm
     for o in range(rotations):
         sctx.recorder.on_step("fwd", o * width)
         pending = None
@@ -54,7 +63,7 @@ def double_ring_forward(q, k, v, sctx):
         if outer is not None and not sync and o < rotations - 1:  # double: the next outer block travels meanwhile
             spare = torch.empty_like(block) if spare is None else spare
             pending = post(outer, block, into=spare, phase="fwd", step=o * width, exchange="kv")
-        out_o, lse_o = ring_forward(q, block[0], block[1], _rotation_context(sctx, o))
+        out_o, lse_o = ring_forward(q, block[0], block[1], _rotation_context(sctx, o), keep_acc=True)
         merge_into(acc_out, acc_lse, out_o, lse_o)
         if pending is not None:
             block, spare = wait(pending, sctx.recorder, sctx.timeline), block
@@ -68,10 +77,11 @@ def double_ring_backward(dout, q, k, v, out, lse, sctx):
 
     acc = stats_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
-    block, spare = torch.stack([k, v]), None
+    outer = sctx.outer_comm
+    block, spare = _own_block(k, v, outer), None
     rotations, width = sctx.outer_world, sctx.inner_world
     sync = sctx.buffer is Buffer.SYNC
-    outer = sctx.outer_comm
+    dout, out = sctx.kernel.prepare_backward(dout, out)  # once per call, as the ring does: no copy per block
     buffers = [torch.empty((2, *k.shape), dtype=acc, device=q.device) for _ in range(2)] if outer else []
     dkv_pending, incoming, sent = None, None, None  # sent: kept alive until its exchange completed
     total = None
@@ -85,9 +95,10 @@ def double_ring_backward(dout, q, k, v, out, lse, sctx):
         if outer is not None and not sync and o < rotations - 1:
             spare = torch.empty_like(block) if spare is None else spare
             kv_pending = post(outer, block, into=spare, phase="bwd", step=o * width, exchange="kv")
-        dq_o, dk_o, dv_o = ring_backward(dout, q, block[0], block[1], out, lse, _rotation_context(sctx, o))
+        dq_o, dk_o, dv_o = ring_backward(dout, q, block[0], block[1], out, lse, _rotation_context(sctx, o),
+                                         keep_acc=True)  # fmt: skip
         dq += dq_o
-        total = torch.stack([dk_o, dv_o]).to(acc)  # (2, B, H, L, D): this group's part of the block's dK, dV
+        total = torch.stack([dk_o, dv_o])  # (2, B, H, L, D) in fp32: this group's part of the block's dK, dV
         if dkv_pending is not None:  # double: the block's accumulator from the groups before travelled meanwhile
             incoming, dkv_pending = wait(dkv_pending, sctx.recorder, sctx.timeline), None
         if incoming is not None:
@@ -95,8 +106,8 @@ def double_ring_backward(dout, q, k, v, out, lse, sctx):
             incoming = None
         if outer is not None:  # on to where the block goes next (after the last rotation: its own rank)
             sent = total
-            dkv_pending = post(outer, sent, into=buffers[o % 2], phase="bwd", step=o * width + width - 1,
-                               exchange="dkv", blocking=sync)  # fmt: skip
+            dkv_pending = post(sctx.outer_dkv_comm, sent, into=buffers[o % 2], phase="bwd",
+                               step=o * width + width - 1, exchange="dkv", blocking=sync)  # fmt: skip
             if sync or o == rotations - 1:
                 incoming, dkv_pending = wait(dkv_pending, sctx.recorder, sctx.timeline), None
         if kv_pending is not None:

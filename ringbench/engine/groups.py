@@ -65,14 +65,17 @@ class Groups:
     def all_groups(self) -> list[tuple[int, ...]]:
         return [self.members(g) for g in range(self.count)]
 
+    def cross_rings(self) -> list[list[int]]:
+        """Every cross ring (index i of every group, in group order)."""
+        return [[self.members(g)[i] for g in range(self.count)] for i in range(self.size)]
+
     def inner_flows(self) -> tuple[tuple[int, int], ...]:
         """Every inner ring's hops (one exchange of the double ring's inner rotation on every rank)."""
         return _ring_flows([list(m) for m in self.all_groups()])
 
     def cross_flows(self) -> tuple[tuple[int, int], ...]:
         """Every cross ring's hops (the hybrid's ring step, the double ring's outer exchange, on every rank)."""
-        rings = [[self.members(g)[i] for g in range(self.count)] for i in range(self.size)]
-        return _ring_flows(rings)
+        return _ring_flows(self.cross_rings())
 
     def alltoall_flows(self) -> tuple[tuple[int, int], ...]:
         """Every ordered pair inside every group (one all-to-all of every group at once)."""

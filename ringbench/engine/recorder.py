@@ -61,11 +61,12 @@ class ListRecorder(NullRecorder):
         self._resolved = 0  # rows before this index hold nanoseconds
 
     def span(self, *, phase, step, kind, start, end, src=-1, dst=-1, nbytes=0, block=-1, pair="", flops=0.0, nccl=None,
-             exchange="", layer=0):  # fmt: skip
+             exchange="", layer=0, group=""):  # fmt: skip
         """``nccl``: a callable giving NCCL's own duration of the exchange in ms once it completed (or None).
         ``exchange``: what a send / recv / wait moved when the strategy says so (``kv``, ``dkv``, ``qkv``, ...);
         "" lets the record infer it (the ring's K/V and dK/dV). ``layer``: the attention layer of the iteration the
-        span belongs to (0 for a one-layer model)."""
+        span belongs to (0 for a one-layer model). ``group``: the channel (process group) an exchange used, as
+        ringbench/engine/pgroups.py labels it ("" for spans that are no exchange)."""
         if self.iteration < 0:
             return
         self.rows.append(
@@ -87,6 +88,7 @@ class ListRecorder(NullRecorder):
                 "nccl_ms": nccl,
                 "exchange": exchange,
                 "layer": layer,
+                "comm_group": group,
             }
         )
 

@@ -58,6 +58,7 @@ class RingContext:
     loopback: bool = False  # a 1-rank ring still exchanges with itself (the one-device test of the transfer path)
     layer: int = 0  # the attention layer this context runs (recorded with every span)
     back_comm: RingComm | None = None  # the short ring: dK/dV go home to the predecessor (the reversed ring)
+    dkv_comm: RingComm | None = None  # the backward's dK/dV, on a group of its own (None: the K/V's)
     plans: dict = None  # owner rank -> PairPlan, filled on first use (the plan is fixed for the whole run)
 
     @property
@@ -88,18 +89,32 @@ class RingContext:
     def prev(self) -> int:
         return self.ring[(self.position - 1) % self.world]
 
+    def comms(self) -> list[RingComm]:
+        """Every communicator of the context (settled and closed together)."""
+        return [c for c in (self.comm, self.dkv_comm, self.back_comm) if c is not None]
+
+    @property
+    def dkv(self) -> RingComm | None:
+        """Where the backward's dK/dV travel: a group of their own, beside the K/V rotation in flight."""
+        return self.dkv_comm if self.dkv_comm is not None else self.comm
+
     def next(self) -> int:
         return self.ring[(self.position + 1) % self.world]
 
 
 class _Rotation:
-    """Two buffers for a travelling block: the one in hand and the one the next block is received into."""
+    """Two buffers for a travelling block: the one in hand and the one the next block is received into.
 
-    def __init__(self, first: torch.Tensor) -> None:
-        self.in_hand = first
-        self.spare = torch.empty_like(first)
+    A ring without hops (one rank, no loopback: every Ulysses rank) keeps its own (k, v) as they are: no stacked
+    copy and no receive buffer, which would cost time in the timed iteration and memory the record would count."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, hops: int) -> None:
+        self.in_hand = torch.stack([k, v]) if hops else (k, v)  # (2, B, H, L, D): one message per hop
+        self.spare = None
 
     def post(self, ctx: RingContext, phase: str, step: int) -> Transfer:
+        if self.spare is None:
+            self.spare = torch.empty_like(self.in_hand)
         return ctx.comm.post(self.in_hand, into=self.spare, phase=phase, step=step)
 
     def arrived(self, ctx: RingContext, transfer: Transfer, blocking: bool = False) -> torch.Tensor:
@@ -138,10 +153,14 @@ def _record_transfer(ctx: RingContext, transfer: Transfer, wait_start, wait_end,
     ):
         if kind in transfer.directions:
             rec.span(phase=phase, step=step, kind=kind, start=transfer.start, end=end, src=src, dst=dst,
-                     nbytes=transfer.nbytes, nccl=transfer.nccl_ms, layer=ctx.layer)  # fmt: skip
+                     nbytes=transfer.nbytes, nccl=transfer.nccl_ms, layer=ctx.layer, group=_label(comm))  # fmt: skip
     if "recv" in transfer.directions:
         rec.span(phase=phase, step=step, kind="wait", start=wait_start, end=wait_end, src=predecessor, dst=ctx.rank,
-                 layer=ctx.layer)  # fmt: skip
+                 layer=ctx.layer, group=_label(comm))  # fmt: skip
+
+
+def _label(comm: RingComm | None) -> str:
+    return comm.label if comm is not None else ""
 
 
 def _wait(ctx: RingContext, transfer: Transfer, blocking: bool = False, comm: RingComm | None = None) -> torch.Tensor:
@@ -162,22 +181,24 @@ def _compute_forward(ctx, q, kv, owner, step, acc_out, acc_lse) -> None:
     start = ctx.timeline.mark() if ctx.recorder.enabled else None
     for block in plan.blocks:
         q_rows = q[:, :, block.q_lo : block.q_hi]  # (B, H, Lq', D)
-        k_rows = kv[0, :, :, block.k_lo : block.k_hi]  # (B, H, Lk', D)
-        v_rows = kv[1, :, :, block.k_lo : block.k_hi]
+        k_rows = kv[0][:, :, block.k_lo : block.k_hi]  # (B, H, Lk', D)
+        v_rows = kv[1][:, :, block.k_lo : block.k_hi]
         out, lse = ctx.kernel.forward(q_rows, k_rows, v_rows, block.mask, ctx.scale)
         merge_into(acc_out[:, :, block.q_lo : block.q_hi], acc_lse[:, :, block.q_lo : block.q_hi], out, lse)
     _record_compute(ctx, "fwd", step, owner, plan, q, start)
 
 
-def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingContext):
-    """(B, H, L, D) local shards -> (out (B, H, L, D) in q's dtype, lse (B, H, L) in the statistics dtype)."""
+def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingContext, keep_acc: bool = False):
+    """(B, H, L, D) local shards -> (out (B, H, L, D) in q's dtype, lse (B, H, L) in the statistics dtype).
+    ``keep_acc``: out stays in the statistics dtype (a strategy that merges this ring's result again, as the double
+    ring does after each rotation, rounds once at its end, as the ring does)."""
     if ctx.buffer is Buffer.ALLGATHER:
         return allgather_forward(q, k, v, ctx)
     acc = stats_dtype(q.dtype)
     acc_out = torch.zeros(q.shape, dtype=acc, device=q.device)  # the merge's identity: (out=0, lse=-inf)
     acc_lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
-    kv = _Rotation(torch.stack([k, v]))  # (2, B, H, L, D): one message per hop
     world, hops = ctx.world, ctx.hops
+    kv = _Rotation(k, v, hops)
     sync = ctx.buffer.sync
     for step in range(world):
         ctx.recorder.on_step("fwd", step)
@@ -190,7 +211,7 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingCon
         if pending is not None:
             kv.arrived(ctx, pending)
     ctx.recorder.end_phase("fwd")
-    return acc_out.to(q.dtype), acc_lse
+    return (acc_out if keep_acc else acc_out.to(q.dtype)), acc_lse
 
 
 def _compute_backward(ctx, dout, q, out, lse, kv, owner, step, dq, dkv) -> None:
@@ -204,8 +225,8 @@ def _compute_backward(ctx, dout, q, out, lse, kv, owner, step, dq, dkv) -> None:
         dq_b, dk_b, dv_b = ctx.kernel.backward(
             dout[:, :, rows],
             q[:, :, rows],
-            kv[0, :, :, cols],
-            kv[1, :, :, cols],
+            kv[0][:, :, cols],
+            kv[1][:, :, cols],
             out[:, :, rows],
             lse[:, :, rows],
             block.mask,
@@ -217,14 +238,15 @@ def _compute_backward(ctx, dout, q, out, lse, kv, owner, step, dq, dkv) -> None:
     _record_compute(ctx, "bwd", step, owner, plan, q, start)
 
 
-def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
-    """Gradients of the local shards: (dq, dk, dv), each (B, H, L, D) in the input dtype."""
+def ring_backward(dout, q, k, v, out, lse, ctx: RingContext, keep_acc: bool = False):
+    """Gradients of the local shards: (dq, dk, dv), each (B, H, L, D) in the input dtype (``keep_acc``: in the
+    statistics dtype, for a strategy that sums them again)."""
     if ctx.buffer is Buffer.ALLGATHER:
         return allgather_backward(dout, q, k, v, out, lse, ctx)
     acc = stats_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
-    kv = _Rotation(torch.stack([k, v]))  # (2, B, H, L, D)
     world, hops = ctx.world, ctx.hops
+    kv = _Rotation(k, v, hops)
     sync = ctx.buffer.sync
     # dK/dV buffers, (2, B, H, L, D) each: ``contribution`` takes this step's compute; ``travelling`` holds the
     # accumulator being sent and the one being received. Step 0's contribution is sent as it is (nothing came
@@ -244,24 +266,26 @@ def ring_backward(dout, q, k, v, out, lse, ctx: RingContext):
             contribution.zero_()
         _compute_backward(ctx, dout, q, out, lse, kv.in_hand, ctx.owner_at(step), step, dq, contribution)
         if dkv_pending is not None:  # double: the accumulator travelled while we computed
-            incoming, dkv_pending = _wait(ctx, dkv_pending), None
+            incoming, dkv_pending = _wait(ctx, dkv_pending, comm=ctx.dkv), None
         if incoming is None:  # step 0: this rank's contribution is the whole accumulator so far
             incoming, contribution = contribution, travelling.pop()
         else:
             incoming.add_(contribution)
         if hops:  # pass the sum on; receive the accumulator of the next block (after the last hop: our own)
             into = travelling[0] if travelling[0] is not incoming else travelling[1]
-            dkv_pending = ctx.comm.post(incoming, into=into, phase="bwd", step=step)
+            dkv_pending = ctx.dkv.post(incoming, into=into, phase="bwd", step=step)
             travelling = [incoming, into]
             incoming = None
             if sync:
-                incoming, dkv_pending = _wait(ctx, dkv_pending, blocking=True), None
+                incoming, dkv_pending = _wait(ctx, dkv_pending, blocking=True, comm=ctx.dkv), None
         if kv_pending is not None:
             kv.arrived(ctx, kv_pending)
     if dkv_pending is not None:
-        incoming = _wait(ctx, dkv_pending)
+        incoming = _wait(ctx, dkv_pending, comm=ctx.dkv)
     ctx.recorder.end_phase("bwd")
     dkv = incoming  # (2, B, H, L, D), fully summed
+    if keep_acc:
+        return dq, dkv[0], dkv[1]
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
 
@@ -271,16 +295,15 @@ def _all_gather(ctx: RingContext, tensor: torch.Tensor, phase: str) -> list[torc
     tensor = tensor.contiguous()
     if ctx.comm is not None:
         start, end = ctx.comm.collective(
-            "all_gather", lambda: dist.all_gather(parts, tensor, group=ctx.group, async_op=True), phase=phase
+            "all_gather", lambda: dist.all_gather(parts, tensor, group=ctx.comm.pg, async_op=True), phase=phase
         )
     else:
         start = ctx.timeline.mark()
         parts[0].copy_(tensor)
         end = ctx.timeline.mark()
     nbytes = tensor.numel() * tensor.element_size() * (ctx.world - 1)
-    ctx.recorder.span(
-        phase=phase, step=0, kind="collective", start=start, end=end, dst=ctx.rank, nbytes=nbytes, layer=ctx.layer
-    )
+    ctx.recorder.span(phase=phase, step=0, kind="collective", start=start, end=end, dst=ctx.rank, nbytes=nbytes,
+                      layer=ctx.layer, group=_label(ctx.comm))  # fmt: skip
     return parts
 
 
@@ -308,10 +331,11 @@ def allgather_backward(dout, q, k, v, out, lse, ctx: RingContext):
         _compute_backward(ctx, dout, q, out, lse, blocks[owner], owner, step, dq, dkv_all[owner])
     if ctx.comm is not None:
         start, end = ctx.comm.collective(
-            "all_reduce", lambda: dist.all_reduce(dkv_all, group=ctx.group, async_op=True), phase="bwd"
+            "all_reduce", lambda: dist.all_reduce(dkv_all, group=ctx.comm.pg, async_op=True), phase="bwd"
         )
         ctx.recorder.span(phase="bwd", step=ctx.world - 1, kind="collective", start=start, end=end, dst=ctx.rank,
-                          nbytes=dkv_all.numel() * dkv_all.element_size(), layer=ctx.layer)  # fmt: skip
+                          nbytes=dkv_all.numel() * dkv_all.element_size(), layer=ctx.layer,
+                          group=_label(ctx.comm))  # fmt: skip
     ctx.recorder.end_phase("bwd")
     mine = dkv_all[ctx.rank]
     return dq.to(q.dtype), mine[0].to(k.dtype), mine[1].to(v.dtype)

@@ -28,6 +28,7 @@ from ringbench.engine.comm import RingComm
 from ringbench.engine.groups import Groups
 from ringbench.engine.layout import as_layout, check_divisible, resolve_layout
 from ringbench.engine.masks import MaskRule, mask_rule
+from ringbench.engine.pgroups import channel, resolve_policy
 from ringbench.engine.recorder import LayerRecorder, NullRecorder
 from ringbench.engine.ring import RingContext
 from ringbench.engine.subring import GroupRingContext, StepRecorder
@@ -54,7 +55,6 @@ def _delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
     over the local transport, for the time the ring algorithm takes over the emulated links -- an all-gather
     N - 1 rounds of one block over the ring's slowest hop, an all-reduce of N blocks 2 (N - 1) rounds of one
     accumulator (the simulator's all-gather model, ringbench/simulate/timeline.py, prices the same)."""
-    from ringbench.engine.timeline import COMM
     from ringbench.kernels.base import stats_dtype
 
     ring, world = ctx.ring, ctx.world
@@ -73,9 +73,9 @@ def _delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
         start, end = collective(what, launch, phase=phase)
         if held.get(what, 0.0) > 0:
             timeline = comm.timeline
-            with timeline.on_comm():
-                timeline.spin(COMM, held[what])
-                end = timeline.mark(COMM)
+            with timeline.on_comm(comm.lane):
+                timeline.spin(comm.lane, held[what])
+                end = timeline.mark(comm.lane)
             timeline.compute_after(end)
         return start, end
 
@@ -118,6 +118,8 @@ class StrategyContext:
     peer: PeerComm | None = None  # the all-to-alls of the Ulysses group
     cross_comm: RingComm | None = None  # hybrid: the ring across groups; double ring: the outer ring
     inner_comm: RingComm | None = None  # double ring: the inner ring
+    cross_dkv_comm: RingComm | None = None  # the backward's dK/dV on those rings, each on a group of its own
+    inner_dkv_comm: RingComm | None = None
     owns_comm: bool = False
     _ring: GroupRingContext | None = field(default=None, repr=False)
     _inner: GroupRingContext | None = field(default=None, repr=False)
@@ -140,7 +142,7 @@ class StrategyContext:
 
     @property
     def comm(self) -> CommSet:
-        return CommSet([self.peer, self.cross_comm, self.inner_comm])
+        return CommSet([self.peer, self.cross_comm, self.inner_comm, self.cross_dkv_comm, self.inner_dkv_comm])
 
     # double ring views
     @property
@@ -155,6 +157,10 @@ class StrategyContext:
     def outer_comm(self) -> RingComm | None:
         return self.cross_comm
 
+    @property
+    def outer_dkv_comm(self) -> RingComm | None:
+        return self.cross_dkv_comm
+
     def exchange(self, parts: dict, *, phase: str, step: int, exchange: str) -> dict:
         """The all-to-all of this rank's Ulysses group (nothing moves in a group of one)."""
         if step == 0:
@@ -164,12 +170,12 @@ class StrategyContext:
         return self.peer.all_to_all(parts, phase=phase, step=step, exchange=exchange,
                                     flows=self.groups.alltoall_flows(), recorder=self.recorder)  # fmt: skip
 
-    def _sub_ring(self, ring: list[int], comm, q_members, members_of) -> GroupRingContext:
+    def _sub_ring(self, ring: list[int], comm, dkv_comm, q_members, members_of) -> GroupRingContext:
         return GroupRingContext(
             mask=self.mask, layout=self.layout, buffer=Buffer.SYNC if self.buffer is Buffer.SYNC else Buffer.DOUBLE,
             ring=ring, rank=self.rank, seq=self.seq, kernel=self.kernel, scale=self.scale, group=self.group,
             timeout_s=self.timeout_s, recorder=StepRecorder(self.recorder), timeline=self.timeline, comm=comm,
-            world_all=self.world, q_members=q_members, members_of=members_of,
+            dkv_comm=dkv_comm, world_all=self.world, q_members=q_members, members_of=members_of,
         )  # fmt: skip
 
     def ring_context(self) -> GroupRingContext:
@@ -177,7 +183,7 @@ class StrategyContext:
         if self._ring is None:
             ring = self.groups.cross_ring(self.rank)
             members_of = {r: self.groups.group_of(r) for r in ring}
-            self._ring = self._sub_ring(ring, self.cross_comm, self.members, members_of)
+            self._ring = self._sub_ring(ring, self.cross_comm, self.cross_dkv_comm, self.members, members_of)
         self._ring.recorder = StepRecorder(self.recorder)
         return self._ring
 
@@ -189,7 +195,7 @@ class StrategyContext:
         ring = groups.inner_ring(self.rank)
         members_of = {r: (source[j],) for j, r in enumerate(ring)}
         if self._inner is None:
-            self._inner = self._sub_ring(ring, self.inner_comm, (self.rank,), members_of)
+            self._inner = self._sub_ring(ring, self.inner_comm, self.inner_dkv_comm, (self.rank,), members_of)
         self._inner.members_of = members_of
         self._inner.recorder = StepRecorder(self.recorder, outer_step * groups.size)
         return self._inner
@@ -217,11 +223,14 @@ def build_strategy_context(
     on_stall=None,
     docs="none",
     layer: int = 0,
+    groups: str = "auto",
 ):
     """Validate once and build the rank's context: a RingContext for ``ring`` / ``allgather``, else a
     StrategyContext with its communicators. ``placement``: a spec (ringbench.orders.parse_placement) or the ranks
-    in placement order. ``mask``, ``docs``, ``layout`` and ``layer`` as ``build_context`` takes them: every mask the
-    plan can express applies to every strategy (a Ulysses block is plain attention over the full sequence)."""
+    in placement order. ``mask``, ``docs``, ``layout``, ``layer`` and ``groups`` as ``build_context`` takes them:
+    every mask the plan can express applies to every strategy (a Ulysses block is plain attention over the full
+    sequence); every ring and all-to-all group exchanges on a process group of its own (``groups``;
+    ringbench/engine/pgroups.py)."""
     strategy = Strategy.parse(strategy, "strategy")
     if strategy.ordered:
         if strategy.kind == "allgather":
@@ -229,7 +238,7 @@ def build_strategy_context(
         ctx = build_context(q, k, v, mask=mask, layout=layout, buffer=buffer, order=order, group=group, kernel=kernel,
                             scale=scale, timeout_s=timeout_s, recorder=recorder, link_delay=link_delay,
                             timeline=timeline, loopback=loopback, on_stall=on_stall, docs=docs,
-                            layer=layer)  # fmt: skip
+                            layer=layer, groups=groups)  # fmt: skip
         if ctx.buffer is Buffer.ALLGATHER and ctx.comm is not None and link_delay is not None:
             _delay_collectives(ctx, link_delay, k)
         return ctx
@@ -247,7 +256,8 @@ def build_strategy_context(
     ranks = parse_placement(placement, world, size) if isinstance(placement, str) else placement
     from ringbench.orders import validate_ring
 
-    groups = Groups(tuple(validate_ring(ranks, world, "placement")), size)
+    policy = resolve_policy(groups, group, world)
+    placed = Groups(tuple(validate_ring(ranks, world, "placement")), size)
     seq = q.shape[-2] * world
     check_divisible(layout, seq, world)
     mask = mask_rule(mask, docs, seq)
@@ -259,25 +269,39 @@ def build_strategy_context(
     if layer:
         recorder = LayerRecorder(recorder, layer)
     timeline = timeline if timeline is not None else timeline_for(q.device)
-    options = dict(timeout_s=timeout_s, watch=recorder.enabled, timeline=timeline, on_stall=on_stall)
-    peer = cross = inner = None
-    if strategy.kind in ("ulysses", "hybrid"):
-        if size > 1:
-            peer = PeerComm(rank, group, link_delay=link_delay, **options)
-        if groups.count > 1:
-            cross = RingComm(groups.cross_ring(rank), rank, group, link_delay=bind_flows(link_delay,
-                             groups.cross_flows()), **options)  # fmt: skip
-    else:
-        if size > 1:
-            inner = RingComm(groups.inner_ring(rank), rank, group, link_delay=bind_flows(link_delay,
-                             groups.inner_flows()), **options)  # fmt: skip
-        if groups.count > 1:
-            cross = RingComm(groups.cross_ring(rank), rank, group, link_delay=bind_flows(link_delay,
-                             groups.cross_flows()), **options)  # fmt: skip
-    return StrategyContext(strategy=strategy, mask=mask, layout=layout, buffer=buffer, groups=groups, rank=rank,
+    comms = _strategy_comms(strategy, placed, rank, group, policy, timeout_s=timeout_s, link_delay=link_delay,
+                            watch=recorder.enabled, timeline=timeline, on_stall=on_stall)  # fmt: skip
+    return StrategyContext(strategy=strategy, mask=mask, layout=layout, buffer=buffer, groups=placed, rank=rank,
                            seq=seq, heads=q.shape[1], kernel=block_kernel, scale=scale, group=group,
-                           timeout_s=timeout_s, recorder=recorder, timeline=timeline, peer=peer, cross_comm=cross,
-                           inner_comm=inner)  # fmt: skip
+                           timeout_s=timeout_s, recorder=recorder, timeline=timeline, **comms)  # fmt: skip
+
+
+def _strategy_comms(strategy: Strategy, groups: Groups, rank: int, group, policy: str, *, timeout_s: float,
+                    link_delay, **options) -> dict:  # fmt: skip
+    """The communicators of a grouped strategy, each on a process group of its own (ringbench/engine/pgroups.py),
+    made in the same order on every rank: the all-to-all group, then each ring's K/V and dK/dV."""
+
+    def on(role: str, partition):
+        return channel(group, role, partition, rank, timeout_s=timeout_s, policy=policy)
+
+    def ring_comm(ring: list[int], role: str, partition, flows) -> RingComm:
+        return RingComm(ring, rank, group, link_delay=bind_flows(link_delay, flows), channel=on(role, partition),
+                        timeout_s=timeout_s, **options)  # fmt: skip
+
+    comms: dict = {}
+    inner = groups.all_groups()
+    cross = groups.cross_rings()
+    if strategy.kind in ("ulysses", "hybrid") and groups.size > 1:
+        comms["peer"] = PeerComm(rank, group, link_delay=link_delay, channel=on("a2a", inner), timeout_s=timeout_s,
+                                 **options)  # fmt: skip
+    if strategy.kind == "double-ring" and groups.size > 1:
+        for key, role in (("inner_comm", "inner-kv"), ("inner_dkv_comm", "inner-dkv")):
+            comms[key] = ring_comm(groups.inner_ring(rank), role, inner, groups.inner_flows())
+    if groups.count > 1:
+        prefix = "outer" if strategy.kind == "double-ring" else "cross"
+        for key, role in (("cross_comm", f"{prefix}-kv"), ("cross_dkv_comm", f"{prefix}-dkv")):
+            comms[key] = ring_comm(groups.cross_ring(rank), role, cross, groups.cross_flows())
+    return comms
 
 
 class _StrategyAttention(torch.autograd.Function):

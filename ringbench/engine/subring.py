@@ -87,11 +87,11 @@ def wait(posted: Posted, recorder, timeline) -> torch.Tensor:
     if recorder.enabled:
         end = timeline.mark()
         common = dict(phase=transfer.phase, step=transfer.step, start=transfer.start, nbytes=transfer.nbytes,
-                      nccl=transfer.nccl_ms, exchange=posted.exchange)  # fmt: skip
+                      nccl=transfer.nccl_ms, exchange=posted.exchange, group=comm.label)  # fmt: skip
         recorder.span(kind="send", end=transfer.send_done, src=comm.rank, dst=comm.next, **common)
         recorder.span(kind="recv", end=transfer.recv_done, src=comm.prev, dst=comm.rank, **common)
         recorder.span(phase=transfer.phase, step=transfer.step, kind="wait", start=start, end=end, src=comm.prev,
-                      dst=comm.rank, exchange=posted.exchange)  # fmt: skip
+                      dst=comm.rank, exchange=posted.exchange, group=comm.label)  # fmt: skip
     return received
 
 

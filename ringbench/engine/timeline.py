@@ -13,6 +13,9 @@ event recorded on the stream that runs the work, so it fires when the *device* r
     first waits for the compute stream (the block to send is ready), so NCCL's own stream (which waits for the
     stream that posts) starts the transfer only then; ``work.wait()`` on the comm stream orders the comm stream
     after the transfer, and a mark there is the transfer's end on the device clock;
+  * each communicator has a comm lane (a stream) of its own (``comm:<channel>``; ringbench/engine/pgroups.py):
+    ``work.wait()`` orders the posting stream after the transfer, so two rings posting from one stream would
+    queue each other's transfers (and injected link delays) behind their own however many groups they had;
   * the compute stream waits for that mark before it uses the received block, and the wait is bracketed by two
     compute-stream marks (the time the compute stream sat idle waiting: the exposed communication);
   * nothing in the loop synchronises the host: ``settle`` polls the iteration's events after the loop (bounded by
@@ -58,10 +61,10 @@ class HostTimeline:
 
     # Ordering between lanes is the program order of the one host thread.
     @contextlib.contextmanager
-    def on_comm(self) -> Iterator[None]:
+    def on_comm(self, lane: str = COMM) -> Iterator[None]:
         yield
 
-    def comm_after_compute(self) -> None:
+    def comm_after_compute(self, lane: str = COMM) -> None:
         pass
 
     def compute_after(self, mark) -> None:
@@ -132,6 +135,7 @@ class StreamTimeline:
         self.runtime = runtime
         self.compute = runtime.current_stream()
         self.comm = runtime.new_stream(self.COMM_PRIORITY)
+        self.lanes = {COMM: self.comm}  # comm lane -> its stream (one per communicator, made on first use)
         self._events: list | None = None  # this iteration's marks, in recording order (kept from begin_iteration)
         self._anchor = None
         self._anchor_ns = 0
@@ -140,7 +144,12 @@ class StreamTimeline:
         self._pool: list = []
 
     def _stream(self, lane: str):
-        return self.comm if lane == COMM else self.compute
+        if lane == COMPUTE:
+            return self.compute
+        stream = self.lanes.get(lane)
+        if stream is None:
+            stream = self.lanes[lane] = self.runtime.new_stream(self.COMM_PRIORITY)
+        return stream
 
     def _event(self):
         if self._events is None:  # a mark outside an iteration: nobody recycles it
@@ -185,13 +194,13 @@ class StreamTimeline:
         return []
 
     @contextlib.contextmanager
-    def on_comm(self) -> Iterator[None]:
-        with self.runtime.stream(self.comm):
+    def on_comm(self, lane: str = COMM) -> Iterator[None]:
+        with self.runtime.stream(self._stream(lane)):
             yield
 
-    def comm_after_compute(self) -> None:
-        """The comm stream starts nothing before the compute stream produced what is sent."""
-        self.comm.wait_stream(self.compute)
+    def comm_after_compute(self, lane: str = COMM) -> None:
+        """The comm lane starts nothing before the compute stream produced what is sent."""
+        self._stream(lane).wait_stream(self.compute)
 
     def compute_after(self, mark) -> None:
         self.compute.wait_event(mark)

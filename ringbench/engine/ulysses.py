@@ -61,7 +61,8 @@ def hybrid_backward(dout, saved, sctx):
     hu = sctx.heads_per_rank
     dout_h = _to_heads(sctx, lambda j: dout[:, j * hu : (j + 1) * hu], phase="bwd", step=0, exchange="dout")
     ring = sctx.ring_context()
-    dq_h, dk_h, dv_h = ring_backward(dout_h.contiguous(), q_h, k_h, v_h, out_h, lse_h, ring)
+    dout_h, out_h = sctx.kernel.prepare_backward(dout_h, out_h)  # once per call, as the ring does: no copy per block
+    dq_h, dk_h, dv_h = ring_backward(dout_h, q_h, k_h, v_h, out_h, lse_h, ring)
     grads = _to_rows(sctx, torch.stack([dq_h, dk_h, dv_h]), phase="bwd", step=ring.world - 1, exchange="dqkv",
                      head_dim=2)  # (3, B, H, L, D)  # fmt: skip
     sctx.recorder.end_phase("bwd")

@@ -29,6 +29,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ringbench.engine.pgroups import group_options, group_timeout
 from ringbench.errors import UsageError, bad_value
 
 
@@ -155,18 +156,6 @@ def device_for(backend: str, local_rank: int, visible: int) -> torch.device:
     return torch.device("cuda", index)
 
 
-def group_options(backend: str, timeout: timedelta, nccl=None) -> dict:
-    """Backend options of the process group: NCCL's P2P and collectives on high-priority streams (as production
-    frameworks configure them). ``nccl``: the ProcessGroupNCCL class (injectable: a CPU build has none)."""
-    nccl = nccl if nccl is not None else getattr(dist, "ProcessGroupNCCL", None)
-    if backend != "nccl" or nccl is None:
-        return {}
-    options = nccl.Options()
-    options.is_high_priority_stream = True
-    options._timeout = timeout  # the group's own (else torch warns that the timeout argument overrides it)
-    return {"pg_options": options}
-
-
 def gloo_interface(nccl_ifname: str | None, interfaces: list[str]) -> str | None:
     """The interface for gloo from NCCL_SOCKET_IFNAME's syntax (``eth0``, ``=eth0`` exact, ``eth`` a prefix,
     ``^docker,lo`` exclusions, comma lists): the first of ``interfaces`` it selects; None when it selects none.
@@ -206,14 +195,6 @@ def gpu_shortage(ranks_on_host: int, gpus: int) -> UsageError:
         f"device='cuda' is not allowed with {ranks_on_host} ranks on this host: it has {gpus} visible GPU(s) and "
         "each rank needs its own; expected at most that many ranks per host, or device cpu"
     )
-
-
-def group_timeout(timeout_s: float, backend: str) -> timedelta:
-    """The process group's own timeout. NCCL's watchdog aborts the whole job when it expires, so it is set above
-    ringbench's bound: ringbench names the stalled hop first. gloo's bounds the harness's own barriers."""
-    if backend == "nccl":
-        return timedelta(seconds=timeout_s + max(30.0, 0.5 * timeout_s))
-    return timedelta(seconds=timeout_s)
 
 
 def backend_for(device: torch.device) -> str:

@@ -22,6 +22,7 @@ from ringbench.engine.layout import resolve_layout
 from ringbench.engine.recorder import ListRecorder
 from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.engine.timeline import timeline_for
+from ringbench.engine.warm import compiles, warm
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
@@ -36,6 +37,8 @@ from ringbench.rank.scenario import Case, Scenario
 
 # Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
 CHECK_BUDGET_S = 60.0
+# Seconds a rank may spend compiling a JIT kernel's variants (a cold Triton cache) beyond the ring's own bound.
+COMPILE_PATIENCE_S = 600.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -213,6 +216,10 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         )
         for layer, rule in enumerate(rules)
     ]
+    if compiles(kernel):  # a JIT kernel compiles here, rank by rank, not inside the first (timed) iterations
+        for layer_ctx in contexts:
+            warm(layer_ctx, q0)
+        session.ops.min_int_after(0, settings.timeout + COMPILE_PATIENCE_S)  # ranks compile for different times
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
         model = auto_model(settings) or calibrate_auto(session, [case], settings)
@@ -367,9 +374,8 @@ def calibration_worker(worker_ctx, cases: list[Case], settings: RunSettings) -> 
 def _settle(contexts, timeline, timeout_s: float, rank: int) -> None:
     """After the loop: wait, bounded, for the iteration's transfers and marks; name what never completed."""
     for ctx in contexts if isinstance(contexts, list) else [contexts]:
-        for comm in (ctx.comm, getattr(ctx, "back_comm", None)):  # a strategy's comm: its set of communicators
-            if comm is not None:
-                comm.settle(timeout_s)
+        for comm in ctx.comms() if hasattr(ctx, "comms") else [ctx.comm]:  # a strategy's: its set of communicators
+            comm.settle(timeout_s)
     if timeline.settle(timeout_s):
         raise RingStall(f"rank {rank}: the device did not finish the iteration within {timeout_s:g} s")
 

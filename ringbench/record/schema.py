@@ -5,6 +5,10 @@ reports, the CI gate) reads them. A feature that needs more data adds columns he
 
 Schema versions (readers accept every one of them; missing columns read as null, ``censored`` as false,
 ``layer`` as 0):
+  4 -- one process group per ring: events gain ``comm_group`` (the channel an exchange used, as
+       ringbench/engine/pgroups.py labels it: ``<role>:<ranks>`` such as ``inner-kv:0-1`` or ``outer-kv:1-3``,
+       ``shared:<role>`` when it rode on the caller's group; null in older records, in imported and simulated ones,
+       and on spans that are no exchange).
   3 -- strategies beyond one ring: cases gain the ``strategy`` and ``placement`` axes and ``attn_mem_mb`` (the
        peak of the attention's own tensors per rank); events gain ``exchange`` (what a send / recv / wait moved:
        ``qkv``, ``out``, ``dout``, ``dqkv`` for the all-to-alls, ``kv`` / ``dkv`` where a strategy labels its ring
@@ -56,8 +60,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 EVENT_KINDS = ("iteration", "compute", "send", "recv", "wait", "collective", "own", "sync", "post")
 PHASES = ("fwd", "bwd")
@@ -91,6 +95,8 @@ EVENTS_SCHEMA = pa.schema(
         pa.field("censored", pa.bool_()),
         # the attention layer of the iteration this span belongs to (0 for a one-layer model). Added in version 3.
         pa.field("layer", pa.int32()),
+        # send / recv / wait / collective rows: the process group (channel) the exchange used. Added in version 4.
+        pa.field("comm_group", pa.string()),
     ]
 )
 EVENT_COLUMNS = tuple(EVENTS_SCHEMA.names)

@@ -7,6 +7,12 @@ otherwise the PCIe class from `nvmlDeviceGetTopologyCommonAncestor`. Each GPU's 
 
 A multi-host run gathers one `DeviceRecord` per rank (JSON-ready: `to_dict`, e.g. through all_gather_object) and
 `merge_device_records` builds the cluster's topology: same host -> the class the records name, different hosts -> NET.
+
+Numbering follows CUDA's, not NVML's: under ``CUDA_VISIBLE_DEVICES`` (a subset, a reordering, or one GPU bound per
+task) the records are the visible GPUs only, in the order CUDA numbers them, so rank r of a run is the GPU that
+``cuda:r`` names. Entries are NVML indices (NVML counts in PCI bus order, which is CUDA's with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and on boards of one GPU model) or UUIDs (``GPU-...``, a unique prefix), exact
+whatever the order; as CUDA does, the list ends at the first entry that names no GPU or one named before.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,7 +104,47 @@ def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _records_from_nvml(nvml: ModuleType, host: str, rank_offset: int) -> list[DeviceRecord]:
+def cuda_visible(spec: str | None, uuids: Sequence[str]) -> list[int] | None:
+    """NVML indices in CUDA's numbering under CUDA_VISIBLE_DEVICES=``spec`` (None when unset: every GPU, NVML's
+    order). ``uuids``: each NVML index's UUID ("" where unknown)."""
+    if spec is None:
+        return None
+    visible: list[int] = []
+    for entry in (part.strip() for part in spec.split(",")):
+        if entry.lstrip("-").isdigit():
+            index = int(entry)
+        else:
+            matches = [i for i, uuid in enumerate(uuids) if entry and uuid.startswith(entry)]
+            index = matches[0] if len(matches) == 1 else -1
+        if not 0 <= index < len(uuids) or index in visible:
+            break  # CUDA ignores the rest of the list from an entry it cannot use
+        visible.append(index)
+    return visible
+
+
+def _uuids(nvml: ModuleType, handles: list) -> list[str]:
+    uuids = []
+    for handle in handles:
+        try:
+            uuids.append(_text(nvml.nvmlDeviceGetUUID(handle)))
+        except Exception:  # an older driver or a stand-in without UUIDs: indices still work
+            uuids.append("")
+    return uuids
+
+
+def _visible_records(records: list[DeviceRecord], order: list[int] | None, rank_offset: int) -> list[DeviceRecord]:
+    """The records of the GPUs CUDA shows, numbered as CUDA numbers them (ranks from ``rank_offset``)."""
+    if order is None:
+        return records
+    shown = [records[index] for index in order]
+    buses = {record.bus_id for record in shown}
+    return [DeviceRecord(rank=rank_offset + cuda_index, host=record.host, local_index=cuda_index, bus_id=record.bus_id,
+                         numa_node=record.numa_node, name=record.name,
+                         peers={bus: label for bus, label in record.peers.items() if bus in buses})
+            for cuda_index, record in enumerate(shown)]  # fmt: skip
+
+
+def _records_from_nvml(nvml: ModuleType, host: str, rank_offset: int, visible: str | None = None) -> list[DeviceRecord]:
     nvml_error = getattr(nvml, "NVMLError", Exception)
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
     max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)
@@ -160,16 +207,20 @@ def _records_from_nvml(nvml: ModuleType, host: str, rank_offset: int) -> list[De
                 peers=peers,
             )
         )
-    return records
+    return _visible_records(records, cuda_visible(visible, _uuids(nvml, handles)), rank_offset)
 
 
 def collect_local_records(
-    nvml: ModuleType | None = None, *, host: str | None = None, rank_offset: int = 0
+    nvml: ModuleType | None = None, *, host: str | None = None, rank_offset: int = 0, visible: str | None = ""
 ) -> list[DeviceRecord] | None:
-    """One record per local GPU (NVML index order), ranks from ``rank_offset``; None, with one logged line, without NVML.
+    """One record per GPU CUDA shows (CUDA's numbering, module docstring), ranks from ``rank_offset``; None, with
+    one logged line, without NVML.
 
-    ``nvml``: the pynvml module, or a stand-in with the same functions (tests pass a fake).
+    ``nvml``: the pynvml module, or a stand-in with the same functions (tests pass a fake). ``visible``: a
+    CUDA_VISIBLE_DEVICES value, None for every GPU; by default the environment's.
     """
+    if visible == "":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     nvml = _load_nvml(nvml)
     if nvml is None:
         return None
@@ -180,7 +231,7 @@ def collect_local_records(
         log.info("NVML unavailable: %s", exc or type(exc).__name__)
         return None
     try:
-        return _records_from_nvml(nvml, host or socket.gethostname(), rank_offset)
+        return _records_from_nvml(nvml, host or socket.gethostname(), rank_offset, visible)
     except nvml_error as exc:
         log.info("NVML unavailable: a query failed (%s)", exc or type(exc).__name__)
         return None
@@ -245,9 +296,11 @@ def merge_device_records(records: Sequence[DeviceRecord | Mapping], *, source: s
     return Topology(devices=devices, links=tuple(links), source=source)
 
 
-def collect_nvml_topology(nvml: ModuleType | None = None, *, host: str | None = None) -> Topology | None:
-    """The local GPUs' topology from NVML, or None (one logged line) when NVML is unavailable."""
-    records = collect_local_records(nvml, host=host)
+def collect_nvml_topology(nvml: ModuleType | None = None, *, host: str | None = None,
+                          visible: str | None = "") -> Topology | None:  # fmt: skip
+    """The topology of the GPUs CUDA shows (``visible``: as collect_local_records takes it), from NVML, or None
+    (one logged line) when NVML is unavailable."""
+    records = collect_local_records(nvml, host=host, visible=visible)
     if records is None:
         return None
     if not records:

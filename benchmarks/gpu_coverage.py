@@ -1,0 +1,147 @@
+"""What the GPU check covers: world-1 equivalents of the strategies and masks on one GPU, and the summary's
+coverage lines (every strategy and mask family: checked, not checked and why, or failed).
+
+    python benchmarks/gpu_probe.py coverage [--dry-run]   # the world-1 equivalents (gpu_check.py runs it)
+
+On one GPU a strategy's exchanges cannot run (NCCL refuses two ranks on one device), but its arithmetic can:
+Ulysses at world 1 is its head transposes and its local attention over the whole sequence; the short ring at world
+1 is its own block under the window plan; the document and window masks run through the Triton and torch kernels'
+positional rules. Each runs forward and backward at a production shape (bf16, B=1 H=16 S=8192 D=128) against
+float64 (heads in chunks), within ringbench's bf16 tolerances. ``--dry-run``: the same code on the CPU at a tiny
+shape (Triton interpreted).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+RESULT = "GPU_CHECK_RESULT "
+WINDOW = 1024  # tokens: shorter than a 2-rank block at S=8192, as a real sliding window is
+DOCS = "lognormal:1024:0.8:7:0.25"  # packed documents, the longest at most a quarter of the sequence
+# name -> (strategy, mask, buffer, kernel, docs): what each world-1 equivalent runs.
+CASES = {
+    "ulysses": ("ulysses", "causal", "double", "torch", "none"),
+    "short-ring": ("ring", f"window:{WINDOW}", "double-short", "torch", "none"),
+    "window-triton": ("ring", f"window:{WINDOW}", "double", "triton", "none"),
+    "document-torch": ("ring", "causal-document", "double", "torch", DOCS),
+    "document-triton": ("ring", "causal-document", "double", "triton", DOCS),
+    "full-document-triton": ("ring", "full-document", "double", "triton", DOCS),
+    "document-window-triton": ("ring", f"causal-document+window:{WINDOW}", "double", "triton", DOCS),
+}
+CHECK_NAMES = [f"cover:{name}" for name in CASES]
+
+
+def _emit(check: str, ok, facts: list[str], **data) -> None:
+    print(RESULT + json.dumps({"check": check, "ok": ok, "facts": facts, "data": data}, default=str), flush=True)
+
+
+def _reference(q, k, v, dout, mask: str, docs: str, head_chunk: int):
+    """float64 attention and its gradients, heads in chunks (an S x S float64 score matrix per head)."""
+    from ringbench.engine.api import reference_attention
+
+    parts = []
+    for h in range(0, q.shape[1], head_chunk):
+        leaves = [t[:, h : h + head_chunk].double().requires_grad_() for t in (q, k, v)]
+        out = reference_attention(*leaves, mask=mask, docs=docs)
+        grads = torch.autograd.grad(out, leaves, dout[:, h : h + head_chunk].double())
+        parts.append((out.detach(), *grads))
+    return [torch.cat([p[i] for p in parts], dim=1) for i in range(4)]
+
+
+def _one(name: str, spec, device, shape, dry: bool) -> None:
+    from ringbench.engine.strategy import attention, build_strategy_context
+    from ringbench.vocab import TOLERANCE
+
+    strategy, mask, buffer, kernel, docs = spec
+    batch, heads, seq, head_dim = shape
+    mask = mask.replace(str(WINDOW), str(seq // 8)) if dry else mask
+    docs = "lengths:" + ",".join(["48", "32", "48"]) if dry and docs != "none" else docs
+    generator = torch.Generator(device=device).manual_seed(11)
+    q, k, v, dout = (torch.randn(batch, heads, seq, head_dim, generator=generator, device=device,
+                                 dtype=torch.bfloat16) for _ in range(4))  # fmt: skip
+    started = time.perf_counter()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ctx = build_strategy_context(*leaves, strategy=strategy, mask=mask, buffer=buffer, kernel=kernel, docs=docs)
+    out = attention(*leaves, context=ctx)
+    grads = torch.autograd.grad(out, leaves, dout)
+    seconds = time.perf_counter() - started
+    want = _reference(q, k, v, dout, mask, docs, head_chunk=4)
+    fwd = (out.double() - want[0]).abs().max().item()
+    bwd = max((g.double() - w).abs().max().item() for g, w in zip(grads, want[1:], strict=True))
+    fwd_tol, bwd_tol = TOLERANCE["bfloat16"]
+    passed = fwd <= fwd_tol and bwd <= bwd_tol
+    where = "CPU stand-in (dry run)" if dry else "GPU"
+    fact = (f"{strategy} {mask} {buffer} {kernel}{' ' + docs if docs != 'none' else ''} on the {where}, world 1, bf16 "
+            f"B={batch} H={heads} S={seq} D={head_dim}: max |err| fwd {fwd:.2e} (tol {fwd_tol:g}), bwd {bwd:.2e} "
+            f"(tol {bwd_tol:g}) {'pass' if passed else 'FAIL'}, fwd+bwd {seconds:.2f} s (first call)")  # fmt: skip
+    _emit(f"cover:{name}", passed if not dry else (None if passed else False), [fact])
+
+
+def coverage(dry: bool) -> None:
+    """Each world-1 equivalent in turn, one result each as it finishes (a deadline keeps those done)."""
+    from ringbench.kernels import get_kernel
+
+    device = torch.device("cpu" if dry else "cuda")
+    shape = (1, 2, 128, 16) if dry else (1, 16, 8192, 128)
+    try:
+        get_kernel("triton").check(shape[-1], torch.bfloat16, device)
+        no_triton = ""
+    except Exception as exc:
+        no_triton = str(exc).splitlines()[0]
+    for name, spec in CASES.items():
+        if spec[3] == "triton" and no_triton:
+            _emit(f"cover:{name}", None, [f"not checked: {no_triton}"])
+            continue
+        try:
+            _one(name, spec, device, shape, dry)
+        except Exception as exc:  # a kernel that raises is a finding, said in one line
+            _emit(f"cover:{name}", False, [f"{spec}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"])
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+# -- the summary's coverage lines -----------------------------------------------------------------------------------
+NEEDS_NODE = "not checked on one GPU: its exchanges need 2 or more ranks (run with --gpus N)"
+ONE_GPU = {  # strategy or mask family -> the checks that cover it on one GPU (none: the reason it is not checked)
+    "strategy ring": ["correctness-float16", "correctness-bfloat16", "correctness-float32", "no-host-sync", "overlap"],
+    "strategy ulysses": ["cover:ulysses"],
+    "strategy hybrid:U": NEEDS_NODE,
+    "strategy double-ring:W": NEEDS_NODE,
+    "strategy allgather": NEEDS_NODE,
+    "buffer short ring": ["cover:short-ring"],
+    "mask none": ["overlap", "adapters"],
+    "mask causal": ["correctness-float16", "correctness-bfloat16", "correctness-float32", "cover:ulysses"],
+    "mask causal-naive": ["correctness-float16", "correctness-bfloat16", "correctness-float32"],
+    "mask causal-document": ["cover:document-torch", "cover:document-triton"],
+    "mask full-document": ["cover:full-document-triton"],
+    "mask window": ["cover:window-triton", "cover:short-ring"],
+    "mask causal-document+window": ["cover:document-window-triton"],
+}
+
+
+def coverage_lines(results: dict[str, tuple[bool | None, str]], plan: dict | None = None) -> list[tuple]:
+    """(item, ok, line) per strategy and mask family from the checks' (ok, first fact): checked when a covering
+    check passed and none failed; failed when one failed; else not checked, with the reason."""
+    lines = []
+    for item, sources in (plan or ONE_GPU).items():
+        if isinstance(sources, str):
+            lines.append((item, None, sources))
+            continue
+        seen = {name: results[name] for name in sources if name in results}
+        failed = [name for name, (ok, _) in seen.items() if ok is False]
+        passed = [name for name, (ok, _) in seen.items() if ok]
+        if failed:
+            lines.append((item, False, f"FAILED in {', '.join(failed)}"))
+        elif passed:
+            lines.append((item, True, f"checked by {', '.join(passed)}"))
+        else:
+            why = next((fact for _, fact in seen.values() if fact), "its checks did not run")
+            why = why.removeprefix("not checked: ")
+            lines.append((item, None, f"not checked on a GPU: {why[:160]}"))
+    return lines
+
+
+__all__ = ["CASES", "CHECK_NAMES", "ONE_GPU", "coverage", "coverage_lines"]
