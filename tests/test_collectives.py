@@ -105,7 +105,7 @@ def _no_main_group_reduction_after_the_check(worker_ctx, case, settings):
     for name in ("barrier", "min_int", "min_float", "max_float"):
         setattr(session.ops, name, refusing(name))
     result = runner.run_case(case, session=session, progress=None, settings=settings, case_index=0, repeat=0)
-    return result["fwd_err"], len(result["rows"])
+    return result.fwd_err, len(result.rows)
 
 
 def test_the_runner_reduces_nothing_on_the_main_group_after_the_check():
@@ -164,7 +164,7 @@ def test_a_real_run_makes_every_collective_through_the_allowed_modules():
     launch_local(2, _guarded_worker, (cases, settings, 0), timeout_s=60,
                  on_item=lambda rank, item: items.append(item) or True)  # fmt: skip
     assert len(items) == 2 * len(cases)
-    assert all(item["rows"] for item in items)
+    assert all(item.rows for item in items)
 
 
 def test_the_guard_refuses_a_direct_call():

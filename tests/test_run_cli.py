@@ -192,13 +192,13 @@ def test_a_hang_with_no_live_peer_still_ends(tmp_path):
 def test_nan_errors_fail_the_check():
     import math
 
+    from ringbench.rank.report import RankReport
     from ringbench.rank.scenario import Scenario
     from ringbench.run.results import summarize_case
 
     scenario = Scenario(world=(1,), seq=(64,))
     (case,) = scenario.cases()
-    result = {"case_id": case.case_id, "rank": 0, "rows": [], "fwd_err": math.nan, "bwd_err": 0.0,
-              "clock_residual_ns": 0}  # fmt: skip
+    result = RankReport(case_id=case.case_id, rank=0, fwd_err=math.nan, bwd_err=0.0)
     _, row = summarize_case(case, [result], scenario, repeat=0)
     assert row["passed"] is False  # a NaN error is a failure, never a pass by comparison with NaN
 

@@ -195,13 +195,15 @@ def run_cases_in_namespaces(
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(timeout=5)
-    per_case: dict[str, list[dict]] = {case.case_id: [] for case in cases}
+    per_case: dict[str, list] = {case.case_id: [] for case in cases}
     for out in outputs:
         for line in out.splitlines():
             if line.startswith(RESULT_PREFIX):
-                result = json.loads(line[len(RESULT_PREFIX) :])
-                per_case[result["case_id"]].append(result)
-    return [sorted(per_case[case.case_id], key=lambda r: r["rank"]) for case in cases]
+                from ringbench.rank.report import RankReport
+
+                result = RankReport.from_dict(json.loads(line[len(RESULT_PREFIX) :]))
+                per_case[result.case_id].append(result)
+    return [sorted(per_case[case.case_id], key=lambda r: r.rank) for case in cases]
 
 
 def compare_orders_in_namespaces(

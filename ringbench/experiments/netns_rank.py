@@ -29,7 +29,7 @@ def main() -> int:
     for index, fields in enumerate(spec["cases"]):
         case = Case(**fields)
         result = run_case(case, session=session, progress=None, settings=settings, case_index=index, repeat=0)
-        sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+        sys.stdout.write(RESULT_PREFIX + json.dumps(result.to_dict()) + "\n")
         sys.stdout.flush()
     dist.barrier()
     return 0

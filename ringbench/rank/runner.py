@@ -33,6 +33,7 @@ from ringbench.rank.faults import RankFaults, parse_fault
 from ringbench.rank.layers import check_layers, layer_rules
 from ringbench.rank.memory import TensorPeak, peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
+from ringbench.rank.report import RankReport
 from ringbench.rank.scenario import Case, Scenario
 
 # Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
@@ -157,7 +158,7 @@ def open_session(env, on_stall=None) -> RankSession:
 
 
 def run_case(case: Case, *, session: RankSession, progress, settings: RunSettings, case_index: int, repeat: int,
-             profile_path: Path | None = None) -> dict:  # fmt: skip
+             profile_path: Path | None = None) -> RankReport:  # fmt: skip
     """Run one case on this rank; returns its rows and figures for the parent.
 
     Per iteration: a barrier, the timeline's anchor, the forward (and backward) ring with every span marked on the
@@ -281,29 +282,19 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         row["repeat"] = repeat
         row["case_id"] = case.case_id
     pacer = getattr(kernel, "pacer", None)
-    return {
-        "case_id": case.case_id,
-        "rank": rank,
-        "rows": rows,
-        "fwd_err": check.fwd_err if check is not None else math.nan,
-        "bwd_err": check.bwd_err if check is not None else math.nan,
-        "check_note": check.note if check is not None else "",
-        **_clock_report(clock, origin),
-        "emulated_gflops": emulated_gflops,
-        "saturated_blocks": pacer.saturated_blocks if pacer is not None else 0,
-        "paced_blocks": pacer.blocks if pacer is not None else 0,
-        "peak_mem_mb": peak,
-        "attn_mem_mb": tensors.peak_mb,
-        "memory_method": memory_method,
-        "host": socket.gethostname(),
-        "device": str(device),
-        "device_info": session.device_info,
-        "timeline": timeline.kind,
-    }
+    return RankReport(
+        case_id=case.case_id, rank=rank, rows=rows, fwd_err=check.fwd_err if check is not None else math.nan,
+        bwd_err=check.bwd_err if check is not None else math.nan, check_note=check.note if check is not None else "",
+        **_clock_report(clock, origin), emulated_gflops=emulated_gflops,
+        saturated_blocks=pacer.saturated_blocks if pacer is not None else 0,
+        paced_blocks=pacer.blocks if pacer is not None else 0, peak_mem_mb=peak, attn_mem_mb=tensors.peak_mb,
+        memory_method=memory_method, host=socket.gethostname(), device=str(device),
+        device_info=session.device_info or {}, timeline=timeline.kind, layout=str(case.layout),
+    )  # fmt: skip
 
 
 def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunSettings, repeat: int,
-                   profile_path: Path | None) -> dict:  # fmt: skip
+                   profile_path: Path | None) -> RankReport:  # fmt: skip
     """Another implementation (ringbench.rank.impls): whole iterations timed on the host, per-step spans from its
     profiler capture (converted in the parent), outputs and gradients checked against float64 like the engine's."""
     from ringbench.rank.impls.rank import run_impl_case
@@ -322,17 +313,9 @@ def _run_impl_case(case: Case, *, session: RankSession, progress, settings: RunS
     clock = _on_reference_clock(rows, session, origin, settings)
     for row in rows:
         row.update(repeat=repeat, case_id=case.case_id, nccl_ms=float("nan"))
-    return result | {
-        "case_id": case.case_id,
-        **_clock_report(clock, origin),
-        "emulated_gflops": None,
-        "saturated_blocks": 0,
-        "paced_blocks": 0,
-        "host": socket.gethostname(),
-        "device": str(env.device),
-        "device_info": session.device_info,
-        "timeline": "host",
-    }
+    return RankReport.from_dict(result | {"case_id": case.case_id, **_clock_report(clock, origin),
+                                          "host": socket.gethostname(), "device": str(env.device),
+                                          "device_info": session.device_info or {}})  # fmt: skip
 
 
 def _on_reference_clock(rows: list[dict], session: RankSession, origin: int, settings: RunSettings):

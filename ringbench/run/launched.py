@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ringbench.errors import RunFailure, UsageError
 from ringbench.rank.metadata import collect_metadata
+from ringbench.rank.report import RankReport
 from ringbench.run.cases import preflight, reported, runnable, with_profile
 from ringbench.run.interrupt import RankSignals, bind_to_parent, signal_name
 from ringbench.run.launch import Progress, where_text
@@ -238,35 +239,34 @@ def _run_cases(session, env, plan, folder, tracker: Tracker, stop: RankStop, on_
     session.ops.barrier()
 
 
-def ship_capture(result: dict, limit: int = MAX_SHIPPED_BYTES) -> dict:
+def ship_capture(result: RankReport, limit: int = MAX_SHIPPED_BYTES) -> RankReport:
     """A rank's report with its profiler capture's bytes attached (it is on this host's disk only), or with a
     one-line note instead when the capture is larger than ``limit``."""
-    path = result.get("profile")
+    path = result.profile
     if not path or not Path(path).is_file():
         return result
     size = Path(path).stat().st_size
     if size > limit:
-        note = (f"rank {result.get('rank')}'s profiler capture ({size / 2**20:.0f} MiB) exceeds {limit >> 20} MiB "
+        note = (f"rank {result.rank}'s profiler capture ({size / 2**20:.0f} MiB) exceeds {limit >> 20} MiB "
                 "and stays on its host; the case keeps iteration times only")  # fmt: skip
-        return result | {"profile": None, "profile_note": note}
-    shipped = result | {"profile_bytes": Path(path).read_bytes()}
+        return result.replace(profile=None, profile_note=note)
+    shipped = result.replace(profile_bytes=Path(path).read_bytes())
     Path(path).unlink(missing_ok=True)
     return shipped
 
 
-def land_capture(result: dict, folder: ResultsFolder, case_id: str, repeat: int) -> dict:
+def land_capture(result: RankReport, folder: ResultsFolder, case_id: str, repeat: int) -> RankReport:
     """On rank 0: a shipped capture written into this run's profile/ folder, where the importer reads it."""
-    if result.get("profile_note"):
-        folder.notes.append(f"{case_id}: {result['profile_note']}")
-    data = result.get("profile_bytes")
+    if result.profile_note:
+        folder.notes.append(f"{case_id}: {result.profile_note}")
+    data = result.profile_bytes
     if data is None:
-        return {key: value for key, value in result.items() if key != "profile_note"}
+        return result.replace(profile_note="")
     from ringbench.record.atomic import write_bytes
 
-    path = folder.run_dir / "profile" / case_id / f"r{repeat}-rank{result['rank']}.json.gz"
+    path = folder.run_dir / "profile" / case_id / f"r{repeat}-rank{result.rank}.json.gz"
     write_bytes(path, data)
-    kept = {key: value for key, value in result.items() if key not in ("profile_bytes", "profile_note")}
-    return kept | {"profile": str(path)}
+    return result.replace(profile_bytes=None, profile_note="", profile=str(path))
 
 
 __all__ = ["RankStop", "execute_launched", "land_capture", "ship_capture"]

@@ -23,6 +23,7 @@ from ringbench.errors import UsageError
 from ringbench.figures.critical_path import clock_tolerance_ns
 from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, rank_balance
 from ringbench.kernels import get_kernel
+from ringbench.rank.report import RankReport
 from ringbench.rank.scenario import Case, Scenario
 from ringbench.record import store
 from ringbench.record.meta import RunMeta, write_meta
@@ -98,7 +99,7 @@ class ResultsFolder:
     def save_meta(self) -> None:
         write_meta(self.run_dir, self.meta, self.producer)
 
-    def add_case(self, case: Case, per_rank: list[dict], scenario: Scenario, repeat: int) -> dict:
+    def add_case(self, case: Case, per_rank: list[RankReport], scenario: Scenario, repeat: int) -> dict:
         """Store one finished case (events, its case row, what the ranks reported); returns the case row."""
         plan = case_plan(case)
         events, row = summarize_case(case, per_rank, scenario, repeat, plan=plan)
@@ -106,8 +107,8 @@ class ResultsFolder:
             self._store(events, row, case, per_rank, plan)
         return row
 
-    def _store(self, events: pd.DataFrame, row: dict, case: Case, per_rank: list[dict], plan) -> None:
-        note = (per_rank[0].get("device_info") or {}).get("backend_note")
+    def _store(self, events: pd.DataFrame, row: dict, case: Case, per_rank: list[RankReport], plan) -> None:
+        note = (per_rank[0].device_info or {}).get("backend_note")
         if note and note not in self.notes:  # e.g. why ranks that see GPUs run gloo on the CPU
             self.notes.append(note)
         if case.impl != "ringbench" and case.mask != "none":
@@ -176,22 +177,22 @@ def note_plan(meta: dict, case: Case, plan: dict | None) -> None:
         meta.setdefault("docs", {})[f"{case.docs}@{case.seq}"] = docs
 
 
-def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat: int,
+def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, repeat: int,
                    plan: dict | None = None) -> tuple[pd.DataFrame, dict]:  # fmt: skip
     """This case's events table and its summary row: the figures of ringbench/figures/metrics.py (medians over timed
     iterations, with p10/p90), the numerical check, peak memory, the emulation's saturated kernel calls, and with
     ``plan`` (case_plan) the balance against the plan's prediction."""
-    rows = [row for result in per_rank for row in result["rows"]]
+    rows = [row for result in per_rank for row in result.rows]
     events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
     events["layer"] = events["layer"].fillna(0).astype("int64")
-    residual = max(int(r.get("clock_residual_ns") or 0) for r in per_rank)
+    residual = max(int(r.clock_residual_ns or 0) for r in per_rank)
     tol_ns = clock_tolerance_ns(residual)
     sizes = pd.DataFrame([{"case_id": case.case_id, "batch": case.batch, "seq": case.seq}])
     figures = case_figures(events, sizes, tol_ns=tol_ns)  # the definitions every consumer shares
     figures = figures.iloc[0] if len(figures) else pd.Series(dtype=float)
-    peaks = [float(r["peak_mem_mb"]) for r in per_rank if r.get("peak_mem_mb") is not None]
-    fwd_err = float(np.max([r["fwd_err"] for r in per_rank]))  # np.max: a NaN on any rank stays NaN
-    bwd_err = float(np.max([r["bwd_err"] for r in per_rank]))
+    peaks = [float(r.peak_mem_mb) for r in per_rank if r.peak_mem_mb is not None]
+    fwd_err = float(np.max([r.fwd_err for r in per_rank]))  # np.max: a NaN on any rank stays NaN
+    bwd_err = float(np.max([r.bwd_err for r in per_rank]))
     fwd_tol, bwd_tol = TOLERANCE[case.dtype]
     passed = True
     if scenario.check:
@@ -210,11 +211,11 @@ def summarize_case(case: Case, per_rank: list[dict], scenario: Scenario, repeat:
         "passed": passed,
         "status": "ok",
         "peak_mem_mb": float(np.nanmax(peaks)) if peaks and not np.isnan(peaks).all() else math.nan,
-        "attn_mem_mb": _largest([r.get("attn_mem_mb") for r in per_rank]),
+        "attn_mem_mb": _largest([r.attn_mem_mb for r in per_rank]),
         "emulated_gflops": _emulated_rate(per_rank),
-        "check_note": "; ".join(sorted({r["check_note"] for r in per_rank if r.get("check_note")})),
-        "saturated_blocks": int(sum(int(r.get("saturated_blocks") or 0) for r in per_rank)),
-        "emulated_blocks": int(sum(int(r.get("paced_blocks") or 0) for r in per_rank)),
+        "check_note": "; ".join(sorted({r.check_note for r in per_rank if r.check_note})),
+        "saturated_blocks": int(sum(int(r.saturated_blocks or 0) for r in per_rank)),
+        "emulated_blocks": int(sum(int(r.paced_blocks or 0) for r in per_rank)),
         **_plan_figures(case, events, plan),
     }
     return events, row
@@ -263,39 +264,39 @@ def short_ring_bytes(case: Case, plan: dict | None) -> float:
     return float(sum(layer["short_hops"] for layer in plan["layers"]) * per_hop)
 
 
-def _emulated_rate(per_rank: list[dict]) -> float:
+def _emulated_rate(per_rank: list[RankReport]) -> float:
     """The emulated kernel's rate (every rank runs the same; emulated:auto's choice), NaN when not emulated."""
-    rates = [r.get("emulated_gflops") for r in per_rank if r.get("emulated_gflops") is not None]
+    rates = [r.emulated_gflops for r in per_rank if r.emulated_gflops is not None]
     return float(rates[0]) if rates else math.nan
 
 
-def rank_summary(per_rank: list[dict]) -> dict:
+def rank_summary(per_rank: list[RankReport]) -> dict:
     """What the ranks of one process group reported about where and how they ran (meta["ranks"][world])."""
     return {
-        "hosts": sorted({r["host"] for r in per_rank}),
-        "devices": sorted({r["device"] for r in per_rank}),
-        "timeline": per_rank[0].get("timeline", "host"),
-        "clock": per_rank[0]["clock_method"],
-        "clock_residual_ns": max(r["clock_residual_ns"] for r in per_rank),
-        "clock_offsets_ns": [r["clock_offset_ns"] for r in per_rank],
-        "clock_drift_ppm": [r.get("clock_drift_ppm", 0.0) for r in per_rank],
-        "emulation_saturated_blocks": sum(r["saturated_blocks"] for r in per_rank),
-        "emulation_paced_blocks": sum(r.get("paced_blocks", 0) for r in per_rank),
-        "peak_mem_mb": max(r.get("peak_mem_mb", math.nan) for r in per_rank),
-        "memory_method": per_rank[0].get("memory_method"),
+        "hosts": sorted({r.host for r in per_rank}),
+        "devices": sorted({r.device for r in per_rank}),
+        "timeline": per_rank[0].timeline,
+        "clock": per_rank[0].clock_method,
+        "clock_residual_ns": max(r.clock_residual_ns for r in per_rank),
+        "clock_offsets_ns": [r.clock_offset_ns for r in per_rank],
+        "clock_drift_ppm": [r.clock_drift_ppm for r in per_rank],
+        "emulation_saturated_blocks": sum(r.saturated_blocks for r in per_rank),
+        "emulation_paced_blocks": sum(r.paced_blocks for r in per_rank),
+        "peak_mem_mb": max(math.nan if r.peak_mem_mb is None else r.peak_mem_mb for r in per_rank),
+        "memory_method": per_rank[0].memory_method,
     }
 
 
-def device_meta(per_rank: list[dict]) -> dict:
+def device_meta(per_rank: list[RankReport]) -> dict:
     """The backend and devices the ranks actually ran on (a GPU run is labelled one, whatever the parent sees)."""
-    infos = [r.get("device_info") or {"type": "cpu"} for r in per_rank]
+    infos = [r.device_info or {"type": "cpu"} for r in per_rank]
     if infos[0].get("type") == "cuda":
         return {"backend": "nccl", "device_kind": infos[0]["name"], "devices": [i["name"] for i in infos],
                 "gpus": infos, "nccl_options": dict(infos[0].get("group_options") or {})}  # fmt: skip
     return {"backend": "gloo", "device_kind": "cpu"}
 
 
-def _note_ranks(meta: dict, world: int, per_rank: list[dict]) -> None:
+def _note_ranks(meta: dict, world: int, per_rank: list[RankReport]) -> None:
     """Fold what the ranks reported into the metadata (kept over cases: counts add up, peaks take the max)."""
     summary = rank_summary(per_rank)
     previous = meta.setdefault("ranks", {}).get(str(world))

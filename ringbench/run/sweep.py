@@ -152,16 +152,16 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
     for index, case, repeat in todo:
         by_group[(repeat, case.world)].append((index, case))
     for (repeat, world), group_cases in sorted(by_group.items()):
-        pending: dict[str, list[dict]] = defaultdict(list)
+        pending: dict[str, list] = defaultdict(list)
         by_id = {case.case_id: case for _, case in group_cases}
         queue = [case.case_id for _, case in group_cases]  # the ranks run them in this order
         tracker.in_flight = queue[0]
         tracker.activity = "the emulated:auto calibration" if settings.calibrate_auto else None
 
-        def on_item(rank: int, result: dict, repeat=repeat, world=world, pending=pending, by_id=by_id,
+        def on_item(rank: int, result, repeat=repeat, world=world, pending=pending, by_id=by_id,
                     queue=queue) -> bool:  # fmt: skip
             nonlocal finished, settings
-            if "emulated_auto_gflops" in result:  # the launch calibrated emulated:auto: keep it for the rest
+            if isinstance(result, dict):  # the launch calibrated emulated:auto: keep it for the rest
                 if rank == 0:
                     model = AutoModel(result["emulated_auto_gflops"], result.get("emulated_auto_floor_ms") or 0.0)
                     settings = dataclasses.replace(with_auto_model(settings, model), calibrate_auto=False)
@@ -169,11 +169,11 @@ def _execute_local(scenario, cases, settings, folder: ResultsFolder, *, on_case,
                     folder.notes.append(auto_note(model))
                     tracker.activity = None
                 return rank == 0  # one calibration item per launch (rank 0's) counts as stored
-            pending[result["case_id"]].append(result)
-            if len(pending[result["case_id"]]) < world:
+            pending[result.case_id].append(result)  # a RankReport
+            if len(pending[result.case_id]) < world:
                 return False
-            per_rank = sorted(pending.pop(result["case_id"]), key=lambda r: r["rank"])
-            case = by_id[result["case_id"]]
+            per_rank = sorted(pending.pop(result.case_id), key=lambda r: r.rank)
+            case = by_id[result.case_id]
             row = folder.add_case(case, reported(case, per_rank, repeat, folder), scenario, repeat)
             finished += 1
             queue.remove(case.case_id)
