@@ -116,6 +116,7 @@ class _FakeNccl:
 
 
 def test_nccl_groups_get_high_priority_streams_and_the_record_says_so():
+    from ringbench.rank.report import RankReport
     from ringbench.run.results import device_meta
 
     timeout = timedelta(seconds=90)
@@ -123,7 +124,7 @@ def test_nccl_groups_get_high_priority_streams_and_the_record_says_so():
     assert options.is_high_priority_stream is True and options._timeout == timeout
     assert group_options("gloo", timeout, nccl=_FakeNccl) == {}
     info = {"type": "cuda", "name": "H200", "group_options": {"is_high_priority_stream": True}}
-    meta = device_meta([{"device_info": info}, {"device_info": info}])
+    meta = device_meta([RankReport(case_id="c", rank=r, device_info=info) for r in range(2)])
     assert meta["nccl_options"] == {"is_high_priority_stream": True} and meta["backend"] == "nccl"
 
 

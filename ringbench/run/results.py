@@ -11,75 +11,32 @@ case row (the figures of ringbench/figures/metrics.py).
 from __future__ import annotations
 
 import math
-import threading
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ringbench.errors import UsageError
 from ringbench.figures.critical_path import clock_tolerance_ns
 from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, rank_balance
 from ringbench.kernels import get_kernel
 from ringbench.rank.report import RankReport
 from ringbench.rank.scenario import Case, Scenario
-from ringbench.record import store
-from ringbench.record.meta import RunMeta, write_meta
-from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.record.folder import RecordFolder
+from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS
 from ringbench.run.interrupt import shielded
 from ringbench.vocab import TOLERANCE
 
 
-def new_run_id(name: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40] or "run"
-    return f"{stamp}-{safe}"
-
-
-def new_run_dir(out: str | Path, name: str) -> Path:
-    """Create results/<run-id>/ (a suffix keeps two runs started within one second apart)."""
-    base_id = run_id = new_run_id(name)
-    suffix = 1
-    while True:
-        run_dir = Path(out) / run_id
-        try:
-            run_dir.mkdir(parents=True)
-            return run_dir
-        except FileExistsError:
-            suffix += 1
-            run_id = f"{base_id}-{suffix}"
-        except OSError as exc:
-            raise UsageError(f"out={str(out)!r} is not writable ({exc.strerror})") from None
-
-
 @dataclass(slots=True)
-class ResultsFolder:
-    """What is on disk for one results folder, kept in memory so that each case is one atomic rewrite."""
-
-    run_dir: Path
-    meta: RunMeta
-    producer: str = "run"
-    events: list[pd.DataFrame] = field(default_factory=list)
-    cases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(CASE_COLUMNS)))
-    notes: list[str] = field(default_factory=list)  # said once to the user (e.g. what a resume left out)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one writer at a time
-
-    @classmethod
-    def create(cls, out: str | Path, name: str, meta: dict, producer: str = "run") -> ResultsFolder:
-        """A new folder under ``out``, its meta.json written first (``run_id`` and the schema version added)."""
-        run_dir = new_run_dir(out, name)
-        folder = cls(run_dir=run_dir, meta=RunMeta(meta), producer=producer)
-        folder.meta.update(run_id=run_dir.name, schema_version=SCHEMA_VERSION)
-        folder.save_meta()
-        return folder
+class ResultsFolder(RecordFolder):
+    """A measured run's folder: the record folder (record/folder.py) plus its cases' figures, notes and resume."""
 
     @classmethod
     def reopen(cls, run_dir: str | Path) -> ResultsFolder:
         """An existing run's folder, to add its missing cases (UsageError when it is not one)."""
-        previous = store.load_run(run_dir)
-        folder = cls(run_dir=Path(run_dir), meta=previous.meta, cases=previous.cases)
+        base = RecordFolder.reopen(run_dir)
+        folder = cls(run_dir=base.run_dir, meta=base.meta, cases=base.cases, events=base.events)
         folder.meta.pop("failure", None)  # this attempt may well finish; a new failure is recorded anew
         folder.meta.pop("finished", None)
         stopped = folder.meta.pop("interrupted", None)
@@ -87,17 +44,12 @@ class ResultsFolder:
             during = f" during case {stopped['case']}" if stopped.get("case") else ""
             folder.notes.append(f"resume: the run was interrupted by {stopped.get('signal', 'a signal')}{during}; "
                                 f"{stopped.get('kept', 0)} of {stopped.get('total', '?')} case(s) were kept")  # fmt: skip
-        if len(previous.events):
-            folder.events.append(previous.events)
         return folder
 
     def done(self) -> set[tuple[str, int]]:
         """(case id, repeat) already stored and ok."""
         ok = self.cases[self.cases["status"] == "ok"] if len(self.cases) else self.cases
         return {(row.case_id, int(row.repeat)) for row in ok.itertuples()}
-
-    def save_meta(self) -> None:
-        write_meta(self.run_dir, self.meta, self.producer)
 
     def add_case(self, case: Case, per_rank: list[RankReport], scenario: Scenario, repeat: int) -> dict:
         """Store one finished case (events, its case row, what the ranks reported); returns the case row."""
@@ -117,14 +69,7 @@ class ResultsFolder:
                     "its balance")  # fmt: skip
             if note not in self.notes:
                 self.notes.append(note)
-        self.events.append(events)
-        if len(self.cases):
-            same = (self.cases["case_id"] == row["case_id"]) & (self.cases["repeat"] == row["repeat"])
-            self.cases = pd.concat([self.cases[~same], pd.DataFrame([row])], ignore_index=True)
-        else:
-            self.cases = pd.DataFrame([row], columns=list(CASE_COLUMNS))
-        store.write_events(self.run_dir, pd.concat(self.events, ignore_index=True))
-        store.write_cases(self.run_dir, self.cases)
+        self.add(events, row)
         _note_ranks(self.meta, case.world, per_rank)
         _note_case(self.meta, case, row)
         note_plan(self.meta, case, plan)
@@ -137,10 +82,6 @@ class ResultsFolder:
 
     def fail(self, message: str) -> None:
         self.meta["failure"] = message
-        self.save_meta()
-
-    def finish(self) -> None:
-        self.meta["finished"] = datetime.now(timezone.utc).isoformat()
         self.save_meta()
 
 

@@ -184,7 +184,7 @@ def costs_by_case(cases: list[SimCase], costs: Costs, calibration: Calibration |
 
 def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int], None] | None = None) -> SimOutcome:
     """Simulate the request's cases, write results/<run-id>/, and compute the scale view when asked."""
-    from ringbench.run.results import new_run_dir
+    from ringbench.record.folder import new_run_dir
     from ringbench.simulate.coverage import extrapolation
 
     prior = None
