@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -182,82 +183,14 @@ def placement(run, hops: pd.DataFrame | None = None) -> Placement | None:
     if not document:
         return None
     topology = Topology.from_dict(document, "meta.json:topology")
-    world = topology.world
     cost = topology.cost_matrix()
     stats = _hop_stats(run.events) if hops is None else hops
     notes: list[str] = []
-    cases_table = run.cases.drop_duplicates("case_id") if len(run.cases) else run.cases
-    rings: list[tuple[str, str, tuple[int, ...], float]] = []
-    grouped: list[str] = []  # cases of strategies that are not one ring
-    for row in cases_table.to_dict("records"):
-        if str(row.get("strategy") or "ring") not in ("ring", "allgather", "nan"):
-            grouped.append(str(row["case_id"]))
-            continue
-        try:
-            ring = tuple(int(rank) for rank in str(row.get("ring", "")).split("-"))
-        except ValueError:
-            continue
-        if len(ring) != world or sorted(ring) != list(range(world)):
-            notes.append(f"case {row['case_id']} ran on {len(ring)} ranks; the topology has {world} devices: skipped")
-            continue
-        step = run.cases.loc[run.cases["case_id"] == row["case_id"], "step_ms"].astype(float).median()
-        rings.append((str(row["case_id"]), str(row.get("order", "")), ring, float(step)))
-    if len(rings) > MAX_CASES:
-        notes.append(f"{len(rings)} cases: the first {MAX_CASES} are shown")
-        rings = rings[:MAX_CASES]
-    best = recommend(topology, list(rings[0][2]) if rings else None)
+    rings, grouped = _rings(run, topology.world, notes)
+    best = recommend(topology, list(rings[0].ring) if rings else None)
     best_costs = np.sort([hop.cost_us for hop in best.hops])
     best_shared = max(shared_hop_costs(topology, best.order)[1], default=0.0)
-    tolerance = 1e-9 * max(float(cost.max()), 1e-12)
-    placed = []
-    for case_id, order, ring, step_ms in rings:
-        rows, phase = _case_rows(stats, case_id)
-        measured = {(int(r.src), int(r.dst)): r for r in rows.itertuples()} if len(rows) else {}
-        hop_costs = [float(cost[ring[p], ring[(p + 1) % world]]) for p in range(world)] if world > 1 else []
-        transfer = [
-            float(measured[(ring[p], ring[(p + 1) % world])].transfer_ms)
-            if (ring[p], ring[(p + 1) % world]) in measured
-            else math.nan
-            for p in range(len(hop_costs))
-        ]
-        shares, shared_costs = shared_hop_costs(topology, ring)
-        hops_out = []
-        for p, model_us in enumerate(hop_costs):
-            src, dst = ring[p], ring[(p + 1) % world]
-            at_least = sum(c >= model_us - tolerance for c in hop_costs)
-            needed = int(np.sum(best_costs >= model_us - tolerance))
-            same = [transfer[q] for q in range(len(hop_costs)) if q != p and abs(hop_costs[q] - model_us) <= tolerance]
-            worse = [transfer[q] for q in range(len(hop_costs)) if q != p and hop_costs[q] >= model_us - tolerance]
-            peers = [t for t in (same or worse) if math.isfinite(t)]
-            ratio, outlier = math.nan, False
-            if peers and math.isfinite(transfer[p]):
-                reference = float(np.median(peers))
-                ratio = transfer[p] / reference if reference > 0 else math.inf
-                outlier = ratio > OUTLIER_FACTOR and transfer[p] - reference > OUTLIER_FLOOR_MS
-            stat = measured.get((src, dst))
-            hops_out.append(
-                PlacedHop(
-                    position=p, src=src, dst=dst, link_class=topology.link(src, dst).label, model_us=model_us,
-                    transfer_ms=transfer[p],
-                    transfer_ms_p10=float(stat.transfer_ms_p10) if stat is not None else math.nan,
-                    transfer_ms_p90=float(stat.transfer_ms_p90) if stat is not None else math.nan,
-                    bandwidth_gbps=float(stat.bandwidth_gbps) if stat is not None else math.nan,
-                    share=shares[p], avoidable=at_least > needed,
-                    outlier_ratio=ratio, outlier=outlier,
-                )
-            )  # fmt: skip
-        worst = max(hops_out, key=lambda hop: hop.model_us) if hops_out else None
-        counts: dict[str, int] = {}
-        for hop in hops_out:
-            counts[hop.link_class] = counts.get(hop.link_class, 0) + 1
-        placed.append(
-            CasePlacement(
-                case_id=case_id, order=order, ring=ring, step_ms=step_ms, phase=phase, hops=tuple(hops_out),
-                worst_hop_class=worst.link_class if worst else "-", worst_hop_us=worst.model_us if worst else 0.0,
-                predicted_speedup=max(shared_costs) / best_shared if shared_costs and best_shared > 0 else 1.0,
-                class_counts=counts,
-            )
-        )  # fmt: skip
+    placed = [_case_placement(topology, cost, stats, best_costs, best_shared, case) for case in rings]
     if stats is None or len(stats) == 0:
         notes.append("no per-step transfers recorded (--no-trace or a probe run): classes and model costs only")
     return Placement(
@@ -273,6 +206,109 @@ def placement(run, hops: pd.DataFrame | None = None) -> Placement | None:
         notes=tuple(notes),
         traffic=strategy_traffic(run, topology, grouped[:MAX_CASES]) if grouped else (),
     )
+
+
+class _RingCase(NamedTuple):
+    case_id: str
+    order: str
+    ring: tuple[int, ...]
+    step_ms: float
+    """The median step time of the case's measured steps."""
+
+
+def _rings(run, world: int, notes: list[str]) -> tuple[list[_RingCase], list[str]]:
+    """The run's one-ring cases that span the topology (at most MAX_CASES), and the case_ids of the strategies that
+    are not one ring. What is skipped or cut is said in ``notes``."""
+    cases_table = run.cases.drop_duplicates("case_id") if len(run.cases) else run.cases
+    rings: list[_RingCase] = []
+    grouped: list[str] = []  # cases of strategies that are not one ring
+    for row in cases_table.to_dict("records"):
+        if str(row.get("strategy") or "ring") not in ("ring", "allgather", "nan"):
+            grouped.append(str(row["case_id"]))
+            continue
+        try:
+            ring = tuple(int(rank) for rank in str(row.get("ring", "")).split("-"))
+        except ValueError:
+            continue
+        if len(ring) != world or sorted(ring) != list(range(world)):
+            notes.append(f"case {row['case_id']} ran on {len(ring)} ranks; the topology has {world} devices: skipped")
+            continue
+        step = run.cases.loc[run.cases["case_id"] == row["case_id"], "step_ms"].astype(float).median()
+        rings.append(_RingCase(str(row["case_id"]), str(row.get("order", "")), ring, float(step)))
+    if len(rings) > MAX_CASES:
+        notes.append(f"{len(rings)} cases: the first {MAX_CASES} are shown")
+        rings = rings[:MAX_CASES]
+    return rings, grouped
+
+
+def _case_placement(topology, cost: np.ndarray, stats: pd.DataFrame, best_costs: np.ndarray, best_shared: float,
+                    case: _RingCase) -> CasePlacement:  # fmt: skip
+    """One ring's hops, flagged against the recommended ring (``best_costs``: its hop costs sorted; ``best_shared``:
+    its worst hop with NET sharing), with its worst hop and its predicted speedup."""
+    rows, phase = _case_rows(stats, case.case_id)
+    measured = {(int(r.src), int(r.dst)): r for r in rows.itertuples()} if len(rows) else {}
+    shares, shared_costs = shared_hop_costs(topology, case.ring)
+    hops_out = _placed_hops(topology, cost, case.ring, shares, measured, best_costs)
+    worst = max(hops_out, key=lambda hop: hop.model_us) if hops_out else None
+    counts: dict[str, int] = {}
+    for hop in hops_out:
+        counts[hop.link_class] = counts.get(hop.link_class, 0) + 1
+    return CasePlacement(
+        case_id=case.case_id, order=case.order, ring=case.ring, step_ms=case.step_ms, phase=phase,
+        hops=tuple(hops_out),
+        worst_hop_class=worst.link_class if worst else "-", worst_hop_us=worst.model_us if worst else 0.0,
+        predicted_speedup=max(shared_costs) / best_shared if shared_costs and best_shared > 0 else 1.0,
+        class_counts=counts,
+    )  # fmt: skip
+
+
+def _placed_hops(topology, cost: np.ndarray, ring: tuple[int, ...], shares: list[int], measured: dict,
+                 best_costs: np.ndarray) -> list[PlacedHop]:  # fmt: skip
+    """Every hop of ``ring`` in order: its class, model cost, NET sharing and measured transfer (``measured``:
+    (src, dst) -> the hop table's row), flagged avoidable when the ring has more hops at its cost or worse than the
+    best ring needs."""
+    world = len(ring)
+    tolerance = 1e-9 * max(float(cost.max()), 1e-12)
+    hop_costs = [float(cost[ring[p], ring[(p + 1) % world]]) for p in range(world)] if world > 1 else []
+    transfer = [
+        float(measured[(ring[p], ring[(p + 1) % world])].transfer_ms)
+        if (ring[p], ring[(p + 1) % world]) in measured
+        else math.nan
+        for p in range(len(hop_costs))
+    ]
+    hops_out = []
+    for p, model_us in enumerate(hop_costs):
+        src, dst = ring[p], ring[(p + 1) % world]
+        at_least = sum(c >= model_us - tolerance for c in hop_costs)
+        needed = int(np.sum(best_costs >= model_us - tolerance))
+        ratio, outlier = _outlier(p, hop_costs, transfer, tolerance)
+        stat = measured.get((src, dst))
+        hops_out.append(
+            PlacedHop(
+                position=p, src=src, dst=dst, link_class=topology.link(src, dst).label, model_us=model_us,
+                transfer_ms=transfer[p],
+                transfer_ms_p10=float(stat.transfer_ms_p10) if stat is not None else math.nan,
+                transfer_ms_p90=float(stat.transfer_ms_p90) if stat is not None else math.nan,
+                bandwidth_gbps=float(stat.bandwidth_gbps) if stat is not None else math.nan,
+                share=shares[p], avoidable=at_least > needed,
+                outlier_ratio=ratio, outlier=outlier,
+            )
+        )  # fmt: skip
+    return hops_out
+
+
+def _outlier(p: int, hop_costs: list[float], transfer: list[float], tolerance: float) -> tuple[float, bool]:
+    """Hop ``p``'s measured transfer against the median of the ring's other hops of its class (of worse classes when
+    it is alone): the ratio (NaN when not comparable) and whether it is an outlier."""
+    model_us = hop_costs[p]
+    same = [transfer[q] for q in range(len(hop_costs)) if q != p and abs(hop_costs[q] - model_us) <= tolerance]
+    worse = [transfer[q] for q in range(len(hop_costs)) if q != p and hop_costs[q] >= model_us - tolerance]
+    peers = [t for t in (same or worse) if math.isfinite(t)]
+    if not (peers and math.isfinite(transfer[p])):
+        return math.nan, False
+    reference = float(np.median(peers))
+    ratio = transfer[p] / reference if reference > 0 else math.inf
+    return ratio, ratio > OUTLIER_FACTOR and transfer[p] - reference > OUTLIER_FLOOR_MS
 
 
 def _case_rows(stats: pd.DataFrame, case_id: str) -> tuple[pd.DataFrame, str]:

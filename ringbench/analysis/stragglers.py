@@ -104,6 +104,7 @@ RANK_EXPLAINS_LINK = 0.5  # a flagged rank hides the links it touches only if it
 MIN_MEASURED_ITERATIONS = 3  # a hop is judged when measured (uncensored) in this many iterations and half of them
 TIE_SHARE = 0.05  # flagged resources this close (relative unit time) to the culprit are equally to blame
 WORK_KINDS = ("compute", "own")  # a rank's own time: its compute and its other work
+_RESOURCE_KEYS = ["case_id", "resource", "rank", "src", "dst"]  # one rank or one link of a case
 
 
 def _leave_one_out_median(values: np.ndarray) -> np.ndarray:
@@ -279,13 +280,24 @@ def straggler_table(
     if path.empty or units.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
     units[["rank", "src", "dst"]] = units[["rank", "src", "dst"]].fillna(-1).astype("int64")
-    keys = ["case_id", "resource", "rank", "src", "dst"]
+    _mark_candidates(units, events, steps, rank_margin, link_margin)
+    shown = units.sort_values(["candidate", "ratio"], ascending=False, na_position="last")
+    shown = shown.drop_duplicates(_RESOURCE_KEYS).drop(columns=["phase", "exchange"])
+    out = shown.merge(_path_costs(path, segments, shown).reset_index(), on=_RESOURCE_KEYS, how="left")
+    out["flagged"] = _flagged(out, clock_violations(xfers, tol_ns), no_blame)
+    out["tied"] = _ties(out)
+    return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
+
+
+def _mark_candidates(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, rank_margin: float,
+                     link_margin: float) -> None:  # fmt: skip
+    """Add to ``units`` (per group: phase / exchange) what each resource adds per iteration (``extra_ms``) and
+    whether it passes every alarm threshold (``candidate``; module doc)."""
     computed = steps[steps["computes"] > 0]
     step_ms = computed.groupby(["case_id", "phase"], observed=True)["ms"].median()  # a step's own time
     iter_ms = step_times(events).groupby("case_id", observed=True)["step_ms"].median()
-    # Per group (phase / exchange): a link's excess per transfer, and what each resource adds per iteration.
     is_link = units["resource"] == "link"
-    excess = (units["unit_time"] - units["peer_unit_time"]) * units["mb"].fillna(1.0)
+    excess = (units["unit_time"] - units["peer_unit_time"]) * units["mb"].fillna(1.0)  # a link's, per transfer
     busy = steps.groupby(["case_id", "phase", "rank", "repeat", "iteration"], observed=True)["ms"].sum()
     busy = busy.groupby(level=["case_id", "phase", "rank"], observed=True).median()
     rank_ms = busy.reindex(pd.MultiIndex.from_frame(units[["case_id", "phase", "rank"]])).to_numpy()
@@ -298,11 +310,13 @@ def straggler_table(
     strong &= units["extra_ms"] >= MIN_EXTRA_SHARE * iteration
     link_ok = excess >= LINK_MIN_EXCESS * np.nan_to_num(step, nan=0.0)
     units["candidate"] = (strong & (~is_link | link_ok)).fillna(False).astype(bool)
-    shown = units.sort_values(["candidate", "ratio"], ascending=False, na_position="last")
-    shown = shown.drop_duplicates(keys).drop(columns=["phase", "exchange"])
-    # Cost per iteration: critical-path time of the resource x (1 - 1/ratio), with the (whole-iteration) ratio of
-    # the row shown.
-    per_iter = path[path["resource"] != "other"].merge(shown[[*keys, "cost_ratio"]], on=keys, how="left")
+
+
+def _path_costs(path: pd.DataFrame, segments: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
+    """Per resource of ``shown``: its median critical-path ms and share of the path, and its cost per iteration
+    (median, p10, p90): critical-path time x (1 - 1/ratio), with the (whole-iteration) ratio of the row shown."""
+    per_iter = path[path["resource"] != "other"].merge(shown[[*_RESOURCE_KEYS, "cost_ratio"]], on=_RESOURCE_KEYS,
+                                                       how="left")  # fmt: skip
     excess = (1.0 - 1.0 / pd.to_numeric(per_iter["cost_ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
     cost = per_iter["ms"] * excess
     # A link at its peers' speed shrinks each of its spans on the path only until the compute beside that exchange
@@ -310,19 +324,25 @@ def straggler_table(
     # with ``double``). So a link's cost is summed span by span.
     is_link_row = (per_iter["resource"] == "link").to_numpy()
     if is_link_row.any():
-        hops = segments[segments["resource"] == "link"].merge(shown[[*keys, "cost_ratio"]], on=keys, how="left")
+        hops = segments[segments["resource"] == "link"].merge(shown[[*_RESOURCE_KEYS, "cost_ratio"]],
+                                                              on=_RESOURCE_KEYS, how="left")  # fmt: skip
         hop_excess = (1.0 - 1.0 / pd.to_numeric(hops["cost_ratio"], errors="coerce")).clip(lower=0.0).fillna(0.0)
         hops = hops.assign(cost=np.fmin(hops["ms"] * hop_excess, hops["exposed_ms"]))
         link_cost = hops.groupby([*GROUP_KEYS, "src", "dst"], observed=True)["cost"].sum()
         index = pd.MultiIndex.from_frame(per_iter[[*GROUP_KEYS, "src", "dst"]])
         cost = np.where(is_link_row, link_cost.reindex(index).fillna(0.0).to_numpy(), cost)
     per_iter = per_iter.assign(cost=np.asarray(cost, float), share=per_iter["ms"] / per_iter["path_ms"])
-    grouped = per_iter.groupby(keys, observed=True)
+    grouped = per_iter.groupby(_RESOURCE_KEYS, observed=True)
     cp = grouped.agg(cp_ms=("ms", "median"), cp_share=("share", "median"), cost_ms=("cost", "median"))
     cost_q = grouped["cost"].quantile([0.1, 0.9]).unstack()
     cp["cost_ms_p10"], cp["cost_ms_p90"] = cost_q[0.1], cost_q[0.9]
-    out = shown.merge(cp.reset_index(), on=keys, how="left")
-    trusted = clock_violations(xfers, tol_ns).reindex(out["case_id"]).fillna(0.0).to_numpy() <= CLOCK_VIOLATION_SHARE
+    return cp
+
+
+def _flagged(out: pd.DataFrame, violations: pd.Series, no_blame: frozenset[str]) -> np.ndarray:
+    """Per row: a candidate in a case that can be blamed; a link only where the clocks agree (``violations``:
+    clock_violations per case) and no flagged rank beside it explains it."""
+    trusted = violations.reindex(out["case_id"]).fillna(0.0).to_numpy() <= CLOCK_VIOLATION_SHARE
     is_rank = out["resource"] == "rank"
     # A slow rank also makes the links into and out of it look slow (late posts, late completion stamps); a
     # slow link never makes compute spans longer. So a flagged rank takes precedence over the links it touches.
@@ -337,9 +357,7 @@ def straggler_table(
         for c, a, b, cost in zip(cases, srcs, dsts, costs, strict=True)
     ], bool)  # fmt: skip
     blamable = ~out["case_id"].isin(no_blame).to_numpy()
-    out["flagged"] = (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
-    out["tied"] = _ties(out)
-    return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
+    return (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
 
 
 def _ties(table: pd.DataFrame) -> np.ndarray:

@@ -8,6 +8,7 @@ is allowed. YAML is loaded with ``yaml.safe_load`` only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import math
@@ -21,7 +22,7 @@ from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement
-from ringbench.rank.faults import check_fault_hops, check_faults, parse_fault
+from ringbench.rank.faults import Fault, check_fault_hops, check_faults, parse_fault
 from ringbench.rank.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
 from ringbench.scenario.axes import AXIS_NAMES, INT_AXES
 from ringbench.vocab import DTYPE_ALIASES, DTYPES, Buffer, Layout, MaskSpec, Strategy
@@ -234,33 +235,47 @@ class Scenario:
         return cases
 
     def validate(self) -> Scenario:
+        """Check every axis and setting, in a fixed order; the first error names the file, the field, the value
+        and what is allowed."""
         where = f"{self.source}: " if self.source != "<embedded default>" else ""
+        self._validate_axes(where)
+        self._validate_kernels(where)
+        self._validate_strategies(where)
+        self._validate_impls(where)
+        self._validate_settings(where)
+        self._validate_rings(where, self._parsed_faults(where))
+        self._validate_topology(where)
+        return self
 
-        def fail(name, value, allowed):
-            return UsageError(where + str(bad_value(name, value, allowed)))
-
+    def _validate_axes(self, where: str) -> None:
+        """The integer axes, the dtypes, each mask, layout and buffer, and the masks' layers and documents."""
         for axis in INT_AXES:
             for value in getattr(self, axis):
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise fail(axis, value, "an integer >= 1")
+                    raise _failure(where, axis, value, "an integer >= 1")
         for value in self.dtype:
             if value not in DTYPES:
-                raise fail("dtype", value, "one of: " + ", ".join([*DTYPES, *DTYPE_ALIASES]))
+                raise _failure(where, "dtype", value, "one of: " + ", ".join([*DTYPES, *DTYPE_ALIASES]))
         for axis, choice in (("mask", MaskSpec), ("layout", Layout), ("buffer", Buffer)):
             for value in getattr(self, axis):
                 try:
                     choice.parse(value, axis)
                 except UsageError as exc:
                     raise UsageError(where + str(exc)) from None
-        validate_mask_axes(self, fail, where)
+        validate_mask_axes(self, functools.partial(_failure, where), where)
+
+    def _validate_kernels(self, where: str) -> None:
+        """Each kernel is known, and one that computes nothing is not checked."""
         for value in self.kernel:
             try:
                 kernel = get_kernel(value)
             except UsageError:
-                raise fail("kernel", value, KERNEL_HELP) from None
+                raise _failure(where, "kernel", value, KERNEL_HELP) from None
             if self.check and not getattr(kernel, "computes", True):
-                raise fail("check", True, f"false with kernel {value!r}: it computes nothing to check (--no-check)")
-        self._validate_strategies(where)
+                allowed = f"false with kernel {value!r}: it computes nothing to check (--no-check)"
+                raise _failure(where, "check", True, allowed)
+
+    def _validate_impls(self, where: str) -> None:
         from ringbench.rank.impls import get_adapter
 
         for value in self.impl:
@@ -268,29 +283,39 @@ class Scenario:
                 get_adapter(value)
             except UsageError as exc:
                 raise UsageError(where + str(exc)) from None
+
+    def _validate_settings(self, where: str) -> None:
+        """The scalar settings: counts, the timeout, the switches, the texts, the topology path and the seed."""
         for number, name, low in ((self.iters, "iters", 1), (self.warmup, "warmup", 0), (self.repeat, "repeat", 1)):
             if not isinstance(number, int) or isinstance(number, bool) or number < low:
-                raise fail(name, number, f"an integer >= {low}")
+                raise _failure(where, name, number, f"an integer >= {low}")
         if not isinstance(self.timeout, (int, float)) or isinstance(self.timeout, bool):
-            raise fail("timeout", self.timeout, "a number of seconds > 0")
+            raise _failure(where, "timeout", self.timeout, "a number of seconds > 0")
         if not (math.isfinite(self.timeout) and self.timeout > 0):
-            raise fail("timeout", self.timeout, "a finite number of seconds > 0")
+            raise _failure(where, "timeout", self.timeout, "a finite number of seconds > 0")
         for name in ("backward", "check", "emulate_links"):
             if not isinstance(getattr(self, name), bool):
-                raise fail(name, getattr(self, name), "true or false")
+                raise _failure(where, name, getattr(self, name), "true or false")
         for name in ("name", "description"):
             if not isinstance(getattr(self, name), str):
-                raise fail(name, getattr(self, name), "a string")
+                raise _failure(where, name, getattr(self, name), "a string")
         if self.topology is not None and not isinstance(self.topology, str):
-            raise fail("topology", self.topology, "a file path")
+            raise _failure(where, "topology", self.topology, "a file path")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise fail("seed", self.seed, "an integer")
+            raise _failure(where, "seed", self.seed, "an integer")
+
+    def _parsed_faults(self, where: str) -> list[Fault]:
         parsed = []
         for spec in self.faults:
             try:
                 parsed.append(parse_fault(spec))
             except UsageError as exc:
                 raise UsageError(where + str(exc)) from None
+        return parsed
+
+    def _validate_rings(self, where: str, faults: list[Fault]) -> None:
+        """Per world: each order makes a ring, each layout divides each sequence, and each fault can act on the
+        ring each order and buffer make; with buffer allgather a crash or hang comes at step 0."""
         for world in self.world:
             for order in self.order:
                 try:
@@ -303,25 +328,29 @@ class Scenario:
                 except UsageError as exc:
                     raise UsageError(where + str(exc)) from None
             try:
-                check_faults(parsed, world)
+                check_faults(faults, world)
                 # Per case (the order and the buffer are sweep axes), before anything runs: a fault that cannot act
                 # is refused with the hops the ring uses.
                 for order, buffer in itertools.product(self.order, self.buffer):
-                    check_fault_hops(parsed, parse_order(order, world), order, buffer=buffer)
+                    check_fault_hops(faults, parse_order(order, world), order, buffer=buffer)
             except UsageError as exc:
                 raise UsageError(where + str(exc)) from None
         if "allgather" in self.buffer:
-            for fault in parsed:
+            for fault in faults:
                 if fault.kind in ("crash", "hang") and fault.step > 0:
-                    raise fail("fault", fault.spec, "step 0 with buffer allgather (it has no later ring steps)")
+                    allowed = "step 0 with buffer allgather (it has no later ring steps)"
+                    raise _failure(where, "fault", fault.spec, allowed)
+
+    def _validate_topology(self, where: str) -> None:
+        """Emulated links need a topology, and the topology has a device per rank of every world."""
         if self.emulate_links and not self.topology:
-            raise fail("emulate_links", True, "only together with topology: FILE")
+            raise _failure(where, "emulate_links", True, "only together with topology: FILE")
         if self.topology:
             topology = self.load_topology()
             for world in self.world:
                 if world != topology.world:
-                    raise fail("world", world, f"{topology.world}, the number of devices in topology {self.topology}")
-        return self
+                    allowed = f"{topology.world}, the number of devices in topology {self.topology}"
+                    raise _failure(where, "world", world, allowed)
 
     def _validate_strategies(self, where: str) -> None:
         """Each strategy parses, its degrees divide every world and its Ulysses degree the heads, each placement is
@@ -399,6 +428,11 @@ class Scenario:
         data = dataclasses.asdict(self)
         data.pop("source")
         return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}
+
+
+def _failure(where: str, name: str, value: object, allowed: str) -> UsageError:
+    """The error of a bad ``name`` (``where``: the scenario file, or "" for the embedded default)."""
+    return UsageError(where + str(bad_value(name, value, allowed)))
 
 
 # The embedded default: what `ringbench run` (and `make run`) does with no argument.

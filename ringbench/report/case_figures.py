@@ -79,65 +79,87 @@ def timeline(iteration: pd.DataFrame, xfers: pd.DataFrame, ring: list[int], culp
     heights = [len(ring) * row_in * (1 + 0.25 * max(0, len(exchanges[p]) - 1)) + 0.7 for p in phases]
     fig = Figure(figsize=(11.5, sum(heights) + 0.6), layout="constrained")
     axes = fig.subplots(len(phases), 1, height_ratios=heights, squeeze=False)[:, 0]
-    labelled = len(ring) <= 16
     for ax, phase in zip(axes, phases, strict=True):
-        lanes = _lanes(["compute", *exchanges[phase], "wait"])
-        mine = spans[spans["phase"] == phase]
         ins = moved[moved["phase"] == phase] if len(moved) else moved
-        start, end = ((v - origin) / 1e6 for v in extent[phase])
-        pad = (end - start) * 0.015
-        for y, rank in enumerate(ring):
-            if rank == culprit.rank:
-                ax.axhspan(y - 0.5, y + 0.5, color=HIGHLIGHT, alpha=0.09, linewidth=0)
-            own = mine[mine["rank"] == rank]
-            compute = own[own["kind"] == "compute"]
-            _bars(ax, compute, "start_ns", "end_ns", origin, (y + lanes["compute"][0], lanes["compute"][1]),
-                  COLORS["compute"])  # fmt: skip
-            for exchange in exchanges[phase]:
-                into = ins[(ins["dst"] == rank) & (ins["exchange"] == exchange)]
-                slow = (into["src"] == culprit.hop[0]) if culprit.hop and rank == culprit.hop[1] else None
-                lane = (y + lanes[exchange][0], lanes[exchange][1])
-                color = COLORS["transfer"] if exchange == "kv" else COLORS["transfer_dkv"]
-                _bars(ax, into if slow is None else into[~slow], "transfer_start_ns", "recv_end_ns", origin, lane,
-                      color)  # fmt: skip
-                if slow is not None:
-                    _bars(ax, into[slow], "transfer_start_ns", "recv_end_ns", origin, lane, HIGHLIGHT)
-            _bars(ax, own[own["kind"] == "wait"], "start_ns", "end_ns", origin,
-                  (y + lanes["wait"][0], lanes["wait"][1]), COLORS["wait"])  # fmt: skip
-            if labelled:
-                for s, e, step in zip(compute["start_ns"], compute["end_ns"], compute["step"], strict=True):
-                    width = (e - s) / 1e6
-                    if width >= (end - start) * 0.011 * (len(str(step)) + 1):
-                        ax.text((s - origin) / 1e6 + width / 2, y + lanes["compute"][0] + lanes["compute"][1] / 2,
-                                str(int(step)), ha="center", va="center", color="white", fontsize=MIN_FONT_PT,
-                                weight="bold")  # fmt: skip
-        ax.set_xlim(start - pad, end + pad)
-        # The phase boundary (dashed): where this phase ends or begins; dotted: where the other phase begins or
-        # ends when the two overlap across ranks (a rank may start its backward before the last ends its forward).
-        if phase == "fwd":
-            first = (extent["bwd"][0] - origin) / 1e6 if "bwd" in extent else end
-            overlap = first < end - (end - start) * 0.02
-            _boundary(ax, end, "forward ends" + ("; dotted: first backward begins" if overlap else ""), right=True)
-            if overlap:
-                ax.axvline(first, color="#444", linestyle=":", linewidth=1.1)
-        else:
-            last = (extent["fwd"][1] - origin) / 1e6 if "fwd" in extent else start
-            overlap = last > start + (end - start) * 0.02
-            _boundary(ax, start, "backward begins" + ("; dotted: last forward ends" if overlap else ""), right=False)
-            if overlap:
-                ax.axvline(last, color="#444", linestyle=":", linewidth=1.1)
-        ticks = [f"rank {r}" for r in ring]
-        ax.set_yticks(range(len(ring)), ticks)
-        for label, rank in zip(ax.get_yticklabels(), ring, strict=True):
-            if culprit.touches(rank):
-                label.set_color(HIGHLIGHT)
-                label.set_fontweight("bold")
-        ax.set_ylim(len(ring) - 0.5, -0.5)
-        steps = mine.loc[mine["kind"] == "compute", "step"].dropna()
-        numbered = f": ring steps {int(steps.min())}–{int(steps.max())}" if len(steps) else ""
-        ax.set_title(f"{PHASES[phase]}{numbered}", loc="left", fontsize=10, weight="bold", pad=16)
-        ax.grid(axis="x", alpha=0.3)
+        _phase_panel(ax, phase, spans[spans["phase"] == phase], ins, exchanges[phase], ring, culprit, origin, extent)
     axes[-1].set_xlabel("ms since the iteration began (numbers on compute: the ring step within the phase)")
+    _timeline_legend(fig, exchanges, culprit)
+    return fig
+
+
+def _phase_panel(ax, phase: str, mine: pd.DataFrame, ins: pd.DataFrame, exchanges: list[str], ring: list[int],
+                 culprit: Culprit, origin: int, extent: dict[str, tuple[int, int]]) -> None:  # fmt: skip
+    """One phase of the timeline: a row per rank in ring order (``mine``: the phase's compute and wait spans,
+    ``ins``: its transfers), the phase boundaries and the title."""
+    lanes = _lanes(["compute", *exchanges, "wait"])
+    start, end = ((v - origin) / 1e6 for v in extent[phase])
+    pad = (end - start) * 0.015
+    for y, rank in enumerate(ring):
+        if rank == culprit.rank:
+            ax.axhspan(y - 0.5, y + 0.5, color=HIGHLIGHT, alpha=0.09, linewidth=0)
+        own = mine[mine["rank"] == rank]
+        compute = own[own["kind"] == "compute"]
+        _bars(ax, compute, "start_ns", "end_ns", origin, (y + lanes["compute"][0], lanes["compute"][1]),
+              COLORS["compute"])  # fmt: skip
+        for exchange in exchanges:
+            _transfers_into(ax, ins, rank, exchange, (y + lanes[exchange][0], lanes[exchange][1]), origin, culprit)
+        _bars(ax, own[own["kind"] == "wait"], "start_ns", "end_ns", origin,
+              (y + lanes["wait"][0], lanes["wait"][1]), COLORS["wait"])  # fmt: skip
+        if len(ring) <= 16:
+            _step_numbers(ax, compute, y + lanes["compute"][0] + lanes["compute"][1] / 2, origin, end - start)
+    ax.set_xlim(start - pad, end + pad)
+    _phase_boundaries(ax, phase, extent, origin, start, end)
+    ax.set_yticks(range(len(ring)), [f"rank {r}" for r in ring])
+    for label, rank in zip(ax.get_yticklabels(), ring, strict=True):
+        if culprit.touches(rank):
+            label.set_color(HIGHLIGHT)
+            label.set_fontweight("bold")
+    ax.set_ylim(len(ring) - 0.5, -0.5)
+    steps = mine.loc[mine["kind"] == "compute", "step"].dropna()
+    numbered = f": ring steps {int(steps.min())}–{int(steps.max())}" if len(steps) else ""
+    ax.set_title(f"{PHASES[phase]}{numbered}", loc="left", fontsize=10, weight="bold", pad=16)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _transfers_into(ax, ins: pd.DataFrame, rank: int, exchange: str, lane: tuple[float, float], origin: int,
+                    culprit: Culprit) -> None:  # fmt: skip
+    """The transfers of ``exchange`` into ``rank``; those over the culprit hop in red."""
+    into = ins[(ins["dst"] == rank) & (ins["exchange"] == exchange)]
+    slow = (into["src"] == culprit.hop[0]) if culprit.hop and rank == culprit.hop[1] else None
+    color = COLORS["transfer"] if exchange == "kv" else COLORS["transfer_dkv"]
+    _bars(ax, into if slow is None else into[~slow], "transfer_start_ns", "recv_end_ns", origin, lane, color)
+    if slow is not None:
+        _bars(ax, into[slow], "transfer_start_ns", "recv_end_ns", origin, lane, HIGHLIGHT)
+
+
+def _step_numbers(ax, compute: pd.DataFrame, y: float, origin: int, span_ms: float) -> None:
+    """Each compute bar's ring step, written on the bar where it fits (``span_ms``: the panel's width)."""
+    for s, e, step in zip(compute["start_ns"], compute["end_ns"], compute["step"], strict=True):
+        width = (e - s) / 1e6
+        if width >= span_ms * 0.011 * (len(str(step)) + 1):
+            ax.text((s - origin) / 1e6 + width / 2, y, str(int(step)), ha="center", va="center", color="white",
+                    fontsize=MIN_FONT_PT, weight="bold")  # fmt: skip
+
+
+def _phase_boundaries(ax, phase: str, extent: dict[str, tuple[int, int]], origin: int, start: float, end: float
+                      ) -> None:  # fmt: skip
+    """The phase boundary (dashed): where this phase ends or begins; dotted: where the other phase begins or ends
+    when the two overlap across ranks (a rank may start its backward before the last ends its forward)."""
+    if phase == "fwd":
+        first = (extent["bwd"][0] - origin) / 1e6 if "bwd" in extent else end
+        overlap = first < end - (end - start) * 0.02
+        _boundary(ax, end, "forward ends" + ("; dotted: first backward begins" if overlap else ""), right=True)
+        if overlap:
+            ax.axvline(first, color="#444", linestyle=":", linewidth=1.1)
+    else:
+        last = (extent["fwd"][1] - origin) / 1e6 if "fwd" in extent else start
+        overlap = last > start + (end - start) * 0.02
+        _boundary(ax, start, "backward begins" + ("; dotted: last forward ends" if overlap else ""), right=False)
+        if overlap:
+            ax.axvline(last, color="#444", linestyle=":", linewidth=1.1)
+
+
+def _timeline_legend(fig: Figure, exchanges: dict[str, list[str]], culprit: Culprit) -> None:
     handles = [Patch(color=COLORS["compute"], label="compute")]
     if any("kv" in e for e in exchanges.values()):
         handles.append(Patch(color=COLORS["transfer"], label="K/V transfer into the rank"))
@@ -147,7 +169,6 @@ def timeline(iteration: pd.DataFrame, xfers: pd.DataFrame, ring: list[int], culp
     if culprit.rank is not None or culprit.hop:
         handles.append(Patch(color=HIGHLIGHT, alpha=0.5, label=f"culprit: {culprit.text}"))
     fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), frameon=False)
-    return fig
 
 
 @rendered

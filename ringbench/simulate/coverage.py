@@ -120,27 +120,39 @@ def _case_blocks(case) -> dict[str, list[float]]:
 
 def extrapolation(calibration, cases: Sequence, cluster=None, costs=None) -> list[Extrapolation]:
     """Aspect by aspect, what the prediction of ``cases`` (SimCase) takes from the calibration and what it assumes."""
+    if not cases:
+        return []
     cov = calibration.coverage or {}
     costs = costs or calibration.costs
     sources = {source.cost: source for source in calibration.sources}
-    out: list[Extrapolation] = []
-    if not cases:
-        return out
     emulated = calibration.family == "emulated"
-
-    # Phases: a backward the run did not measure is priced from the forward.
     phases = sorted({p for case in cases for p in case.phases}, key=["fwd", "bwd"].index)
+    return [
+        _phases(cov, phases, sources),
+        *_compute(calibration, cases, cluster, costs, cov, emulated),
+        *_blocks(cases, cov, sources),
+        *_call_costs(phases, cov, costs, sources),
+        _messages(cases, cov),
+        *_links(calibration, cases, cluster, costs, sources),
+        *_buffers(cases, phases, cov, sources),
+    ]
+
+
+def _phases(cov: dict, phases: list[str], sources: dict) -> Extrapolation:
+    """A backward the run did not measure is priced from the forward."""
     measured = cov.get("phases", [])
     missing = [p for p in phases if p not in measured]
     hows = list(dict.fromkeys(sources[c].how for p in missing for c in (f"compute.{p}.efficiency.full",
                               f"compute.{p}.call_ms") if c in sources))  # fmt: skip
-    out.append(Extrapolation(aspect="phases", measured=" + ".join(measured) or "none", predicted=" + ".join(phases),
-                             treatment="; ".join(hows) if missing else "measured",
-                             assumed=bool(missing)))  # fmt: skip
+    return Extrapolation(aspect="phases", measured=" + ".join(measured) or "none", predicted=" + ".join(phases),
+                         treatment="; ".join(hows) if missing else "measured",
+                         assumed=bool(missing))  # fmt: skip
 
-    # Compute rate: the calibration's (its device and kernel), unless --compute-tflops replaced it.
+
+def _compute(calibration, cases, cluster, costs, cov: dict, emulated: bool) -> list[Extrapolation]:
+    """The compute rate (the calibration's device and kernel, unless --compute-tflops replaced it), the dtypes the
+    run did not have, and the ranks sharing CPU cores."""
     rate = costs.gflops
-    dtypes = sorted({case.dtype for case in cases})
     device = cov.get("device_kind", "unknown")
     kernels = ", ".join(cov.get("kernels", [])) or "unknown"
     if abs(rate - calibration.costs.gflops) > 1e-9 * rate:
@@ -152,39 +164,56 @@ def extrapolation(calibration, cases: Sequence, cluster=None, costs=None) -> lis
     else:
         treatment = f"{_rate(rate)} per rank: the real kernels' measured rate on {device}"
         assumed = False
-    out.append(Extrapolation(aspect="compute rate", measured=f"{kernels} on {device}", predicted=_rate(rate) + " per rank",
-                             treatment=treatment, assumed=assumed))  # fmt: skip
+    out = [Extrapolation(aspect="compute rate", measured=f"{kernels} on {device}", predicted=_rate(rate) + " per rank",
+                         treatment=treatment, assumed=assumed)]  # fmt: skip
+    out.extend(_dtypes(cases, cov, emulated))
+    out.extend(_cores(cases, cluster, cov, emulated))
+    return out
+
+
+def _dtypes(cases, cov: dict, emulated: bool) -> list[Extrapolation]:
+    """A dtype the run did not measure: its messages are priced at its bytes, its compute at the measured rate."""
+    dtypes = sorted({case.dtype for case in cases})
     measured_dtypes = cov.get("dtypes", [])
     new = [d for d in dtypes if d not in measured_dtypes]
-    if new:
-        out.append(Extrapolation(
-            aspect="dtype", measured=", ".join(measured_dtypes), predicted=", ".join(dtypes),
-            treatment=("messages priced at the predicted dtype's bytes; " + (
-                "compute: the emulated model has no dtype" if emulated else
-                f"compute: assumed the {', '.join(measured_dtypes)} time per FLOP (a {', '.join(new)} kernel's rate "
-                "was not measured)")),
-            assumed=not emulated,
-        ))  # fmt: skip
+    if not new:
+        return []
+    return [Extrapolation(
+        aspect="dtype", measured=", ".join(measured_dtypes), predicted=", ".join(dtypes),
+        treatment=("messages priced at the predicted dtype's bytes; " + (
+            "compute: the emulated model has no dtype" if emulated else
+            f"compute: assumed the {', '.join(measured_dtypes)} time per FLOP (a {', '.join(new)} kernel's rate "
+            "was not measured)")),
+        assumed=not emulated,
+    )]  # fmt: skip
+
+
+def _cores(cases, cluster, cov: dict, emulated: bool) -> list[Extrapolation]:
+    """Real compute on ranks that share CPU cores (in the calibration run, or in the predicted cluster)."""
     real = not emulated or any(case.family == "real" for case in cases)
     cores = getattr(cluster, "cpu_cores", None)
-    if real and (cov.get("oversubscribed") or cores):
-        measured_cores = (f"real compute on up to {max(cov.get('worlds', [0]))} ranks sharing "
-                          f"{cov.get('cpu_count')} CPU cores" if cov.get("oversubscribed") else "a core per rank")  # fmt: skip
-        shares = sorted({cluster.core_share(case.world) for case in cases}) if cores else [1.0]
-        predicted = f"{max(case.world for case in cases)} ranks on {cores} cores" if cores else "a device per rank"
-        out.append(Extrapolation(
-            aspect="cores", measured=measured_cores, predicted=predicted,
-            treatment=("real compute per core, stretched by the ranks sharing a core "
-                       f"(x{', x'.join(f'{v:g}' for v in shares)}): the ranks take turns evenly while they compute"),
-            assumed=True,
-        ))  # fmt: skip
+    if not (real and (cov.get("oversubscribed") or cores)):
+        return []
+    measured_cores = (f"real compute on up to {max(cov.get('worlds', [0]))} ranks sharing {cov.get('cpu_count')} "
+                      "CPU cores" if cov.get("oversubscribed") else "a core per rank")  # fmt: skip
+    shares = sorted({cluster.core_share(case.world) for case in cases}) if cores else [1.0]
+    predicted = f"{max(case.world for case in cases)} ranks on {cores} cores" if cores else "a device per rank"
+    return [Extrapolation(
+        aspect="cores", measured=measured_cores, predicted=predicted,
+        treatment=("real compute per core, stretched by the ranks sharing a core "
+                   f"(x{', x'.join(f'{v:g}' for v in shares)}): the ranks take turns evenly while they compute"),
+        assumed=True,
+    )]  # fmt: skip
 
-    # Block sizes per mask kind (what the kernel's rate was measured at) and the kinds' efficiencies.
+
+def _blocks(cases, cov: dict, sources: dict) -> list[Extrapolation]:
+    """Block sizes per mask kind (what the kernel's rate was measured at) and the kinds' efficiencies."""
     blocks: dict[str, list[float]] = {}
     for case in cases:
         for kind, values in _case_blocks(case).items():
             blocks.setdefault(kind, []).extend(values)
     measured_blocks = cov.get("block_gflop", {})
+    out = []
     for kind, values in sorted(blocks.items(), key=lambda item: KINDS.index(item[0])):
         got = measured_blocks.get(kind)
         prior = [sources[c] for c in sources if c.startswith("compute.") and c.endswith(f".efficiency.{kind}")
@@ -205,29 +234,40 @@ def extrapolation(calibration, cases: Sequence, cluster=None, costs=None) -> lis
         out.append(Extrapolation(aspect=f"{kind} blocks (GFLOP per call)", predicted=_span(values),
                                  measured=_span(got) if got else "none", treatment=treatment,
                                  assumed=assumed))  # fmt: skip
+    return out
+
+
+def _call_costs(phases: list[str], cov: dict, costs, sources: dict) -> list[Extrapolation]:
+    """A measured phase whose kernel call cost the fit could not separate from its time per FLOP."""
+    measured = cov.get("phases", [])
+    out = []
     for phase in phases:
         call = sources.get(f"compute.{phase}.call_ms")
         if call is not None and not call.determined and phase in measured:
             out.append(Extrapolation(aspect=f"{phase} kernel call cost", measured="not separable",
                                      predicted=f"{costs.call_ms.get(phase, 0.0):.3g} ms",
                                      treatment=f"{call.how}; to measure it: {call.hint}", assumed=True))  # fmt: skip
+    return out
 
-    # Messages and links.
+
+def _messages(cases, cov: dict) -> Extrapolation:
+    """The ring's message sizes against the transfers the run measured."""
     sizes = sorted({case.block_bytes(lane) for case in cases for lane in (("kv", "dkv") if case.backward else ("kv",))})
     got_sizes = cov.get("message_bytes", [])
     far = max((_ratio(v, min(got_sizes), max(got_sizes)) for v in sizes), default=1.0) if got_sizes else np.inf
-    out.append(Extrapolation(
+    return Extrapolation(
         aspect="messages (bytes)", measured=_span(got_sizes, fmt=","), predicted=_span(sizes, fmt=","),
         treatment="within the measured sizes" if far <= OUT_OF_RANGE else
         (f"extrapolated up to x{far:,.3g}: latency + bytes / bandwidth assumed to hold" if np.isfinite(far) else
          "no transfers measured: the links' defaults"),
         assumed=far > OUT_OF_RANGE,
-    ))  # fmt: skip
-    out.extend(_links(calibration, cases, cluster, costs, sources))
+    )  # fmt: skip
 
-    # Buffers: the host gaps of a buffer the run did not measure come from another.
-    buffers = sorted({case.buffer for case in cases})
-    for buffer in buffers:
+
+def _buffers(cases, phases: list[str], cov: dict, sources: dict) -> list[Extrapolation]:
+    """The host gaps of a buffer the run did not measure come from another."""
+    out = []
+    for buffer in sorted({case.buffer for case in cases}):
         key = "sync" if buffer == "sync" else "double"
         priors = [sources[f"host.{p}.{key}"] for p in phases if f"host.{p}.{key}" in sources
                   and not sources[f"host.{p}.{key}"].determined]  # fmt: skip

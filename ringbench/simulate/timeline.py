@@ -127,6 +127,34 @@ def _allgather_phase(model: PhaseModel, origin: np.ndarray, out: Timeline) -> tu
     return t + model.post_ms, cells
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Kept:
+    """What a bounded simulation keeps: the cells of a few positions on some steps."""
+
+    keep: np.ndarray
+    """Positions whose spans are kept."""
+    take: np.ndarray
+    """``keep`` and their neighbours on the ring (the cells stored with them)."""
+    window: Window
+    """The positions advanced beside the lean whole-ring pass to give ``take``'s cells."""
+    columns: np.ndarray
+    """``take``'s columns in ``window``."""
+    wanted: np.ndarray
+    """(N + 1,) bool per step (the last: the backward's final dK/dV wait): whether its cells are kept."""
+
+    @classmethod
+    def of(cls, world: int, iterations: int, keep: np.ndarray | None, keep_steps: np.ndarray | None) -> _Kept:
+        keep = np.unique(np.asarray(keep if keep is not None else [], dtype=np.int64) % world)
+        take = np.unique(np.concatenate([keep, (keep + 1) % world, (keep - 1) % world]))
+        # The kept positions' cells come from a small window around them (3 positions each side: exact for
+        # one step of up to two exchanges, and the successor's landing), run beside the lean whole-ring pass.
+        around = np.unique((take[:, None] + np.arange(-3, 4)[None, :]).ravel() % world)
+        window = Window(positions=around, iterations=np.arange(iterations), world=world, full=False)
+        wanted = np.zeros(world + 1, bool)
+        wanted[np.asarray(keep_steps if keep_steps is not None else np.arange(world + 1))] = True
+        return cls(keep=keep, take=take, window=window, columns=np.searchsorted(around, take), wanted=wanted)
+
+
 def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = None, *, bounded: bool = False,
                       keep: np.ndarray | None = None, keep_steps: np.ndarray | None = None,
                       every: int | None = None, models: dict[str, PhaseModel] | None = None) -> Timeline:  # fmt: skip
@@ -135,94 +163,100 @@ def simulate_timeline(case: SimCase, costs: Costs, cluster: Cluster | None = Non
     cluster = cluster or Cluster()
     rng = np.random.default_rng([case.seed, 7])
     models = models or phase_models(case, costs, cluster, rng)
-    world, iterations = case.world, case.iterations
     origin = start_skew(case, costs, rng)
     out = Timeline(case=case, models=models, phase_start={}, phase_end={}, full=None if bounded else {})
-    window = Window.ring(world, iterations)
-    every = every or max(16, math.ceil(world / 256))
+    window = Window.ring(case.world, case.iterations)
+    every = every or max(16, math.ceil(case.world / 256))
+    kept = _Kept.of(case.world, case.iterations, keep, keep_steps) if bounded else None
+    if kept is not None:
+        out.keep = kept.keep
     checkpoints: dict[str, dict[int, State]] = {}
     finals: dict[str, StepCells | None] = {}
     engines = {phase: PhaseEngine(model) for phase, model in models.items()}
-    stride = max(1, math.ceil(world / PROFILE_POINTS))
-    if bounded:
-        keep = np.unique(np.asarray(keep if keep is not None else [], dtype=np.int64) % world)
-        out.keep = keep
-        take = np.unique(np.concatenate([keep, (keep + 1) % world, (keep - 1) % world]))
-        # The kept positions' cells come from a small window around them (3 positions each side: exact for
-        # one step of up to two exchanges, and the successor's landing), run beside the lean whole-ring pass.
-        around = np.unique((take[:, None] + np.arange(-3, 4)[None, :]).ravel() % world)
-        kept_window = Window(positions=around, iterations=np.arange(iterations), world=world, full=False)
-        columns = np.searchsorted(around, take)
-        wanted = np.zeros(world + 1, bool)
-        wanted[np.asarray(keep_steps if keep_steps is not None else np.arange(world + 1))] = True
     for phase, model in models.items():
         out.phase_start[phase] = origin
-        engine = engines[phase]
-        profile: dict[str, list[float]] = {"step": [], "min_ms": [], "mean_ms": [], "max_ms": []}
         if case.buffer == "allgather":
             end, cells = _allgather_phase(model, origin, out)
-            if out.full is not None:
-                out.full[phase] = cells
-            else:
-                out.kept[phase] = [(take, c) for c in cells if wanted[c.step]]
-                out.kept[phase] = [(take, _take_cells(c, take)) for _, c in out.kept[phase]]
-            out.phase_end[phase] = np.broadcast_to(end, origin.shape).copy()
-            origin = out.phase_end[phase]
-            out.profile[phase] = profile
-            continue
-        state = engine.begin(origin)
-        lean = lean_advance(engine, window) if bounded else None  # the compiled whole-ring pass (fastring.py)
-        kept_cells: list[tuple[np.ndarray, StepCells]] = []
-        full_cells: list[StepCells] = []
-        checkpoints[phase] = {}
-        for step in range(model.n_steps):
-            if bounded and step % every == 0:
-                checkpoints[phase][step] = _copy_state(state)
-            if bounded and wanted[step]:
-                cells = engine.advance(state.take(kept_window.positions), step, kept_window)
-                kept_cells.append((take, _take_cells(cells, columns)))
-            before = state.start
-            if lean is not None:
-                cells = lean(state, step)
-            else:
-                cells = engine.advance(state, step, window, record=not bounded)
-            if step % stride == 0:
-                _profile(profile, step, before, state.start)
-            if not bounded:
-                full_cells.append(cells)
-        end, last = engine.finish(state)
-        finals[phase] = _final_cells(model.n_steps, end, last) if last is not None else None
-        if finals[phase] is not None:
-            if not bounded:
-                full_cells.append(finals[phase])
-            elif wanted[model.n_steps]:
-                kept_cells.append((take, _take_cells(finals[phase], take)))
-        if out.full is not None:
-            out.full[phase] = full_cells
+            if kept is not None:
+                cells = [(kept.take, _take_cells(c, kept.take)) for c in cells if kept.wanted[c.step]]
+            _record_phase(out, phase, np.broadcast_to(end, origin.shape).copy(), cells, _new_profile())
         else:
-            out.kept[phase] = kept_cells
-        out.phase_end[phase] = end
-        out.profile[phase] = profile
-        origin = end
-    iteration = out.iteration_ms
-    out.offsets = np.concatenate([[0.0], np.cumsum(iteration + costs.gap_ms)[:-1]])
-    phases = list(case.phases)
+            end, cells, profile, checkpoints[phase], finals[phase] = _ring_phase(engines[phase], origin, window,
+                                                                                 kept, every)  # fmt: skip
+            _record_phase(out, phase, end, cells, profile)
+        origin = out.phase_end[phase]
+    out.offsets = np.concatenate([[0.0], np.cumsum(out.iteration_ms + costs.gap_ms)[:-1]])
     if case.buffer == "allgather":
-        out.paths = [_allgather_path(out, g) for g in range(iterations)]
-        out.path_rows = [[] for _ in range(iterations)]
-        return out
-    steps = {phase: _steps_per_phase(models[phase]) for phase in phases}
-    if bounded:
-        source = RecomputeSource(engines, checkpoints, finals, world, every)
+        out.paths = [_allgather_path(out, g) for g in range(case.iterations)]
+        out.path_rows = [[] for _ in range(case.iterations)]
     else:
-        source = FullSource(out.full, world)
-    directions = {phase: models[phase].direction for phase in phases}
-    for g in range(iterations):
-        rows: list[tuple] | None = [] if bounded else None
-        out.paths.append(walk(source, phases, out.phase_end, out.phase_start[phases[0]], g, world, steps, rows,
-                              directions=directions))  # fmt: skip
-        out.path_rows.append(rows or [])
+        source = RecomputeSource(engines, checkpoints, finals, case.world, every) if bounded else FullSource(
+            out.full, case.world)  # fmt: skip
+        _walk_paths(out, source, bounded)
     return out
+
+
+def _new_profile() -> dict[str, list[float]]:
+    return {"step": [], "min_ms": [], "mean_ms": [], "max_ms": []}
+
+
+def _record_phase(out: Timeline, phase: str, end: np.ndarray, cells: list, profile: dict[str, list[float]]) -> None:
+    """Store one phase's end, its cells (every step's, or the kept positions') and its step profile."""
+    if out.full is not None:
+        out.full[phase] = cells
+    else:
+        out.kept[phase] = cells
+    out.phase_end[phase] = end
+    out.profile[phase] = profile
+
+
+def _ring_phase(engine: PhaseEngine, origin: np.ndarray, window: Window, kept: _Kept | None, every: int
+                ) -> tuple[np.ndarray, list, dict[str, list[float]], dict[int, State], StepCells | None]:  # fmt: skip
+    """Run one ring phase from ``origin`` over every step: the end, the cells (every step's; bounded: the kept
+    positions' on the wanted steps), the step profile, the checkpoints (bounded: the ring's state every ``every``
+    steps) and the backward's final dK/dV wait (None when there is none)."""
+    model = engine.model
+    stride = max(1, math.ceil(model.world / PROFILE_POINTS))
+    profile = _new_profile()
+    state = engine.begin(origin)
+    lean = lean_advance(engine, window) if kept is not None else None  # the compiled whole-ring pass (fastring.py)
+    cells_out: list = []  # every step's cells, or (kept.take, cells) of the kept positions
+    checkpoints: dict[int, State] = {}
+    for step in range(model.n_steps):
+        if kept is not None and step % every == 0:
+            checkpoints[step] = _copy_state(state)
+        if kept is not None and kept.wanted[step]:
+            cells = engine.advance(state.take(kept.window.positions), step, kept.window)
+            cells_out.append((kept.take, _take_cells(cells, kept.columns)))
+        before = state.start
+        if lean is not None:
+            cells = lean(state, step)
+        else:
+            cells = engine.advance(state, step, window, record=kept is None)
+        if step % stride == 0:
+            _profile(profile, step, before, state.start)
+        if kept is None:
+            cells_out.append(cells)
+    end, last = engine.finish(state)
+    final = _final_cells(model.n_steps, end, last) if last is not None else None
+    if final is not None:
+        if kept is None:
+            cells_out.append(final)
+        elif kept.wanted[model.n_steps]:
+            cells_out.append((kept.take, _take_cells(final, kept.take)))
+    return end, cells_out, profile, checkpoints, final
+
+
+def _walk_paths(out: Timeline, source: FullSource | RecomputeSource, bounded: bool) -> None:
+    """Every iteration's critical path (bounded: with its spans, re-run from the checkpoints)."""
+    phases = list(out.case.phases)
+    steps = {phase: _steps_per_phase(out.models[phase]) for phase in phases}
+    directions = {phase: out.models[phase].direction for phase in phases}
+    for g in range(out.case.iterations):
+        rows: list[tuple] | None = [] if bounded else None
+        out.paths.append(walk(source, phases, out.phase_end, out.phase_start[phases[0]], g, out.case.world, steps,
+                              rows, directions=directions))  # fmt: skip
+        out.path_rows.append(rows or [])
 
 
 def _allgather_path(out: Timeline, g: int) -> PathResult:

@@ -256,57 +256,20 @@ def recommend(
     None means identity. Exact up to ``exact_limit`` devices (at most 16); hierarchical search beyond it.
     """
     started = time.perf_counter()
-    world = topology.world
     if not isinstance(exact_limit, int) or not 1 <= exact_limit <= MAX_EXACT:
         raise bad_value("exact_limit", exact_limit, f"an integer in 1..{MAX_EXACT}")
-    if isinstance(current_order, str):
-        current = parse_order(current_order, world)
-    elif current_order is None:
-        current = list(range(world))
-    else:
-        current = validate_ring(current_order, world, "current_order")
+    current = _current(current_order, topology.world)
     cost = topology.cost_matrix()
-
     all_equivalent = every_order_equivalent(cost)
     if all_equivalent:
-        order, method, exact = list(current), "all orders equivalent", True
-    elif world <= exact_limit:
-        order, method, exact = solve_exact(cost)[2], f"exact (Held-Karp, {world} devices)", True
+        found, method, exact = list(current), "all orders equivalent", True
     else:
-        host_index = {host: index for index, host in enumerate(topology.hosts)}
-        host_of = [host_index[device.host] for device in topology.devices]
         remaining = max(time_budget_s - (time.perf_counter() - started), 0.1)  # the budget covers the whole call
-        order = hierarchical(cost, host_of, exact_limit, remaining)
-        hosts = len(topology.hosts)
-        method = f"hierarchical + local search ({world} devices, {hosts} host{'s' * (hosts != 1)})"
-        exact = False
-
-    def key(ring: list[int]) -> tuple[float, float]:
-        hops = cost[ring, np.roll(ring, -1)] if len(ring) > 1 else np.zeros(1)
-        return float(hops.max()), float(hops.sum())
-
-    tolerance = 1e-9 * max(float(cost.max()), 1e-12)
-    (current_worst, current_total), (worst, total) = key(current), key(order)
-
-    def as_good(ring: list[int]) -> bool:
-        ring_worst, ring_total = key(ring)
-        return ring_worst <= worst + tolerance and ring_total <= total + tolerance
-
-    # Among equally good rings prefer, in turn, the current one (no churn in the launch configuration), then the
-    # identity and its reverse (the simplest to read), then the one found.
-    for candidate in (current, list(range(world)), [0, *range(world - 1, 0, -1)]):
-        if as_good(candidate):
-            order = list(candidate)
-            break
-    # The optimizer ranks hops alone; the step shares NICs. A ring slower per step than the current one once sharing
-    # is priced is no recommendation: keep the current one.
+        found, method, exact = _search(topology, cost, exact_limit, remaining)
+    order, current_is_optimal = _settle(topology, cost, current, found)
+    current_worst, current_total = _worst_and_total(cost, current)
+    worst, total = _worst_and_total(cost, order)
     current_step, found_step = step_us(topology, current), step_us(topology, order)
-    if current_step < found_step * (1 - 1e-9):
-        order = list(current)
-    current_is_optimal = as_good(current) or order == list(current)
-    order = rotate_to_zero(order)
-    worst, total = key(order)
-    found_step = step_us(topology, order)
     hops, current_hops = _hops(topology, cost, order), _hops(topology, cost, current)
     visible, visible_exact = _cuda_visible_devices(topology, order)
     return Recommendation(
@@ -334,3 +297,57 @@ def recommend(
         cuda_visible_devices=visible,
         cuda_visible_devices_exact=visible_exact,
     )
+
+
+def _current(current_order: Sequence[int] | str | None, world: int) -> list[int]:
+    """``recommend``'s ``current_order`` as ranks in ring order (None: identity)."""
+    if isinstance(current_order, str):
+        return parse_order(current_order, world)
+    if current_order is None:
+        return list(range(world))
+    return validate_ring(current_order, world, "current_order")
+
+
+def _search(topology: Topology, cost: np.ndarray, exact_limit: int, time_budget_s: float
+            ) -> tuple[list[int], str, bool]:  # fmt: skip
+    """The best ring the search finds, how it was found, and whether it is provably optimal: exact up to
+    ``exact_limit`` devices, hierarchical + local search within ``time_budget_s`` beyond."""
+    world = topology.world
+    if world <= exact_limit:
+        return solve_exact(cost)[2], f"exact (Held-Karp, {world} devices)", True
+    host_index = {host: index for index, host in enumerate(topology.hosts)}
+    host_of = [host_index[device.host] for device in topology.devices]
+    order = hierarchical(cost, host_of, exact_limit, time_budget_s)
+    hosts = len(topology.hosts)
+    return order, f"hierarchical + local search ({world} devices, {hosts} host{'s' * (hosts != 1)})", False
+
+
+def _worst_and_total(cost: np.ndarray, ring: Sequence[int]) -> tuple[float, float]:
+    """The optimizer's objective: the ring's worst hop, then its total (us)."""
+    hops = cost[ring, np.roll(ring, -1)] if len(ring) > 1 else np.zeros(1)
+    return float(hops.max()), float(hops.sum())
+
+
+def _settle(topology: Topology, cost: np.ndarray, current: list[int], found: list[int]) -> tuple[list[int], bool]:
+    """The ring to recommend (read from rank 0) given the one ``found``, and whether ``current`` is as good."""
+    world = topology.world
+    tolerance = 1e-9 * max(float(cost.max()), 1e-12)
+    worst, total = _worst_and_total(cost, found)
+
+    def as_good(ring: list[int]) -> bool:
+        ring_worst, ring_total = _worst_and_total(cost, ring)
+        return ring_worst <= worst + tolerance and ring_total <= total + tolerance
+
+    # Among equally good rings prefer, in turn, the current one (no churn in the launch configuration), then the
+    # identity and its reverse (the simplest to read), then the one found.
+    order = found
+    for candidate in (current, list(range(world)), [0, *range(world - 1, 0, -1)]):
+        if as_good(candidate):
+            order = list(candidate)
+            break
+    # The optimizer ranks hops alone; the step shares NICs. A ring slower per step than the current one once sharing
+    # is priced is no recommendation: keep the current one.
+    if step_us(topology, current) < step_us(topology, order) * (1 - 1e-9):
+        order = list(current)
+    current_is_optimal = as_good(current) or order == list(current)
+    return rotate_to_zero(order), current_is_optimal

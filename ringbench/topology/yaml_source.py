@@ -51,6 +51,8 @@ _MEASURED_KEYS = {
     "classes",
     "description",
 }
+_Matrix = list[list[Link | None]]
+"""Links by (rank, rank): None on the diagonal."""
 
 
 def _check_keys(mapping: Mapping, allowed: set[str], where: str) -> None:
@@ -147,26 +149,53 @@ def topology_from_spec(spec: object, *, source: str = "yaml") -> Topology:
     if isinstance(spec.get("topology"), Mapping):  # a run's meta.json
         return Topology.from_dict(spec["topology"], f"{source}:topology")
     if "latency_us" in spec or "bandwidth_gbps" in spec:
-        _check_keys(spec, _MEASURED_KEYS, f"{source}: ")
-        hosts = spec.get("hosts")
-        if hosts is not None and not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
-            raise bad_value(f"{source}: hosts", hosts, "a list of host names, one per rank, for a measured matrix")
-        return from_probe_matrix(
-            spec.get("latency_us"),
-            spec.get("bandwidth_gbps"),
-            hosts=hosts,
-            classes=spec.get("classes"),
-            cost_model=_cost_model(spec, source),
-            source=source,
-        )
+        return _measured_topology(spec, source)
     _check_keys(spec, _TOP_KEYS, f"{source}: ")
     hosts = spec.get("hosts")
     if not isinstance(hosts, list) or not hosts:
         raise bad_value(f"{source}: hosts", hosts, "a non-empty list of hosts (each with gpus, or a matrix)")
     inter = Link.of(spec.get("inter", "NET"), f"{source}: inter")
+    devices, blocks = _devices(hosts, spec, source)
+    world = len(devices)
+    links: _Matrix = [[None if i == j else inter for j in range(world)] for i in range(world)]
+    for ranks, block in blocks:
+        for a, rank_a in enumerate(ranks):
+            for b, rank_b in enumerate(ranks):
+                links[rank_a][rank_b] = block[a][b]
+    overrides = spec.get("links") or []
+    if not isinstance(overrides, list):
+        raise bad_value(f"{source}: links", overrides, "a list of {from, to, class | latency_us, bandwidth_gbps}")
+    for index, entry in enumerate(overrides):
+        _override(links, entry, devices, f"{source}: links[{index}]")
+    return Topology(
+        devices=tuple(devices),
+        links=tuple(tuple(row) for row in links),
+        cost_model=_cost_model(spec, source),
+        source=source,
+    )
 
+
+def _measured_topology(spec: Mapping, source: str) -> Topology:
+    """A measured matrix (latency_us and bandwidth_gbps, optional per-rank hosts and classes)."""
+    _check_keys(spec, _MEASURED_KEYS, f"{source}: ")
+    hosts = spec.get("hosts")
+    if hosts is not None and not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
+        raise bad_value(f"{source}: hosts", hosts, "a list of host names, one per rank, for a measured matrix")
+    return from_probe_matrix(
+        spec.get("latency_us"),
+        spec.get("bandwidth_gbps"),
+        hosts=hosts,
+        classes=spec.get("classes"),
+        cost_model=_cost_model(spec, source),
+        source=source,
+    )
+
+
+def _devices(hosts: list, spec: Mapping, source: str) -> tuple[list[Device], list[tuple[list[int], _Matrix]]]:
+    """Every device, ranks following the hosts in order (GPUs in local order), and per host its ranks with its
+    intra-host link matrix."""
     devices: list[Device] = []
-    blocks: list[tuple[list[int], list[list[Link | None]]]] = []
+    blocks: list[tuple[list[int], _Matrix]] = []
     for index, entry in enumerate(hosts):
         where = f"{source}: hosts[{index}]"
         if not isinstance(entry, Mapping):
@@ -185,46 +214,32 @@ def topology_from_spec(spec: object, *, source: str = "yaml") -> Topology:
     seen_hosts = [host for host in dict.fromkeys(device.host for device in devices)]
     if len(seen_hosts) != len(blocks):
         raise UsageError(f"{source}: hosts: two entries give the same host name; names must be unique")
+    return devices, blocks
 
-    world = len(devices)
-    links: list[list[Link | None]] = [[None if i == j else inter for j in range(world)] for i in range(world)]
-    for ranks, block in blocks:
-        for a, rank_a in enumerate(ranks):
-            for b, rank_b in enumerate(ranks):
-                links[rank_a][rank_b] = block[a][b]
 
-    overrides = spec.get("links") or []
-    if not isinstance(overrides, list):
-        raise bad_value(f"{source}: links", overrides, "a list of {from, to, class | latency_us, bandwidth_gbps}")
-    for index, entry in enumerate(overrides):
-        where = f"{source}: links[{index}]"
-        if not isinstance(entry, Mapping):
-            raise bad_value(where, entry, "a mapping with from, to and class and/or measured costs")
-        _check_keys(entry, _LINK_KEYS, f"{where}.")
-        src = _resolve(entry.get("from"), devices, f"{where}.from")
-        dst = _resolve(entry.get("to"), devices, f"{where}.to")
-        if src == dst:
-            raise bad_value(f"{where}.to", entry.get("to"), "a different device than from")
-        costs = {key: entry.get(key) for key in ("latency_us", "bandwidth_gbps")}
-        if "class" not in entry and costs == {"latency_us": None, "bandwidth_gbps": None}:
-            raise UsageError(f"{where}: give a class and/or latency_us and bandwidth_gbps")
-        pairs = [(src, dst)] if entry.get("one_way") else [(src, dst), (dst, src)]
-        for a, b in pairs:
-            try:
-                if "class" in entry:
-                    links[a][b] = Link.of(entry["class"], f"{where}.class", **costs)
-                else:
-                    existing = links[a][b]
-                    links[a][b] = Link(kind=existing.kind, nvlinks=existing.nvlinks, **costs)
-            except UsageError as exc:
-                message = str(exc)
-                raise UsageError(message if message.startswith(where) else f"{where}.{message}") from None
-    return Topology(
-        devices=tuple(devices),
-        links=tuple(tuple(row) for row in links),
-        cost_model=_cost_model(spec, source),
-        source=source,
-    )
+def _override(links: _Matrix, entry: object, devices: list[Device], where: str) -> None:
+    """Apply one entry of ``links:`` to the link matrix (both directions unless one_way)."""
+    if not isinstance(entry, Mapping):
+        raise bad_value(where, entry, "a mapping with from, to and class and/or measured costs")
+    _check_keys(entry, _LINK_KEYS, f"{where}.")
+    src = _resolve(entry.get("from"), devices, f"{where}.from")
+    dst = _resolve(entry.get("to"), devices, f"{where}.to")
+    if src == dst:
+        raise bad_value(f"{where}.to", entry.get("to"), "a different device than from")
+    costs = {key: entry.get(key) for key in ("latency_us", "bandwidth_gbps")}
+    if "class" not in entry and costs == {"latency_us": None, "bandwidth_gbps": None}:
+        raise UsageError(f"{where}: give a class and/or latency_us and bandwidth_gbps")
+    pairs = [(src, dst)] if entry.get("one_way") else [(src, dst), (dst, src)]
+    for a, b in pairs:
+        try:
+            if "class" in entry:
+                links[a][b] = Link.of(entry["class"], f"{where}.class", **costs)
+            else:
+                existing = links[a][b]
+                links[a][b] = Link(kind=existing.kind, nvlinks=existing.nvlinks, **costs)
+        except UsageError as exc:
+            message = str(exc)
+            raise UsageError(message if message.startswith(where) else f"{where}.{message}") from None
 
 
 def parse_yaml_topology(text: str, *, source: str = "yaml") -> Topology:
