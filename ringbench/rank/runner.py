@@ -157,6 +157,23 @@ def open_session(env, on_stall=None) -> RankSession:
                        on_stall=on_stall)  # fmt: skip
 
 
+@dataclass(slots=True)
+class _CaseSetup:
+    """One case made ready on this rank: its shards, layers, recorder, kernel and contexts."""
+
+    faults: RankFaults
+    rules: list
+    inputs: dict
+    q0: torch.Tensor
+    dout: torch.Tensor
+    leaves: list
+    recorder: RunRecorder
+    kernel: object
+    contexts: list
+    emulated_gflops: float | None
+    memory_method: str | None
+
+
 def run_case(case: Case, *, session: RankSession, progress, settings: RunSettings, case_index: int, repeat: int,
              profile_path: Path | None = None) -> RankReport:  # fmt: skip
     """Run one case on this rank; returns its rows and figures for the parent.
@@ -168,18 +185,24 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     if case.impl != "ringbench":
         return _run_impl_case(case, session=session, progress=progress, settings=settings, repeat=repeat,
                               profile_path=profile_path)  # fmt: skip
-    env, timeline = session.env, session.timeline
-    rank, world = env.rank, env.world
-    device = env.device
-    faults = RankFaults(
-        rank=rank,
-        faults=tuple(parse_fault(f) for f in settings.faults),
-        seed=settings.seed,
-        link_model=settings.link_model,
-        ring=tuple(case.ring),
-    )
     if progress is not None:
         progress.set_case(case_index)
+    setup = _set_up(case, session, settings, progress)
+    tensors = TensorPeak(session.env.device, *setup.leaves[0], setup.dout)
+    try:
+        origin, outs, grads = _iterate(case, setup, session, settings, progress, profile_path, tensors)
+    finally:
+        for layer_ctx in setup.contexts:
+            close_context(layer_ctx)
+    return _report(case, setup, session, settings, progress, repeat, origin, outs, grads, tensors)
+
+
+def _set_up(case: Case, session: RankSession, settings: RunSettings, progress) -> _CaseSetup:
+    """The rank's shards, one context per layer, the kernel (compiled, or emulated:auto's) and its pacing check."""
+    env, timeline = session.env, session.timeline
+    rank, world, device = env.rank, env.world, env.device
+    faults = RankFaults(rank=rank, faults=tuple(parse_fault(f) for f in settings.faults), seed=settings.seed,
+                        link_model=settings.link_model, ring=tuple(case.ring))  # fmt: skip
     memory_method = reset_peak(device)
     # Every layer's mask as a rule on this sequence; one sharding for all layers (doc-balanced balances their sum).
     rules = layer_rules(case)
@@ -192,31 +215,16 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     # Each layer attends over the same tokens through leaves of its own (views, no copies), so its gradients
     # stay apart for the check; autograd runs the layers' backward rings in reverse order.
     leaves = [tuple(t.detach().requires_grad_(case.backward) for t in (q0, k0, v0)) for _ in rules]
-    q, k, v = leaves[0]
-
     ring = case.ring
     recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings.trace, timeline=timeline)
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
     contexts = [
-        build_strategy_context(
-            *leaves[layer],
-            strategy=case.strategy,
-            placement=ring if case.placement else "heads-first",
-            mask=rule,
-            layout=layout,
-            buffer=case.buffer,
-            order=ring,
-            kernel=kernel,
-            timeout_s=settings.timeout,
-            recorder=recorder,
-            link_delay=faults.link_delay(),
-            timeline=timeline,
-            loopback=settings.loopback,
-            on_stall=session.on_stall,
-            layer=layer,
-        )
+        build_strategy_context(*leaves[layer], strategy=case.strategy, placement=ring if case.placement else
+                               "heads-first", mask=rule, layout=layout, buffer=case.buffer, order=ring, kernel=kernel,
+                               timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(),
+                               timeline=timeline, loopback=settings.loopback, on_stall=session.on_stall, layer=layer)
         for layer, rule in enumerate(rules)
-    ]
+    ]  # fmt: skip
     if compiles(kernel):  # a JIT kernel compiles here, rank by rank, not inside the first (timed) iterations
         for layer_ctx in contexts:
             warm(layer_ctx, q0)
@@ -228,68 +236,79 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
         kernel = faults.wrap_kernel(EmulatedKernel(model.gflops, floor_ms=model.floor_ms))
         for layer_ctx in contexts:
             layer_ctx.kernel = kernel
-    check_pacing(kernel, contexts, q, settings.timeout, case.backward)
+    check_pacing(kernel, contexts, leaves[0][0], settings.timeout, case.backward)
+    return _CaseSetup(faults=faults, rules=rules, inputs=inputs, q0=q0, dout=dout, leaves=leaves, recorder=recorder,
+                      kernel=kernel, contexts=contexts, emulated_gflops=emulated_gflops,
+                      memory_method=memory_method)  # fmt: skip
+
+
+def _iterate(case: Case, setup: _CaseSetup, session: RankSession, settings: RunSettings, progress,
+             profile_path: Path | None, tensors: TensorPeak):  # fmt: skip
+    """Warm-up and timed iterations: (the first timed iteration's origin, the last outputs and gradients). The
+    attention's own tensors are counted in the last untimed iteration (ringbench.rank.memory.TensorPeak)."""
+    timeline, recorder, kernel, leaves = session.timeline, setup.recorder, setup.kernel, setup.leaves
+    rank, ring = session.env.rank, case.ring
     profiled = settings.iters - 1 if profile_path is not None else None
-    origin = None
-    outs = grads = None
-    # The attention's own tensors are counted in the last untimed iteration: what each strategy holds per rank,
-    # inputs included (ringbench.rank.memory.TensorPeak).
-    tensors = TensorPeak(device, q, k, v, dout)
+    origin = outs = grads = None
     counted = -1  # with --warmup 0 this one untimed iteration still runs: it counts
-    try:
-        for iteration in range(-max(settings.warmup, 1), settings.iters):
-            recorder.iteration = iteration
-            if iteration == 0 and hasattr(kernel, "pacer"):
-                kernel.pacer.reset_counts()  # count only timed iterations (warm-up pays one-off allocations)
-            if progress is not None:
-                progress.set_iteration(iteration)
-            with _maybe_profile(profile_path if iteration == profiled else None, device) as capture:
-                # The profiler starts before the barrier, so its own start-up cost does not skew the ranks.
-                session.ops.barrier()  # every iteration starts together (bounded by the group's timeout)
-                recorder.capture = capture
-                start = timeline.begin_iteration()
-                with capture.iteration(iteration) if capture is not None else contextlib.nullcontext(), \
-                        tensors.counting(iteration == counted):  # fmt: skip
-                    outs = [attention(*leaves[n], context=c) for n, c in enumerate(contexts)]
-                    fwd_end = timeline.mark()
-                    if case.backward:
-                        flat = torch.autograd.grad(outs, [t for layer in leaves for t in layer], [dout] * len(outs))
-                        grads = [flat[3 * n : 3 * n + 3] for n in range(len(outs))]
-                    end = timeline.mark()
-                _settle(contexts, timeline, settings.timeout, rank)
-                recorder.capture = None
-            if iteration >= 0:
-                # Iteration rows are kept even with tracing off: they carry the step times.
-                recorder.rows.append(_row(iteration, "fwd", rank, ring, start, fwd_end))
+    for iteration in range(-max(settings.warmup, 1), settings.iters):
+        recorder.iteration = iteration
+        if iteration == 0 and hasattr(kernel, "pacer"):
+            kernel.pacer.reset_counts()  # count only timed iterations (warm-up pays one-off allocations)
+        if progress is not None:
+            progress.set_iteration(iteration)
+        with _maybe_profile(profile_path if iteration == profiled else None, session.env.device) as capture:
+            # The profiler starts before the barrier, so its own start-up cost does not skew the ranks.
+            session.ops.barrier()  # every iteration starts together (bounded by the group's timeout)
+            recorder.capture = capture
+            start = timeline.begin_iteration()
+            with capture.iteration(iteration) if capture is not None else contextlib.nullcontext(), \
+                    tensors.counting(iteration == counted):  # fmt: skip
+                outs = [attention(*leaves[n], context=c) for n, c in enumerate(setup.contexts)]
+                fwd_end = timeline.mark()
                 if case.backward:
-                    recorder.rows.append(_row(iteration, "bwd", rank, ring, fwd_end, end))
-            recorder.finish_iteration()
-            if origin is None and iteration >= 0:
-                origin = timeline.resolve(start)
-            if hasattr(kernel, "settle"):
-                kernel.settle()
-    finally:
-        for layer_ctx in contexts:
-            close_context(layer_ctx)
+                    flat = torch.autograd.grad(outs, [t for layer in leaves for t in layer], [setup.dout] * len(outs))
+                    grads = [flat[3 * n : 3 * n + 3] for n in range(len(outs))]
+                end = timeline.mark()
+            _settle(setup.contexts, timeline, settings.timeout, rank)
+            recorder.capture = None
+        if iteration >= 0:
+            # Iteration rows are kept even with tracing off: they carry the step times.
+            recorder.rows.append(_row(iteration, "fwd", rank, ring, start, fwd_end))
+            if case.backward:
+                recorder.rows.append(_row(iteration, "bwd", rank, ring, fwd_end, end))
+        recorder.finish_iteration()
+        if origin is None and iteration >= 0:
+            origin = timeline.resolve(start)
+        if hasattr(kernel, "settle"):
+            kernel.settle()
+    return origin, outs, grads
+
+
+def _report(case: Case, setup: _CaseSetup, session: RankSession, settings: RunSettings, progress, repeat: int,
+            origin, outs, grads, tensors: TensorPeak) -> RankReport:  # fmt: skip
+    """The float64 check, the rows on the reference clock, and the rank's figures for the parent."""
+    device = session.env.device
     peak = peak_mb(device)
     check = None
     if settings.check:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
-        check = check_layers(rules, outs, grads, inputs, device, settings.check_budget_s, tick)
-    rows = recorder.rows
+        check = check_layers(setup.rules, outs, grads, setup.inputs, device, settings.check_budget_s, tick)
+    rows = setup.recorder.rows
     clock = _on_reference_clock(rows, session, origin, settings)
     for row in rows:
         row["repeat"] = repeat
         row["case_id"] = case.case_id
-    pacer = getattr(kernel, "pacer", None)
+    pacer = getattr(setup.kernel, "pacer", None)
     return RankReport(
-        case_id=case.case_id, rank=rank, rows=rows, fwd_err=check.fwd_err if check is not None else math.nan,
+        case_id=case.case_id, rank=session.env.rank, rows=rows,
+        fwd_err=check.fwd_err if check is not None else math.nan,
         bwd_err=check.bwd_err if check is not None else math.nan, check_note=check.note if check is not None else "",
-        **_clock_report(clock, origin), emulated_gflops=emulated_gflops,
+        **_clock_report(clock, origin), emulated_gflops=setup.emulated_gflops,
         saturated_blocks=pacer.saturated_blocks if pacer is not None else 0,
         paced_blocks=pacer.blocks if pacer is not None else 0, peak_mem_mb=peak, attn_mem_mb=tensors.peak_mb,
-        memory_method=memory_method, host=socket.gethostname(), device=str(device),
-        device_info=session.device_info or {}, timeline=timeline.kind, layout=str(case.layout),
+        memory_method=setup.memory_method, host=socket.gethostname(), device=str(device),
+        device_info=session.device_info or {}, timeline=session.timeline.kind, layout=str(case.layout),
     )  # fmt: skip
 
 

@@ -177,6 +177,50 @@ def launch_local(
     ``on_item(rank, item)`` handles streamed items in the parent; it returns True when an item is complete (e.g.
     every rank's part of a case has arrived and been stored), which workers can wait for with ``wait_stored``.
     """
+    _check_launch(world)
+    spawn = _context()
+    channels = _Channels(messages=spawn.Queue(), progress=spawn.Array("i", world * _SLOTS, lock=False),
+                         stored=spawn.Value("i", 0))  # fmt: skip
+    # Rendezvous through a file in a private folder: no listening socket at all (a TCP store would listen on
+    # every interface); gloo's own connections are bound to loopback (see ringbench.rank.dist.init_local).
+    rendezvous = tempfile.mkdtemp(prefix="ringbench-rdzv-")
+    procs = [
+        spawn.Process(target=_worker, args=(rank, world, os.path.join(rendezvous, "store"), fn, args,
+                                            channels.messages, channels.progress, channels.stored, timeout_s, device,
+                                            os.getpid(), dict(os.environ), os.getcwd()),
+                      name=f"ringbench-rank{rank}", daemon=True)
+        for rank in range(world)
+    ]  # fmt: skip
+    results: dict[int, Any] = {}
+    errors: dict[int, tuple[str, str, bool]] = {}
+    try:
+        for proc in procs:
+            proc.start()
+        _collect(procs, channels, results, errors, on_item=on_item, timeout_s=timeout_s, grace_s=grace_s)
+    except StopRequested as stop:
+        live = [r for r, p in enumerate(procs) if p.pid is not None and r not in results]
+        if live:  # the rank that got least far says where the interrupted work was
+            slowest = min(live, key=lambda r: _progress_key(channels.progress, r))
+            stop.where = where_text(channels.progress, slowest, case_names)
+        raise
+    finally:
+        stop_processes(procs)
+        shutil.rmtree(rendezvous, ignore_errors=True)
+    if len(results) == world:
+        return [results[r] for r in range(world)]
+    raise _failure(procs, results, errors, channels.progress, case_names)
+
+
+@dataclass(slots=True)
+class _Channels:
+    """What the ranks share with the parent: the message queue, each rank's progress slots, the stored count."""
+
+    messages: Any
+    progress: Any
+    stored: Any  # items whose on_item call completed (counts complete items, see on_item)
+
+
+def _check_launch(world: int) -> None:
     if world < 1:
         raise UsageError(f"world={world!r} is not allowed; expected an integer >= 1")
     if mp.current_process().name.startswith("ringbench-rank"):
@@ -184,91 +228,57 @@ def launch_local(
             "a rank process is re-running the main script: guard the code that starts a run with "
             "`if __name__ == '__main__':` (ranks are spawned, and spawning imports the main module)"
         )
-    spawn = _context()
-    messages = spawn.Queue()
-    progress_array = spawn.Array("i", world * _SLOTS, lock=False)
-    stored = spawn.Value("i", 0)  # items whose on_item call completed (counts complete items, see on_item)
-    # Rendezvous through a file in a private folder: no listening socket at all (a TCP store would listen on
-    # every interface); gloo's own connections are bound to loopback (see ringbench.rank.dist.init_local).
-    rendezvous = tempfile.mkdtemp(prefix="ringbench-rdzv-")
-    store_path = os.path.join(rendezvous, "store")
-    procs = [
-        spawn.Process(
-            target=_worker,
-            args=(
-                rank,
-                world,
-                store_path,
-                fn,
-                args,
-                messages,
-                progress_array,
-                stored,
-                timeout_s,
-                device,
-                os.getpid(),
-                dict(os.environ),
-                os.getcwd(),
-            ),
-            name=f"ringbench-rank{rank}",
-            daemon=True,
-        )
-        for rank in range(world)
-    ]
-    results: dict[int, Any] = {}
-    errors: dict[int, tuple[str, str, bool]] = {}
+
+
+def _collect(procs, channels: _Channels, results: dict, errors: dict, *, on_item, timeout_s: float,
+             grace_s: float) -> None:  # fmt: skip
+    """Read the ranks' messages until every rank reported, or a failure's grace period passed, or nobody moved
+    for longer than any bounded wait (every live rank is stuck)."""
+    world = len(procs)
     first_failure: float | None = None
-    snapshot, last_change = list(progress_array), time.monotonic()
-    try:
-        for proc in procs:
-            proc.start()
-        while len(results) + len(errors) < world:
-            try:
-                message = messages.get(timeout=0.1)
-            except queue.Empty:
-                message = None
-            now = list(progress_array)
-            if message is not None or now != snapshot:
-                snapshot, last_change = now, time.monotonic()
-            elif time.monotonic() - last_change > timeout_s + grace_s + (0 if any(now) else _STARTUP_S):
-                break  # nobody reported or moved for longer than any bounded wait: every live rank is stuck
-            if message is not None:
-                kind, rank = message[0], message[1]
-                if kind == "item" and on_item is not None:
-                    try:
-                        complete = on_item(rank, pickle.loads(message[2]))
-                    except OSError as exc:
-                        raise RunFailure(f"could not store a result: {exc}") from None
-                    if complete:
-                        with stored.get_lock():
-                            stored.value += 1
-                elif kind == "result":
-                    results[rank] = pickle.loads(message[2])
-                elif kind == "error":
-                    errors[rank] = (message[2], message[3], message[4])
-                    first_failure = first_failure or time.monotonic()
-                continue
-            dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in results and r not in errors]
-            if dead:
+    snapshot, last_change = list(channels.progress), time.monotonic()
+    while len(results) + len(errors) < world:
+        try:
+            message = channels.messages.get(timeout=0.1)
+        except queue.Empty:
+            message = None
+        now = list(channels.progress)
+        if message is not None or now != snapshot:
+            snapshot, last_change = now, time.monotonic()
+        elif time.monotonic() - last_change > timeout_s + grace_s + (0 if any(now) else _STARTUP_S):
+            return
+        if message is not None:
+            if _take(message, channels, results, errors, on_item):
                 first_failure = first_failure or time.monotonic()
-            # After the first failure the others' reports (their stalls) follow within the grace period; a rank that
-            # is still silent then has hung, and waiting longer would only delay the verdict.
-            if first_failure is not None and time.monotonic() - first_failure > grace_s:
-                break
-            if first_failure is not None and dead and len(results) + len(errors) + len(dead) >= world:
-                break
-    except StopRequested as stop:
-        live = [r for r, p in enumerate(procs) if p.pid is not None and r not in results]
-        if live:  # the rank that got least far says where the interrupted work was
-            slowest = min(live, key=lambda r: _progress_key(progress_array, r))
-            stop.where = where_text(progress_array, slowest, case_names)
-        raise
-    finally:
-        stop_processes(procs)
-        shutil.rmtree(rendezvous, ignore_errors=True)
-    if len(results) == world:
-        return [results[r] for r in range(world)]
-    raise _failure(procs, results, errors, progress_array, case_names)
+            continue
+        dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in results and r not in errors]
+        if dead:
+            first_failure = first_failure or time.monotonic()
+        # After the first failure the others' reports (their stalls) follow within the grace period; a rank that
+        # is still silent then has hung, and waiting longer would only delay the verdict.
+        if first_failure is not None and time.monotonic() - first_failure > grace_s:
+            return
+        if first_failure is not None and dead and len(results) + len(errors) + len(dead) >= world:
+            return
+
+
+def _take(message, channels: _Channels, results: dict, errors: dict, on_item) -> bool:
+    """Handle one message from a rank; True when it reports a failure."""
+    kind, rank = message[0], message[1]
+    if kind == "item" and on_item is not None:
+        try:
+            complete = on_item(rank, pickle.loads(message[2]))
+        except OSError as exc:
+            raise RunFailure(f"could not store a result: {exc}") from None
+        if complete:
+            with channels.stored.get_lock():
+                channels.stored.value += 1
+    elif kind == "result":
+        results[rank] = pickle.loads(message[2])
+    elif kind == "error":
+        errors[rank] = (message[2], message[3], message[4])
+        return True
+    return False
 
 
 def _is_stall(line: str) -> bool:
