@@ -17,8 +17,8 @@ import time
 import numpy as np
 import torch
 
-from ringbench.rank.scenario import Scenario
 from ringbench.run.sweep import execute
+from ringbench.scenario.scenario import Scenario
 
 
 def single_process(seq: int, heads: int, head_dim: int, iters: int) -> list[float]:

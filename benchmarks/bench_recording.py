@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from ringbench.rank.scenario import Scenario
 from ringbench.run.sweep import execute
+from ringbench.scenario.scenario import Scenario
 
 
 def main() -> None:

@@ -32,9 +32,9 @@ STEP_MS = 4.0 * HEADS * (SEQ // WORLD) ** 2 * HEAD_DIM * 0.5 / (GFLOPS * 1e9) * 
 
 def one_run(out: Path, *, buffer: str, order: str, fault: str | None, iters: int) -> dict:
     from ringbench.analysis.findings import analyze, verdict_document
-    from ringbench.rank.scenario import Scenario
     from ringbench.record.store import load_run
     from ringbench.run.sweep import execute
+    from ringbench.scenario.scenario import Scenario
 
     scenario = Scenario(
         name="detection", world=(WORLD,), seq=(SEQ,), heads=(HEADS,), head_dim=(HEAD_DIM,), mask=("causal",),

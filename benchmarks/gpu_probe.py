@@ -233,7 +233,7 @@ def sync_debug(device: torch.device, dry: bool) -> None:
     from ringbench.engine.api import build_context, ring_attention
     from ringbench.engine.timeline import timeline_for
     from ringbench.kernels import get_kernel
-    from ringbench.rank.faults import RankFaults
+    from ringbench.rank.injection import RankFaults
     from ringbench.rank.runner import RunRecorder
 
     batch, heads, seq, head_dim = (1, 1, 64, 16) if dry else (1, 32, 8192, 128)
@@ -360,7 +360,7 @@ def overlap_check(device: torch.device, out: Path, dry: bool) -> None:
     from ringbench.engine.timeline import timeline_for
     from ringbench.kernels import BlockMask, MaskKind, get_kernel, spin
     from ringbench.markers import step_marker
-    from ringbench.rank.faults import RankFaults
+    from ringbench.rank.injection import RankFaults
     from ringbench.rank.profiling import ProfileCapture
     from ringbench.rank.runner import RunRecorder
     from ringbench.traces.kineto import read_kineto_trace

@@ -492,7 +492,9 @@ class TritonKernel(BlockKernel):
 
     name = "triton"
     max_head_dim = 128
-    compiles = True  # JIT: each new (mask mode, dtype, shape class) compiles on its first call (ringbench/engine/warm.py)
+    compiles = (
+        True  # JIT: each new (mask mode, dtype, shape class) compiles on its first call (ringbench/engine/warm.py)
+    )
     # float64 only under the interpreter (check() rejects it on CUDA, where it is not validated).
     dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 

@@ -235,9 +235,9 @@ def test_the_double_rings_outer_transfer_hides_behind_the_inner_steps(tmp_path):
     hop, not to an inner one."""
     from ringbench.analysis.hops import hop_table
     from ringbench.figures.critical_path import transfers
-    from ringbench.rank.scenario import Scenario
     from ringbench.record.store import load_run
     from ringbench.run.sweep import execute
+    from ringbench.scenario.scenario import Scenario
 
     scenario = Scenario(name="double-ring-overlap", world=(4,), seq=(512,), heads=(2,), head_dim=(32,),
                         mask=("none",), layout=("contiguous",), buffer=("double",), kernel=("emulated:0.2",),

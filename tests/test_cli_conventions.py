@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
-from ringbench.rank.scenario import DEFAULT_SCENARIO, load_scenario
+from ringbench.scenario.scenario import DEFAULT_SCENARIO, load_scenario
 
 DATA = Path(__file__).parent / "data" / "topology"
 TINY = ["--world", "2", "--seq", "64", "--heads", "1", "--head-dim", "8", "--iters", "3", "--warmup", "1"]
@@ -55,8 +55,8 @@ def test_every_scenario_axis_is_an_option_of_run_with_one_help_text_everywhere()
     import typing
 
     from ringbench.cli import calibrate_cmd, plan_cmd, run_cmd, simulate_cmd
-    from ringbench.rank.scenario import AXES
     from ringbench.scenario.axes import axes_for, axis
+    from ringbench.scenario.scenario import AXES
 
     def options(function) -> dict[str, str]:
         out = {}
@@ -83,7 +83,7 @@ def test_every_scenario_axis_is_an_option_of_run_with_one_help_text_everywhere()
 
 
 def test_dtype_aliases_and_shipped_names():
-    from ringbench.rank.scenario import Scenario
+    from ringbench.scenario.scenario import Scenario
 
     assert Scenario(dtype=("bf16", "fp32")).dtype == ("bfloat16", "float32")
     with pytest.raises(ValueError, match=r"shipped scenario name: buffers, default, .*stragglers"):

@@ -17,8 +17,8 @@ import torch.distributed as dist
 
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.runner import RunSettings, rank_worker
-from ringbench.rank.scenario import Scenario
 from ringbench.run.launch import launch_local
+from ringbench.scenario.scenario import Scenario
 
 
 class _RecordingDist:

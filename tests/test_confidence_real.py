@@ -14,9 +14,9 @@ import dataclasses
 import pytest
 
 from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
-from ringbench.rank.scenario import Scenario, load_scenario
 from ringbench.record.store import load_run
 from ringbench.run.sweep import execute
+from ringbench.scenario.scenario import Scenario, load_scenario
 
 TRIED = {
     # ringbench run --world 8 --seq 8192 --heads 4 --head-dim 64 --mask causal --layout zigzag --buffer double

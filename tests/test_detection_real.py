@@ -13,9 +13,9 @@ import pytest
 
 from ringbench.analysis.findings import analyze, verdict_document, verdict_lines
 from ringbench.analysis.stragglers import CLOCK_VIOLATION_SHARE
-from ringbench.rank.scenario import Scenario
 from ringbench.record.store import load_run
 from ringbench.run.sweep import execute
+from ringbench.scenario.scenario import Scenario
 
 WORLD, SEQ, HEADS, HEAD_DIM = 8, 2048, 2, 32
 STEP_MS = 4.0 * HEADS * (SEQ // WORLD) ** 2 * HEAD_DIM * 0.5 / 1e9 * 1e3  # zigzag: half-visible pairs, 1 GFLOP/s

@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 
 from ringbench.cli.app import app
 from ringbench.gate.samples import iteration_samples, sample_set_from_run
-from ringbench.rank.scenario import load_scenario
 from ringbench.record.store import load_run
+from ringbench.scenario.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 ITERS, REPEATS, WORLD = 6, 2, 2

@@ -10,8 +10,8 @@ import pytest
 from cli_helpers import invoke
 
 from ringbench.analysis.placement import shared_hop_costs
-from ringbench.rank.faults import RankFaults
-from ringbench.rank.scenario import Scenario
+from ringbench.rank.injection import RankFaults
+from ringbench.scenario.scenario import Scenario
 from ringbench.simulate import Costs, SimCase
 from ringbench.simulate.case import Cluster, phase_models
 from ringbench.topology import load_topology, recommend, topology_from_spec

@@ -21,7 +21,7 @@ from ringbench.engine.plan import CALL_ENTRIES, MAX_CALLS, band_items, pair_plan
 from ringbench.engine.short_ring import short_route
 from ringbench.errors import UsageError
 from ringbench.kernels.base import MaskTensors
-from ringbench.rank.layers import canonical_layers, layer_masks
+from ringbench.scenario.layers import canonical_layers, layer_masks
 from ringbench.vocab import MaskSpec
 
 DATA = Path(__file__).parent / "data" / "plans"

@@ -10,8 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
-from ringbench.rank.scenario import DEFAULT_SCENARIO, load_scenario
 from ringbench.record.schema import EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.scenario.scenario import DEFAULT_SCENARIO, load_scenario
 
 runner = CliRunner()
 SMALL = ["--seq", "48", "--heads", "2", "--head-dim", "8", "--iters", "2", "--warmup", "1", "--kernel", "emulated:50"]
@@ -193,8 +193,8 @@ def test_nan_errors_fail_the_check():
     import math
 
     from ringbench.rank.report import RankReport
-    from ringbench.rank.scenario import Scenario
     from ringbench.run.results import summarize_case
+    from ringbench.scenario.scenario import Scenario
 
     scenario = Scenario(world=(1,), seq=(64,))
     (case,) = scenario.cases()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ringbench.rank.faults import RankFaults
+from ringbench.rank.injection import RankFaults
 from ringbench.simulate import DEFAULTS, Cluster, SimCase, simulate_case
 from ringbench.simulate.flows import Prices
 from ringbench.simulate.plan import PlanRequest, make_plan

@@ -16,9 +16,9 @@ from ringbench.errors import UsageError
 from ringbench.figures.critical_path import critical_path_segments, transfers
 from ringbench.kernels.base import MaskKind
 from ringbench.orders import parse_placement
-from ringbench.rank.faults import RankFaults
-from ringbench.rank.scenario import Case, Scenario
+from ringbench.rank.injection import RankFaults
 from ringbench.run.selfcheck import run_selfcheck, strategy_cases, within_tolerance
+from ringbench.scenario.scenario import Case, Scenario
 from ringbench.vocab import Layout, Mask, Strategy
 from tests.cli_helpers import assert_one_line_error, invoke
 

@@ -4,9 +4,9 @@ stride:2 ring is measurably slower than the order `recommend` picks."""
 from pathlib import Path
 
 from ringbench.orders import format_ring
-from ringbench.rank.scenario import Scenario
 from ringbench.record.store import load_run
 from ringbench.run.sweep import execute
+from ringbench.scenario.scenario import Scenario
 from ringbench.topology import load_topology, recommend
 
 TOPOLOGY = Path(__file__).parent / "data" / "topology" / "two_host_slow_net.yaml"

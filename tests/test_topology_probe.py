@@ -11,11 +11,11 @@ import pytest
 from cli_helpers import assert_one_line_error, invoke
 
 from ringbench.experiments.probe import ProbeSpec, format_bytes, parse_sizes, summarize
-from ringbench.rank.scenario import Scenario
 from ringbench.record.atomic import write_json
 from ringbench.record.folder import new_run_id
 from ringbench.record.meta import META_FILE
 from ringbench.record.schema import SCHEMA_VERSION
+from ringbench.scenario.scenario import Scenario
 
 DATA = Path(__file__).parent / "data" / "topology"
 SLOW_PAIR = DATA / "three_rank_slow_pair.yaml"  # 1 <-> 2: 3 ms latency, 0.05 GB/s; the other pairs NV4

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from ringbench.analysis.short_ring import short_ring_lines
 from ringbench.cli.app import app
-from ringbench.rank.scenario import Case
 from ringbench.run.results import case_plan, short_ring_bytes
+from ringbench.scenario.scenario import Case
 
 runner = CliRunner()
 

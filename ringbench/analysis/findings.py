@@ -106,7 +106,7 @@ class RunAnalysis:
     @property
     def faults(self) -> list[str]:
         """Injected fault specs from the metadata and the cases' ``faults`` column, de-duplicated."""
-        specs = self.run.meta.faults  # canonical specs (ringbench.rank.faults), as every producer writes them
+        specs = self.run.meta.faults  # canonical specs (ringbench.scenario.faults), as every producer writes them
         if "faults" in self.run.cases:
             for value in self.run.cases["faults"].dropna().astype(str):
                 specs.extend(part for part in value.split(";") if part)

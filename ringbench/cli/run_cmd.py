@@ -35,7 +35,7 @@ from ringbench.cli.common import (
 )
 from ringbench.cli.views import case_line, summary_table
 from ringbench.fmt import json_value
-from ringbench.rank.scenario import DEFAULT_SCENARIO
+from ringbench.scenario.scenario import DEFAULT_SCENARIO
 
 AXES_PANEL = "Sweep axes (repeatable; defaults: without a scenario file)"
 RUN_PANEL = "Run settings"
@@ -160,11 +160,11 @@ def run(
     (The ``\\f`` ends what --help shows of this docstring.)
     """
     from ringbench.errors import Interrupted, RunFailure
-    from ringbench.rank.scenario import load_scenario
     from ringbench.run.cases import preflight
     from ringbench.run.interrupt import StopRequested, StopSignals, signal_name
     from ringbench.run.state import resume_base
     from ringbench.run.sweep import execute
+    from ringbench.scenario.scenario import load_scenario
 
     out = Output(json=json_out, quiet=quiet, document="run")
     with cli_errors(), StopSignals():  # a signal before or after the sweep ends the command cleanly too

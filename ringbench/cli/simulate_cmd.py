@@ -166,9 +166,9 @@ def simulate(
     per option makes most of its lines; the body (build the request, simulate, print) alone is well under 80.
     (The ``\\f`` ends what --help shows of this docstring.)
     """
-    from ringbench.rank.scenario import DEFAULT_SCENARIO, load_scenario
     from ringbench.report.markdown import render_section
     from ringbench.report.scale import scale_section
+    from ringbench.scenario.scenario import DEFAULT_SCENARIO, load_scenario
     from ringbench.simulate.sweep import SimRequest, run_simulation
 
     output = Output(json=json_out, quiet=quiet, document="simulate")

@@ -9,7 +9,7 @@ and a ``recv`` span per pair -- what the per-hop tables, the critical path and t
 
 ``parts[peer]`` is what this rank sends to ``peer`` (its own entry is kept as it is); the result holds what each
 peer sent here. Completion on the host timeline (gloo): one watcher job per all-to-all waits on every work and
-stamps each pair's completion; an emulated link delay (ringbench.rank.faults, priced with the exchange's ``flows``
+stamps each pair's completion; an emulated link delay (ringbench.scenario.faults, priced with the exchange's ``flows``
 for NIC sharing) holds each pair's arrival ``delay`` after its transfer completed, the pairs in parallel (a rank's
 transfers of one exchange already share its port in the price). On a stream timeline (NCCL) the batch is posted
 from the comm stream after the compute stream, and NCCL runs it as one kernel: every pair shares its end.

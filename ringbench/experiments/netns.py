@@ -226,8 +226,8 @@ def compare_orders_in_namespaces(
     Returns {"step_ms": {order: ms}, "cases": [case rows], "cluster": description, "block_bytes": bytes per hop}.
     """
     from ringbench.rank.runner import RunSettings
-    from ringbench.rank.scenario import Scenario
     from ringbench.run.results import summarize_case
+    from ringbench.scenario.scenario import Scenario
 
     scenario = Scenario(
         name="netns", world=(2 * ranks_per_host,), seq=(seq,), heads=(heads,), head_dim=(head_dim,), mask=("none",),

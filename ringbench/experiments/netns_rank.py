@@ -19,7 +19,7 @@ def main() -> int:
     from ringbench.experiments.netns import RESULT_PREFIX
     from ringbench.rank.dist import init_launched
     from ringbench.rank.runner import RunSettings, open_session, run_case
-    from ringbench.rank.scenario import Case
+    from ringbench.scenario.scenario import Case
 
     with open(os.environ["RINGBENCH_NETNS_SPEC"], encoding="utf-8") as handle:
         spec = json.load(handle)

@@ -20,7 +20,7 @@ ping-pongs enqueued without a host wait, timed by two CUDA events on the stream 
 
 With an emulated topology (``--emulate-links FILE``) each message is delayed on arrival by the link's
 ``latency + bytes / bandwidth``, exactly as `ringbench run --emulate-links` delays ring transfers
-(`ringbench.rank.faults.RankFaults.link_delay`), so the matrix shows the emulated cluster. One pair is active at a time, so
+(`ringbench.rank.injection.RankFaults.link_delay`), so the matrix shows the emulated cluster. One pair is active at a time, so
 no hop shares a network link with another.
 
 Results go to ``results/<run-id>/``: meta.json (``"probe"``: the matrices; ``"topology"``: the measured topology,
@@ -129,7 +129,7 @@ class _Wire:
     on arrival."""
 
     def __init__(self, rank: int, backend: str, device, timeout_s: float, link_model: dict | None) -> None:
-        from ringbench.rank.faults import RankFaults
+        from ringbench.rank.injection import RankFaults
 
         self.rank = rank
         self.backend = backend
@@ -165,7 +165,7 @@ class _DeviceWire:
     a fake whose events complete later than recorded); ``dist`` is torch.distributed (injectable likewise)."""
 
     def __init__(self, rank: int, runtime, timeout_s: float, link_model: dict | None, dist=None) -> None:
-        from ringbench.rank.faults import RankFaults
+        from ringbench.rank.injection import RankFaults
 
         self.rank = rank
         self.runtime = runtime
@@ -380,7 +380,7 @@ def summarize(per_rank: list[dict], spec: ProbeSpec, world: int, elapsed_s: floa
 
 def emulated_link_model(path: str | Path) -> tuple[dict, dict]:
     """(link_model, topology document) for ``--emulate-links FILE``: the same delays `ringbench run` injects."""
-    from ringbench.rank.scenario import Scenario
+    from ringbench.scenario.scenario import Scenario
     from ringbench.topology.load import load_topology
 
     topology = load_topology(path)

@@ -189,7 +189,7 @@ def calibrate_auto(session, cases, settings) -> AutoModel | None:
     from ringbench.engine.inputs import rank_shards
     from ringbench.engine.layout import resolve_layout
     from ringbench.kernels import get_kernel
-    from ringbench.rank.layers import layer_rules
+    from ringbench.rank.layer_checks import layer_rules
 
     models, seen = [], set()
     for case in cases:

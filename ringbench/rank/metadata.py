@@ -124,7 +124,7 @@ def collect_environment(command: str = "") -> dict:
 
 def collect_metadata(scenario, *, command: str, trace: bool) -> dict:
     """A run's metadata before its first case (ringbench.run.results adds run_id and the schema version)."""
-    from ringbench.rank.faults import parse_fault
+    from ringbench.scenario.faults import parse_fault
 
     worlds = list(scenario.world)
     device = collect_device_metadata(max(worlds))

@@ -29,12 +29,13 @@ from ringbench.kernels.emulated import EmulatedKernel
 from ringbench.rank.autorate import AutoModel, calibrate_auto, check_pacing
 from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
-from ringbench.rank.faults import RankFaults, parse_fault
-from ringbench.rank.layers import check_layers, layer_rules
+from ringbench.rank.injection import RankFaults
+from ringbench.rank.layer_checks import check_layers, layer_rules
 from ringbench.rank.memory import TensorPeak, peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
 from ringbench.rank.report import RankReport
-from ringbench.rank.scenario import Case, Scenario
+from ringbench.scenario.faults import parse_fault
+from ringbench.scenario.scenario import Case, Scenario
 
 # Seconds the float64 check of one case may take on one rank; beyond it the check samples rows and says so.
 CHECK_BUDGET_S = 60.0
@@ -56,7 +57,7 @@ class RunSettings:
     timeout: float
     """Seconds any distributed wait may take."""
     faults: tuple[str, ...] = ()
-    """Injected faults as canonical specs (ringbench.rank.faults)."""
+    """Injected faults as canonical specs (ringbench.scenario.faults)."""
     seed: int = 0
     """Inputs are a function of (seed, token chunk)."""
     trace: bool = True

@@ -53,7 +53,9 @@ KEYS = (
     MetaKey("emulated", _BOOL, _ALL, "some compute or link time is modelled, not measured"),
     MetaKey("emulated_links", _BOOL, _ALL, "link costs of a topology were injected as delays"),
     MetaKey("simulated", _BOOL, frozenset({"simulate"}), "nothing was measured: a model wrote every number"),
-    MetaKey("faults", _LIST, _ALL, "injected faults as canonical specs (ringbench.rank.faults: slow-rank:3:1.5, ...)"),
+    MetaKey(
+        "faults", _LIST, _ALL, "injected faults as canonical specs (ringbench.scenario.faults: slow-rank:3:1.5, ...)"
+    ),
     MetaKey("trace", _BOOL, _ALL, "per-step spans were recorded (false: iteration times only, --no-trace)"),
     MetaKey("topology", _DICT + _NONE, _ALL, "the ranks' topology (ringbench.topology.Topology.to_dict), or null"),
     MetaKey("backend", _TEXT, _ALL, "the backend the ranks ran on: gloo or nccl"),

@@ -9,8 +9,8 @@ import dataclasses
 
 from ringbench.errors import UsageError
 from ringbench.rank.runner import RunSettings
-from ringbench.rank.scenario import Case, Scenario
 from ringbench.run.results import ResultsFolder
+from ringbench.scenario.scenario import Case, Scenario
 
 
 def preflight(scenario: Scenario, *, device: str | None = None, loopback: bool = False, trace: bool = True,

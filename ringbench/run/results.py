@@ -21,10 +21,10 @@ from ringbench.figures.critical_path import clock_tolerance_ns
 from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, rank_balance
 from ringbench.kernels import get_kernel
 from ringbench.rank.report import RankReport
-from ringbench.rank.scenario import Case, Scenario
 from ringbench.record.folder import RecordFolder
 from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS
 from ringbench.run.interrupt import shielded
+from ringbench.scenario.scenario import Case, Scenario
 from ringbench.vocab import TOLERANCE
 
 
@@ -92,7 +92,7 @@ def case_plan(case: Case) -> dict | None:
         return None
     from ringbench.engine.layout import resolve_layout
     from ringbench.engine.plan_summary import plan_summary
-    from ringbench.rank.layers import layer_rules
+    from ringbench.rank.layer_checks import layer_rules
 
     rules = layer_rules(case)
     layout = resolve_layout(case.layout, case.seq, case.world, tuple(rules))

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringbench.errors import Interrupted, UsageError
-from ringbench.rank.scenario import Scenario
 from ringbench.run.interrupt import StopRequested, signal_name
 from ringbench.run.results import ResultsFolder
+from ringbench.scenario.scenario import Scenario
 
 ONE_SHOT_FAULTS = ("crash:", "hang:")
 
@@ -142,7 +142,7 @@ def resume_base(resume: str | Path) -> Scenario:
     """The scenario ``run --resume DIR`` starts from: the folder's recorded one. A launched rank other than 0 may
     have no copy of the folder (no shared filesystem): it takes the default, and rank 0's scenario is what runs."""
     from ringbench.rank.dist import launched_env
-    from ringbench.rank.scenario import DEFAULT_SCENARIO
+    from ringbench.scenario.scenario import DEFAULT_SCENARIO
 
     launched = launched_env()
     if launched is not None and launched[0] != 0 and not (Path(resume) / "meta.json").is_file():

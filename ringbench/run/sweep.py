@@ -28,12 +28,12 @@ from ringbench.errors import RunFailure, UsageError
 from ringbench.rank.autorate import AutoModel
 from ringbench.rank.metadata import collect_metadata
 from ringbench.rank.runner import RunSettings, calibration_worker, rank_worker, with_auto_model
-from ringbench.rank.scenario import Case, Scenario
 from ringbench.run.cases import preflight, reported, runnable, with_profile
 from ringbench.run.interrupt import StopRequested, StopSignals
 from ringbench.run.launch import launch_local
 from ringbench.run.results import ResultsFolder
 from ringbench.run.state import Tracker, interrupted, resumable_scenario, resume_flags
+from ringbench.scenario.scenario import Case, Scenario
 
 
 def execute(

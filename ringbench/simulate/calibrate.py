@@ -28,7 +28,7 @@ import pandas as pd
 
 from ringbench.errors import UsageError
 from ringbench.kernels.base import block_flops
-from ringbench.rank.faults import parse_fault
+from ringbench.scenario.faults import parse_fault
 from ringbench.simulate.calibrate_host import host_steps
 from ringbench.simulate.calibrate_links import fit_links, host_index, run_topology
 from ringbench.simulate.costs import DEFAULTS, KINDS, PHASES, Costs

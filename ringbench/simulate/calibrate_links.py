@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ringbench.rank.faults import parse_fault
+from ringbench.scenario.faults import parse_fault
 from ringbench.simulate.costs import DEFAULTS, LinkCost
 from ringbench.simulate.identify import CostSource
 

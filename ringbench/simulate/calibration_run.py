@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ringbench.errors import bad_value
-from ringbench.rank.scenario import Scenario
+from ringbench.scenario.scenario import Scenario
 from ringbench.simulate.calibrate import Calibration, calibrate
 
 DEFAULT_SEQ = 2048

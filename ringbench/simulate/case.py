@@ -2,7 +2,7 @@
 
 ``SimCase`` names a point of a sweep exactly as ``ringbench run`` does (world, seq, heads, head dim, batch,
 dtype, mask, layout, buffer, order, backward) plus the injected faults in their canonical specs
-(ringbench/rank/faults.py). ``Cluster`` says where the ranks live: a topology (link classes, hosts, NIC sharing)
+(ringbench/scenario/faults.py). ``Cluster`` says where the ranks live: a topology (link classes, hosts, NIC sharing)
 and whether its links are real or emulated (a run with ``--emulate-links`` moves blocks over the local
 transport and then holds them for the topology's cost: the simulator does the same).
 """
@@ -18,8 +18,8 @@ from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
 from ringbench.orders import format_ring, parse_order
-from ringbench.rank.faults import Fault, check_fault_hops, check_faults, parse_fault
-from ringbench.rank.scenario import Case
+from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, parse_fault
+from ringbench.scenario.scenario import Case
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
 from ringbench.simulate.plans import pair_classes
@@ -127,7 +127,7 @@ class SimCase:
         return None
 
     def _normalise_strategy(self) -> None:
-        """The run's normalisation (rank.scenario.Case): one case per computation, the same case id."""
+        """The run's normalisation (scenario.scenario.Case): one case per computation, the same case id."""
         from ringbench.vocab import Strategy
 
         strategy = Strategy.parse(self.strategy, "strategy")

@@ -6,7 +6,7 @@ An exchange is a set of ``flows`` (src, dst) moving on every rank at once. A flo
     local transport, then latency + bytes / (bandwidth / share) as an injected delay   (emulated links)
 
 with ``share`` the number of the exchange's flows that divide its link: across hosts, every flow between the same
-two hosts (their link); inside a host, the rank's other flows (its port), the rule ringbench.rank.faults applies
+two hosts (their link); inside a host, the rank's other flows (its port), the rule ringbench.scenario.faults applies
 to emulated links. An all-to-all on a topology priced for a GPU (simulate/priors.py: classes with an all-to-all
 bandwidth) shares per class instead: a rank's flows over one class share that class's all-to-all bandwidth, the
 flows through several PCIe bridges (PXB) of one switch tree share the tree's upstream link, and the network flows

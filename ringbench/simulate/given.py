@@ -115,7 +115,7 @@ class SimConfig:
         )
 
     def faults(self) -> list[str]:
-        """Injected faults as canonical specs (ringbench.rank.faults), the ``faults`` column of the cases table."""
+        """Injected faults as canonical specs (ringbench.scenario.faults), the ``faults`` column of the cases table."""
         specs = []
         if self.slow_rank is not None and self.slow_factor != 1.0:
             specs.append(f"slow-rank:{self.slow_rank}:{self.slow_factor:g}")

@@ -68,7 +68,7 @@ class PlanRequest:
     docs: str = "none"
     """The packed documents of a document mask (ringbench.engine.documents specs)."""
     layers: str = "1"
-    """Attention layers per iteration: a count, or a pattern of masks (ringbench.rank.layers)."""
+    """Attention layers per iteration: a count, or a pattern of masks (ringbench.scenario.layers)."""
     strategies: tuple[str, ...] = ()
     """Only these strategies (``ring``, ``ulysses``, ``hybrid:2``, ...); empty: every one the degrees allow."""
 
@@ -213,7 +213,7 @@ def _costs(request: PlanRequest, gpu):
 
 
 def _masks(request: PlanRequest) -> tuple[str, ...]:
-    from ringbench.rank.layers import layer_masks
+    from ringbench.scenario.layers import layer_masks
 
     return layer_masks(request.layers, request.mask)
 

@@ -8,7 +8,7 @@ here, pair by pair, with the same rules as the ring's exchanges:
 
   a pair's transfer starts when both ends posted, lands after the local transfer of its bytes (a rank's chunks of
   one all-to-all share its port), and is received after its link's delay (emulated links: what the run injects,
-  ringbench.rank.faults with the exchange's flows; real links: latency + bytes / (bandwidth / share));
+  ringbench.scenario.faults with the exchange's flows; real links: latency + bytes / (bandwidth / share));
   a rank's wait ends when every chunk it receives and every chunk it sends is done.
 
 Compute of a block made of several ranks' shards: the sum over its (query member, key member) pairs of the pair's

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringbench.errors import UsageError, bad_value
-from ringbench.rank.scenario import Scenario
 from ringbench.record.store import RunData, load_run
+from ringbench.scenario.scenario import Scenario
 from ringbench.simulate.calibrate import Calibration, calibrate
 from ringbench.simulate.case import Cluster, SimCase, cases_like, run_cores
 from ringbench.simulate.case_result import CaseResult

@@ -9,7 +9,6 @@ The interface is ringbench/rank/impls/base.py; the per-rank call the runner make
 
 from __future__ import annotations
 
-from ringbench.errors import UsageError
 from ringbench.rank.impls.base import Adapter, AttentionFn, Support, Workload
 from ringbench.rank.impls.builtin import (
     RingAttentionPytorchAdapter,
@@ -19,8 +18,8 @@ from ringbench.rank.impls.builtin import (
     UserAdapter,
 )
 from ringbench.rank.impls.torch_ring import TorchRingAdapter
+from ringbench.scenario.impls import DEFAULT_IMPL, IMPL_NAMES, check_impl
 
-DEFAULT_IMPL = "ringbench"
 _BUILTIN = {
     "ringbench": RingbenchAdapter,
     "torch-ring": lambda: TorchRingAdapter("ALL_GATHER", "torch-ring"),
@@ -37,14 +36,13 @@ def adapter_names() -> tuple[str, ...]:
     return tuple(_BUILTIN)
 
 
+assert tuple(_BUILTIN) == IMPL_NAMES, "the scenario's impl names (ringbench/scenario/impls.py) and the adapters differ"
+
+
 def get_adapter(name: str) -> Adapter:
     """The adapter called ``name``: a built-in one, or ``module:function`` for a user's implementation."""
-    if name in _BUILTIN:
-        return _BUILTIN[name]()
-    module, sep, function = str(name).partition(":")
-    if sep and module and function and module.replace(".", "").replace("_", "").isalnum():
-        return UserAdapter(name)
-    raise UsageError(f"impl={name!r} is not known; expected one of: {', '.join(_BUILTIN)}, or module:function")
+    check_impl(name)
+    return _BUILTIN[name]() if name in _BUILTIN else UserAdapter(name)
 
 
 __all__ = ["DEFAULT_IMPL", "Adapter", "AttentionFn", "Support", "Workload", "adapter_names", "get_adapter"]

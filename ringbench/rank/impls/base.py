@@ -27,7 +27,7 @@ from ringbench.errors import UsageError
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
-    """One point of a sweep, for adapters (the same axes as ringbench.rank.scenario.Case)."""
+    """One point of a sweep, for adapters (the same axes as ringbench.scenario.scenario.Case)."""
 
     world: int = 4
     seq: int = 4096

@@ -22,9 +22,10 @@ from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
 from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement
-from ringbench.rank.faults import Fault, check_fault_hops, check_faults, parse_fault
-from ringbench.rank.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
 from ringbench.scenario.axes import AXIS_NAMES, INT_AXES
+from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, parse_fault
+from ringbench.scenario.impls import check_impl
+from ringbench.scenario.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
 from ringbench.vocab import DTYPE_ALIASES, DTYPES, Buffer, Layout, MaskSpec, Strategy
 
 AXES = AXIS_NAMES  # the sweep's axes (ringbench/scenario/axes.py), in the cartesian product's order
@@ -62,7 +63,7 @@ class Case:
     docs: str = "none"
     """The packed documents of a document mask (ringbench.engine.documents); ``none`` for the other masks."""
     layers: str = "1"
-    """Attention layers per iteration (ringbench.rank.layers): a count, or a pattern of masks."""
+    """Attention layers per iteration (ringbench.scenario.layers): a count, or a pattern of masks."""
 
     def __post_init__(self) -> None:
         # One canonical case per computation, so a sweep over strategy x buffer x order x placement runs each
@@ -166,7 +167,7 @@ class Scenario:
     """Packed documents for the document masks (ringbench.engine.documents): lengths:..., file:PATH, lognormal:...,
     uniform:...; masks without documents ignore the axis."""
     layers: tuple[str, ...] = ("1",)
-    """Attention layers per iteration, each with its own mask (ringbench.rank.layers): 4, or 'window:4096 x5,
+    """Attention layers per iteration, each with its own mask (ringbench.scenario.layers): 4, or 'window:4096 x5,
     causal x1'."""
     backward: bool = True
     """Time the backward ring too."""
@@ -276,11 +277,9 @@ class Scenario:
                 raise _failure(where, "check", True, allowed)
 
     def _validate_impls(self, where: str) -> None:
-        from ringbench.rank.impls import get_adapter
-
         for value in self.impl:
             try:
-                get_adapter(value)
+                check_impl(value)
             except UsageError as exc:
                 raise UsageError(where + str(exc)) from None
 

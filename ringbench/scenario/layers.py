@@ -14,7 +14,6 @@ Masks are canonical (ringbench.vocab.MaskSpec); a pattern is written back in its
 
 from __future__ import annotations
 
-import math
 import re
 
 from ringbench.errors import UsageError, bad_value
@@ -134,42 +133,13 @@ def validate_mask_axes(self, fail, where: str) -> None:
         raise fail("mask", ", ".join(self.mask), "masks, docs and layouts that make at least one case")
 
 
-def layer_rules(case) -> list:
-    """The MaskRule of every layer of ``case`` (a ringbench.rank.scenario.Case; ringbench.engine.masks)."""
-    from ringbench.engine.masks import mask_rule
-
-    return [mask_rule(mask, case.docs, case.seq) for mask in case.layer_masks]
-
-
-def check_layers(rules, outs, grads, inputs: dict, device, budget_s: float, tick):
-    """The float64 check of every layer (each distinct mask once: layers with one mask compute the same), the
-    worst errors over them, and the budget shared out."""
-    from ringbench.engine.reference import CheckResult, check_errors
-
-    first = {}
-    for layer, rule in enumerate(rules):
-        first.setdefault(rule, layer)
-    results = []
-    for rule, layer in first.items():
-        layer_grads = grads[layer] if grads is not None else None
-        results.append(check_errors(out=outs[layer].detach(), grads=layer_grads, mask=rule, **inputs, device=device,
-                                    budget_s=budget_s / len(first), tick=tick))  # fmt: skip
-    if len(results) == 1:
-        return results[0]
-    worst = min(results, key=lambda r: len(r.grads))  # the gradients every layer's check covered
-    notes = sorted({r.note for r in results if r.note})
-
-    def worst_of(values) -> float:  # NaN wins: a NaN anywhere fails the check
-        values = list(values)
-        return math.nan if any(math.isnan(x) for x in values) else max(values)
-
-    return CheckResult(
-        fwd_err=worst_of(r.fwd_err for r in results), bwd_err=worst_of(r.bwd_err for r in results),
-        sampled=any(r.sampled for r in results), rows_checked=min(r.rows_checked for r in results),
-        rows_total=worst.rows_total, grads=worst.grads, estimated_s=sum(r.estimated_s for r in results),
-        note="; ".join(notes),
-    )  # fmt: skip
-
-
-__all__ = ["LAYERS_HELP", "canonical_layers", "check_layers", "layer_masks", "layer_rules", "needs_docs",
-           "parse_layers", "uses_case_mask", "validate_mask_axes"]  # fmt: skip
+__all__ = [
+    "LAYERS_HELP",
+    "MAX_LAYERS",
+    "canonical_layers",
+    "layer_masks",
+    "needs_docs",
+    "parse_layers",
+    "uses_case_mask",
+    "validate_mask_axes",
+]
