@@ -94,10 +94,10 @@ AXES = ["layout", "mask", "buffer"]
 
 def predict(runs: dict[str, str]) -> pd.DataFrame:
     """One row per (calibration case, target): measured and predicted step time, error, the priors it used."""
+    from ringbench.advise.simulation import cases_like
+    from ringbench.calibration.calibrate import calibrate
     from ringbench.simulate import simulate_case
-    from ringbench.simulate.calibrate import calibrate
     from ringbench.simulate.case import Cluster
-    from ringbench.simulate.sweep import cases_like
 
     try:  # the machine the measured run shared (a CPU's cores)
         from ringbench.simulate.case import run_cores
@@ -105,7 +105,7 @@ def predict(runs: dict[str, str]) -> pd.DataFrame:
         run_cores = None
 
     try:  # what a prediction assumed (absent before the calibration said so)
-        from ringbench.simulate.coverage import extrapolation
+        from ringbench.calibration.coverage import extrapolation
     except ImportError:
         extrapolation = None
     loaded = {key: load_run(path) for key, path in runs.items()}

@@ -41,8 +41,8 @@ def example() -> None:
     import dataclasses
     from pathlib import Path
 
+    from ringbench.advise.scale_view import order_comparison
     from ringbench.simulate import DEFAULTS, Cluster, SimCase, simulate_case
-    from ringbench.simulate.scale import order_comparison
     from ringbench.topology import load_topology
 
     started = time.perf_counter()

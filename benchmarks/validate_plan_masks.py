@@ -48,7 +48,7 @@ def _masks(seq: int, docs_spec: str) -> dict[str, dict]:
 
 
 def _plan(mask: dict, seq: int, calibration: Path):
-    from ringbench.simulate.plan import PlanRequest, make_plan
+    from ringbench.advise.planner import PlanRequest, make_plan
 
     return make_plan(PlanRequest(topology=TOPOLOGY, world=8, seq=seq, heads=4, head_dim=32, dtype="float32",
                                  mask=mask["mask"], docs=mask["docs"], layout=mask["layout"],

@@ -30,7 +30,7 @@ import numpy as np
 import yaml
 from scipy.stats import spearmanr
 
-from ringbench.simulate.plan import PlanRequest, price_configurations
+from ringbench.advise.planner import PlanRequest, price_configurations
 
 HERE = Path(__file__).resolve().parent / "published"
 WITHIN = 0.10

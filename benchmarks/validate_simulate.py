@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ringbench.advise.simulation import SimRequest, run_simulation
+from ringbench.calibration.calibrate import calibrate
 from ringbench.record.store import load_run
-from ringbench.simulate.calibrate import calibrate
-from ringbench.simulate.sweep import SimRequest, run_simulation
 
 COMMON = ["--heads", "2", "--head-dim", "32", "--mask", "causal", "--kernel", "emulated:auto", "--iters", "5",
           "--warmup", "1", "--no-check"]  # fmt: skip

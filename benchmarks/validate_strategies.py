@@ -9,7 +9,7 @@ arithmetic, so 8 ranks on 2 cores do not fight over the cores) and EMULATED link
 
 1. a calibration run at a third sequence length, over the local transport (no emulated links: the simulator adds
    the topology's delays itself, as the run injects them): the ring (sync and double) for the costs, and every
-   other strategy for its own host time per event (simulate/strategy_fit.py);
+   other strategy for its own host time per event (calibration/strategy_fit.py);
 2. one run per context (two sequence lengths): every strategy the plan considers -- ring, allgather, ulysses,
    hybrid:2, hybrid:4, double-ring:2, double-ring:4, the grouped ones heads-first and interleaved;
 3. `ringbench plan` on each run's topology, calibrated on run 1 (PREDICTED): the plan's first choice against the
@@ -61,7 +61,7 @@ def _key(row) -> tuple[str, str]:
 
 
 def _plan(run_dir: Path, seq: int, calibration: tuple[Path, ...]):
-    from ringbench.simulate.plan import PlanRequest, make_plan
+    from ringbench.advise.planner import PlanRequest, make_plan
 
     return make_plan(PlanRequest(topology=run_dir, world=8, seq=seq, heads=8, head_dim=32, dtype="float32",
                                  calibrate_from=calibration))  # fmt: skip
@@ -69,12 +69,12 @@ def _plan(run_dir: Path, seq: int, calibration: tuple[Path, ...]):
 
 def _like(run_dir: Path, calibration: tuple[Path, ...], out: Path) -> pd.DataFrame:
     """What `ringbench simulate --like RUN --from CALIBRATION` predicts, with several calibration runs merged."""
+    from ringbench.advise.simulation import SimRequest, _cluster
+    from ringbench.calibration.calibrate import calibrate
+    from ringbench.calibration.strategy_fit import merge_runs
     from ringbench.record.store import load_run
     from ringbench.simulate import simulate_case
-    from ringbench.simulate.calibrate import calibrate
     from ringbench.simulate.case import cases_like
-    from ringbench.simulate.strategy_fit import merge_runs
-    from ringbench.simulate.sweep import SimRequest, _cluster
 
     costs = calibrate(merge_runs(calibration)).costs
     run = load_run(run_dir)
@@ -99,7 +99,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     from ringbench.record.store import load_run
-    from ringbench.simulate.strategies import predicted_memory_mb
+    from ringbench.simulate.grouped import predicted_memory_mb
 
     timing = ["--kernel", args.rate, "--iters", str(args.iters), "--warmup", "1"]
     out = args.reuse or args.out

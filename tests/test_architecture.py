@@ -149,3 +149,21 @@ def test_no_function_is_longer_than_80_lines():
         f"functions over {MAX_FUNCTION_LINES} lines (split them, or say why in a docstring line 'Long because ...'):\n"
         + "\n".join(long)
     )
+
+
+SHARED_NAMES = {"model.py", "placement.py", "base.py"}  # each explained in docs/architecture.md
+
+
+def test_one_name_per_concept():
+    """At most three module names occur in more than one package, each explained in docs/architecture.md."""
+    from collections import defaultdict
+
+    packages: dict[str, list[str]] = defaultdict(list)
+    for path in [*(ROOT / "ringbench").rglob("*.py"), *(ROOT / "kernels").glob("*.py")]:
+        if path.name != "__init__.py":
+            packages[path.name].append(path.relative_to(ROOT).as_posix())
+    shared = {name: paths for name, paths in packages.items() if len(paths) > 1}
+    assert set(shared) <= SHARED_NAMES and len(shared) <= 3, shared
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    for name in shared:
+        assert f"`{name}`" in doc, f"docs/architecture.md does not say why {name} occurs twice"

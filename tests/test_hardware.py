@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ringbench.advise.planner import PlanRequest, make_plan, price_configurations
 from ringbench.errors import UsageError
 from ringbench.hardware import find_gpu, load_catalogue
 from ringbench.hardware.kernel import benchmark_tflops
-from ringbench.simulate.plan import PlanRequest, make_plan, price_configurations
 from tests.cli_helpers import invoke
 
 DATA = Path(__file__).parent / "data" / "topology"

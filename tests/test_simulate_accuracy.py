@@ -10,9 +10,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from ringbench.advise.simulation import SimRequest, run_simulation
 from ringbench.cli.app import app
 from ringbench.record.store import load_run
-from ringbench.simulate.sweep import SimRequest, run_simulation
 
 COMMON = ["--seq", "1024", "--heads", "2", "--head-dim", "32", "--mask", "causal", "--layout", "zigzag",
           "--buffer", "double", "--buffer", "sync", "--kernel", "emulated:1", "--iters", "3", "--warmup", "1",

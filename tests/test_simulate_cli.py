@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ringbench.calibration.calibrate import calibrate
 from ringbench.cli.app import app
 from ringbench.record.schema import CASE_COLUMNS
 from ringbench.record.store import load_run
 from ringbench.report.markdown import render_section
 from ringbench.report.scale import scale_figure, scale_section
 from ringbench.simulate import Costs, LinkCost, SimCase, run_data, simulate_case, write_run
-from ringbench.simulate.calibrate import calibrate
 
 TOPOLOGY = Path(__file__).parent / "data" / "topology" / "two_host_slow_net.yaml"
 HOST = {"enter_ms": 0.1, "pre_ms": 0.05, "mid_ms": 0.07, "post_ms": 0.03}

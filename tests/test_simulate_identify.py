@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from ringbench.advise.simulation import SimRequest, costs_by_case
+from ringbench.calibration.calibrate import calibrate
+from ringbench.calibration.coverage import extrapolation
+from ringbench.calibration.identify import determined
 from ringbench.cli.app import app
 from ringbench.record.store import load_run
 from ringbench.simulate import Costs, LinkCost, SimCase, run_data, simulate_case, write_run
-from ringbench.simulate.calibrate import calibrate
-from ringbench.simulate.coverage import extrapolation
-from ringbench.simulate.identify import determined
-from ringbench.simulate.sweep import SimRequest, costs_by_case
 
 HOST = {"enter_ms": 0.1, "pre_ms": 0.05, "mid_ms": 0.07, "post_ms": 0.03}
 TRUE = Costs(gflops=20.0, call_ms={"fwd": 0.4, "bwd": 0.6}, links={"local": LinkCost(latency_us=300, bandwidth_gbps=0.5)},

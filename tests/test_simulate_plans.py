@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ringbench.engine.plan import pair_plan
-from ringbench.simulate import plans
-from ringbench.simulate.plans import pair_classes
+from ringbench.simulate import pair_classes as plans
+from ringbench.simulate.pair_classes import pair_classes
 from ringbench.vocab import Layout, Mask
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from ringbench.advise.planner import PlanRequest, make_plan
 from ringbench.rank.injection import RankFaults
 from ringbench.simulate import DEFAULTS, Cluster, SimCase, simulate_case
 from ringbench.simulate.flows import Prices
-from ringbench.simulate.plan import PlanRequest, make_plan
-from ringbench.simulate.strategies import predicted_memory_mb
+from ringbench.simulate.grouped import predicted_memory_mb
 from ringbench.topology import load_topology
 from tests.cli_helpers import assert_one_line_error, invoke
 
@@ -104,9 +104,9 @@ def test_the_compiled_whole_ring_pass_is_the_numpy_pass(monkeypatch, buffer, fau
 
     import numpy as np
 
-    import ringbench.simulate.timeline as timeline
+    import ringbench.simulate.ring_timeline as timeline
     from ringbench.simulate import fastring
-    from ringbench.simulate.results import kept_positions
+    from ringbench.simulate.simulated_record import kept_positions
 
     case = SimCase(world=96, seq=96 * 4, heads=2, head_dim=16, dtype="float32", layout="zigzag", buffer=buffer,
                    iterations=2, faults=faults, backward=backward)  # fmt: skip

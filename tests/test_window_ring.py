@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from ringbench.analysis.short_ring import short_ring_lines
+from ringbench.analysis.short_ring_bytes import short_ring_lines
 from ringbench.cli.app import app
 from ringbench.run.results import case_plan, short_ring_bytes
 from ringbench.scenario.scenario import Case

@@ -15,7 +15,7 @@ which rank or hop holds the ring back. ``answers(analysis)`` gives, one line eac
                it), e.g. "causal-document (8 ranks): zigzag leaves rank 5 with 1.90× the mean work (measured
                1.85×); doc-balanced 1.04× (1.06×)"
   short ring   per context that ran on a full ring: what the short ring (--buffer double-short) would move
-               instead, when it is less (analysis/short_ring.py), e.g. "short ring: window:512 (8 ranks,
+               instead, when it is less (analysis/short_ring_bytes.py), e.g. "short ring: window:512 (8 ranks,
                contiguous): --buffer double-short would move 3.67 MB per iteration instead of 46.14 MB (0.08×; double),
                2 ring steps instead of 8; a rank keeps up to 1 K/V block for the backward"
   caveats      emulation, oversubscribed cores, faults, unchecked numerics: one line
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ringbench.analysis.short_ring import short_ring_lines
+from ringbench.analysis.short_ring_bytes import short_ring_lines
 from ringbench.figures.metrics import step_times
 from ringbench.fmt import number
 from ringbench.record.schema import CASE_AXES

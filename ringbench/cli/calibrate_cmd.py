@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ringbench.cli.axes import with_axes
+from ringbench.cli.axis_options import with_axes
 from ringbench.cli.common import OUTPUT_PANEL, TIMEOUT_HELP, JsonOption, Output, QuietOption, TopologyOption, cli_errors
 
 PANEL = "Calibration run"
@@ -56,7 +56,7 @@ def calibrate(
     --seq is the larger length (S/2 runs too); --heads the heads you mean to predict; on a CPU --world is at most
     its cores; every --mask given is measured (default causal: full and causal blocks)."""
     from ringbench.cli.views import assumed_lines, calibration_table
-    from ringbench.simulate.calibration_run import calibration_scenario, run_calibration
+    from ringbench.experiments.calibration_run import calibration_scenario, run_calibration
 
     given = {name: CALIBRATE_DEFAULTS[name] if value is None else value for name, value in axes.items()}
     world, seq, kernel = given["world"], given["seq"], given["kernel"]

@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ringbench.cli.axes import with_axes
+from ringbench.cli.axis_options import with_axes
 from ringbench.cli.common import JsonOption, Output, QuietOption, cli_errors
 from ringbench.cli.views import render_catalogue, render_plan
 
@@ -71,7 +71,7 @@ def plan(
     quiet: QuietOption = False,
 ) -> None:
     """Rank strategies (ring, ulysses, hybrid, double ring) for a workload on a topology."""
-    from ringbench.simulate.plan import PlanRequest, make_plan
+    from ringbench.advise.planner import PlanRequest, make_plan
     from ringbench.vocab import DTYPE_ALIASES, DTYPES, Layout, MaskSpec
 
     out = Output(json=json_out, quiet=quiet, document="plan")

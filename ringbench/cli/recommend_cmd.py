@@ -88,8 +88,8 @@ def prediction_lines(prediction) -> list[str]:
 
 def _kv_bytes(run, world: int) -> int | None:
     """The K/V block one rank sends per ring step in the run's first case on ``world`` ranks (bytes)."""
+    from ringbench.advise.simulation import cases_like
     from ringbench.errors import UsageError
-    from ringbench.simulate.sweep import cases_like
 
     try:
         cases = [case for case in cases_like(run, 1) if case.world == world]
@@ -220,7 +220,7 @@ def register(app: typer.Typer) -> None:
                 loaded = loaded.with_message_bytes(nbytes) if nbytes else loaded
             result = recommend_order(loaded, order)
             if measured is not None and not result.all_equivalent and _kv_bytes(measured, loaded.world):
-                from ringbench.simulate.orders import predict_orders
+                from ringbench.advise.order_steps import predict_orders
 
                 prediction = predict_orders(measured, loaded, [result.current_order, result.order])
         out = Output(json=json_output, quiet=quiet, document="recommend")

@@ -22,7 +22,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ringbench.cli.axes import with_axes
+from ringbench.cli.axis_options import with_axes
 from ringbench.cli.common import (
     OUTPUT_PANEL,
     TIMEOUT_HELP,

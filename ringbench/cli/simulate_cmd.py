@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ringbench.cli.axes import with_axes
+from ringbench.cli.axis_options import with_axes
 from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, TopologyOption, cli_errors
 from ringbench.cli.views import assumed_lines, calibration_table, cases_table, caveat_line, extrapolation_table
 from ringbench.fmt import duration, json_value, number
@@ -166,10 +166,10 @@ def simulate(
     per option makes most of its lines; the body (build the request, simulate, print) alone is well under 80.
     (The ``\\f`` ends what --help shows of this docstring.)
     """
+    from ringbench.advise.simulation import SimRequest, run_simulation
     from ringbench.report.markdown import render_section
     from ringbench.report.scale import scale_section
     from ringbench.scenario.scenario import DEFAULT_SCENARIO, load_scenario
-    from ringbench.simulate.sweep import SimRequest, run_simulation
 
     output = Output(json=json_out, quiet=quiet, document="simulate")
     with cli_errors():

@@ -4,7 +4,7 @@
     axis("mask").help           # the one help text every command shows for --mask
 
 The scenario schema (scenario/scenario.py: AXES, INT_AXES), the options of `run`, `simulate`, `plan` and `calibrate`
-(cli/axes.py builds them from these records), the run summary's shown axes and the README's axis table all read
+(cli/axis_options.py builds them from these records), the run summary's shown axes and the README's axis table all read
 this list; tests/test_cli_conventions.py holds them to it. A command that takes one value of an axis (``plan``,
 ``calibrate``) says so in ``single``; the others repeat it, and the cartesian product runs.
 """

@@ -1,21 +1,23 @@
-"""The simulator: a what-if model of ring attention, calibrated on measured runs. SIMULATED, never measured.
+"""The simulator: the model of ring attention and its strategies. SIMULATED, never measured.
 
-    from ringbench.simulate import SimCase, Cluster, simulate_case, calibrate
+    from ringbench.simulate import SimCase, Cluster, simulate_case
     result = simulate_case(SimCase(world=1024, seq=1 << 20, faults=("slow-host:3:1.5",)), costs)
 
-``ringbench simulate`` (ringbench/cli/simulate_cmd.py) is the command; docs/simulate.md the model in one page.
-Modules: plans (pair classes of the mask plan at any N), costs (the price list), case (a case and its cluster),
-engine (the vectorised ring), walk (the critical path), timeline, events, results (the record), calibrate,
-scale (the scale view), given (SimConfig: a ring at given compute and link times, on the same model),
-calibrate / identify / coverage (costs from a run, what it determined, what a prediction extrapolates), orders
-(step times of other ring orders from a run).
+A producer beside the measured run (they never import each other): both read the scenario (ringbench/scenario/)
+and write one record. Modules: pair_classes and pair_table (the mask plan's pairs at any N), costs (the price
+list, and where each cost came from), priors (a catalogue GPU's costs), case (a case and its cluster), engine (the
+vectorised ring), grouped (Ulysses, the hybrid, the double ring), flows (their exchanges priced as vectors), walk
+(the critical path), ring_timeline, events, writer (the record), given (SimConfig: a ring at given compute and
+link times). Its costs come from a measured run through ringbench/calibration/; the advisers above both
+(ringbench/advise/: plan, recommend's step times, the simulate command's front) use it. docs/simulate.md is the
+model in one page.
 """
 
 from ringbench.simulate.case import Cluster, SimCase
 from ringbench.simulate.case_result import CaseResult
 from ringbench.simulate.costs import DEFAULTS, Costs, LinkCost
 from ringbench.simulate.given import SimConfig, pair_work, simulate, simulate_run, write_simulated_run
-from ringbench.simulate.results import run_data, simulate_case, simulate_cases, write_run
+from ringbench.simulate.simulated_record import run_data, simulate_case, simulate_cases, write_run
 
 __all__ = [
     "DEFAULTS",

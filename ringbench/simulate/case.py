@@ -22,7 +22,7 @@ from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, par
 from ringbench.scenario.scenario import Case
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
-from ringbench.simulate.plans import pair_classes
+from ringbench.simulate.pair_classes import pair_classes
 from ringbench.topology.linkmodel import ring_links
 from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec
 

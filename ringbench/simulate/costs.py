@@ -40,6 +40,28 @@ def _finite(name: str, value: object, *, positive: bool = False) -> float:
     return float(value)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CostSource:
+    """Where one cost of the model came from (what a prediction must say it calibrated or assumed)."""
+
+    cost: str
+    """Dotted name: ``compute.fwd.call_ms``, ``compute.bwd.efficiency.causal``, ``link.local``, ``host.fwd.sync``."""
+    determined: bool
+    """True: the calibration run measured it; False: a stated prior."""
+    how: str
+    """One line: how it was measured, or which prior and why."""
+    hint: str = ""
+    """For a prior: what calibration run would determine it."""
+
+    def to_dict(self) -> dict:
+        return {"cost": self.cost, "determined": self.determined, "how": self.how, "hint": self.hint}
+
+    @classmethod
+    def from_dict(cls, document: dict) -> CostSource:
+        return cls(cost=str(document["cost"]), determined=bool(document["determined"]), how=str(document["how"]),
+                   hint=str(document.get("hint", "")))  # fmt: skip
+
+
 DEFAULT_LINKS = {"local": LinkCost(latency_us=5.0, bandwidth_gbps=100.0)}
 
 
@@ -79,7 +101,7 @@ class Costs:
     strategy_ms: Mapping[str, float] = field(default_factory=dict)
     """Per strategy kind (ulysses, hybrid, double-ring): the fixed host time of one of its events beyond the ring's
     (an all-to-all's copies; a double-ring rotation's outer merge), fitted on a run's cases of that strategy
-    (simulate/strategy_fit.py); absent: none."""
+    (calibration/strategy_fit.py); absent: none."""
     kernel: object = None
     """A hardware.KernelRates: blocks cost what that attention kernel takes for their shape (a catalogue PRIOR);
     None: ``call_ms`` plus computed FLOPs at ``gflops`` x ``efficiency``."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringbench.simulate.plans import EQUAL
+from ringbench.simulate.pair_classes import EQUAL
 
 
 @dataclass(kw_only=True, slots=True)

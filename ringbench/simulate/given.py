@@ -28,7 +28,7 @@ from ringbench.record.schema import CASE_COLUMNS
 from ringbench.record.store import RunData
 from ringbench.simulate.case import DTYPE_BYTES, Cluster, SimCase
 from ringbench.simulate.costs import Costs, LinkCost
-from ringbench.simulate.results import run_data, simulate_case, write_run
+from ringbench.simulate.simulated_record import run_data, simulate_case, write_run
 
 SYNTHETIC_NOTE = "synthetic errors: typical values for the dtype, made up for a test (not measured)"
 BUFFERS = ("sync", "double")
@@ -235,7 +235,7 @@ def write_simulated_run(out_dir: str | Path, configs: SimConfig | Sequence[SimCo
 
 def pair_work(world: int, mask: str, layout: str) -> tuple[np.ndarray, np.ndarray]:
     """(kind[q, k], visible share[q, k]) of every pair, from the plan's pair classes (plans.py)."""
-    from ringbench.simulate.plans import pair_classes
+    from ringbench.simulate.pair_classes import pair_classes
 
     seq = 2 * world * 8
     classes = pair_classes(mask, layout, seq, world)

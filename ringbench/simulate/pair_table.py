@@ -27,7 +27,7 @@ import numpy as np
 from ringbench.engine.layout import resolve_layout, segments
 from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.engine.plan import plan_pair
-from ringbench.simulate.plans import PairClass, block_of
+from ringbench.simulate.pair_classes import PairClass, block_of
 
 SKIP = PairClass(kind="skip", blocks=())
 _NONE, _FULL, _CAUSAL = 0, 1, 2

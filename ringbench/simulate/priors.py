@@ -20,8 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from ringbench.errors import UsageError
 from ringbench.hardware import Gpu
-from ringbench.simulate.costs import HOST_STEPS, PHASES, Costs, LinkCost
-from ringbench.simulate.identify import CostSource
+from ringbench.simulate.costs import HOST_STEPS, PHASES, Costs, CostSource, LinkCost
 
 HOST_BRIDGE = ("PHB", "NODE", "SYS")
 

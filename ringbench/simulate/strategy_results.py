@@ -19,7 +19,7 @@ from ringbench.record.schema import EVENT_COLUMNS
 from ringbench.simulate.case import class_flops
 from ringbench.simulate.case_result import CaseResult, case_axes
 from ringbench.simulate.costs import Costs
-from ringbench.simulate.strategies import StrategyTimeline, predicted_memory_mb, simulate_strategy
+from ringbench.simulate.grouped import StrategyTimeline, predicted_memory_mb, simulate_strategy
 
 
 def _events(case, timeline: StrategyTimeline, costs: Costs, repeat: int) -> pd.DataFrame:

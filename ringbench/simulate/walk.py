@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ringbench.simulate.engine import Exchange, PhaseEngine, State, StepCells, Window
-from ringbench.simulate.plans import EQUAL, GREATER, LESS
+from ringbench.simulate.pair_classes import EQUAL, GREATER, LESS
 
 TOL_MS = 0.02  # the analysis's default clock tolerance (20 us): a transfer done that close to the wait binds not
 

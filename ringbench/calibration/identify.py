@@ -26,33 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ringbench.simulate.costs import KINDS, PHASES
+from ringbench.simulate.costs import KINDS, PHASES, CostSource
 
 SINGULAR_TOLERANCE = 0.05
 """Singular values below this share of the largest (columns scaled to 1) count as not determined: two block sizes
 within a few percent of each other identify a call cost only in exact arithmetic, not in measured medians."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CostSource:
-    """Where one cost of the model came from (what a prediction must say it calibrated or assumed)."""
-
-    cost: str
-    """Dotted name: ``compute.fwd.call_ms``, ``compute.bwd.efficiency.causal``, ``link.local``, ``host.fwd.sync``."""
-    determined: bool
-    """True: the calibration run measured it; False: a stated prior."""
-    how: str
-    """One line: how it was measured, or which prior and why."""
-    hint: str = ""
-    """For a prior: what calibration run would determine it."""
-
-    def to_dict(self) -> dict:
-        return {"cost": self.cost, "determined": self.determined, "how": self.how, "hint": self.hint}
-
-    @classmethod
-    def from_dict(cls, document: dict) -> CostSource:
-        return cls(cost=str(document["cost"]), determined=bool(document["determined"]), how=str(document["how"]),
-                   hint=str(document.get("hint", "")))  # fmt: skip
 
 
 def determined(a: np.ndarray) -> np.ndarray:

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ringbench.calibration.calibrate import Calibration, calibrate
 from ringbench.errors import bad_value
 from ringbench.scenario.scenario import Scenario
-from ringbench.simulate.calibrate import Calibration, calibrate
 
 DEFAULT_SEQ = 2048
 

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ringbench.calibration.calibrate_host import host_steps
+from ringbench.calibration.calibrate_links import fit_links, host_index, run_topology
+from ringbench.calibration.identify import CostSource, PhaseFit, complete, fit_phase
 from ringbench.errors import UsageError
 from ringbench.kernels.base import block_flops
 from ringbench.scenario.faults import parse_fault
-from ringbench.simulate.calibrate_host import host_steps
-from ringbench.simulate.calibrate_links import fit_links, host_index, run_topology
 from ringbench.simulate.costs import DEFAULTS, KINDS, PHASES, Costs
-from ringbench.simulate.identify import CostSource, PhaseFit, complete, fit_phase
-from ringbench.simulate.plans import pair_classes
+from ringbench.simulate.pair_classes import pair_classes
 from ringbench.vocab import Layout, Mask
 
 MAX_SKEW_SAMPLES = 256
@@ -284,7 +284,7 @@ def calibrate(run) -> Calibration:
     if run.meta.get("simulated"):
         raise UsageError(f"{run.path}: a SIMULATED record; calibrate on a measured run (run, emulated or imported)")
     cal = Calibration(costs=DEFAULTS)
-    from ringbench.simulate.strategy_fit import fit_strategy_overheads, ring_cases
+    from ringbench.calibration.strategy_fit import fit_strategy_overheads, ring_cases
 
     full_run, (run, others) = run, ring_cases(run)  # a Ulysses block or an all-to-all chunk is no ring pair nor hop
     if others:
@@ -342,7 +342,7 @@ def calibrate(run) -> Calibration:
         else:
             cal.families[name] = costs
     cal.family = primary
-    from ringbench.simulate.coverage import coverage
+    from ringbench.calibration.coverage import coverage
 
     cal.coverage = coverage(run, table, cal)
     if others:  # the other strategies' own host time, beyond what the ring's costs predict for them

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.scenario.faults import parse_fault
-from ringbench.simulate.costs import DEFAULTS, LinkCost
-from ringbench.simulate.identify import CostSource
+from ringbench.simulate.costs import DEFAULTS, CostSource, LinkCost
 
 
 def _hop_table(run, xfers: pd.DataFrame) -> pd.DataFrame:

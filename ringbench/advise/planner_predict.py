@@ -3,7 +3,7 @@
 A candidate is a strategy with its placement (grouped strategies) or ring order (ring, all-gather), a layout and a
 buffer. Each layer of the model (``--layers``) is one case with its own mask; the candidate's times are the sum over
 layers, its memory the largest layer's. The ring and the all-gather baseline run on the ring engine without the
-critical-path walk; the grouped strategies on simulate/strategies.py.
+critical-path walk; the grouped strategies on simulate/grouped.py.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray]:
     """The ring (or all-gather) case on the ring engine, without the walk: phase times and each rank's compute."""
     from ringbench.simulate.case import phase_models, start_skew
     from ringbench.simulate.engine import PhaseEngine, Window
-    from ringbench.simulate.timeline import simulate_timeline
+    from ringbench.simulate.ring_timeline import simulate_timeline
 
     if case.buffer == "allgather":
         timeline = simulate_timeline(case, costs, cluster)
@@ -75,7 +75,7 @@ def ring_net_mb(case, topology, order: list[int]) -> float:
 
 def predict_layer(request, candidate, mask: str, costs, cluster) -> dict:
     """One layer of ``candidate``: step, fwd, bwd, exposed (ms, medians), memory and network MiB."""
-    from ringbench.simulate.strategies import predicted_memory_mb, simulate_strategy
+    from ringbench.simulate.grouped import predicted_memory_mb, simulate_strategy
 
     case = sim_case(request, candidate, mask)
     out = {"memory_mb": predicted_memory_mb(case)}

@@ -13,15 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ringbench.advise.scale_view import scale_view
+from ringbench.calibration.calibrate import Calibration, calibrate
 from ringbench.errors import UsageError, bad_value
 from ringbench.record.store import RunData, load_run
 from ringbench.scenario.scenario import Scenario
-from ringbench.simulate.calibrate import Calibration, calibrate
 from ringbench.simulate.case import Cluster, SimCase, cases_like, run_cores
 from ringbench.simulate.case_result import CaseResult
 from ringbench.simulate.costs import DEFAULTS, Costs
-from ringbench.simulate.results import MAX_EVENTS, run_data, simulate_case, write_run
-from ringbench.simulate.scale import scale_view
+from ringbench.simulate.simulated_record import MAX_EVENTS, run_data, simulate_case, write_run
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,7 +85,7 @@ class SimOutcome:
     calibration: Calibration | None = None
     scale: dict | None = None
     assumptions: list = field(default_factory=list)
-    """ringbench.simulate.coverage.Extrapolation per aspect: what the prediction takes from the calibration."""
+    """ringbench.calibration.coverage.Extrapolation per aspect: what the prediction takes from the calibration."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -184,8 +184,8 @@ def costs_by_case(cases: list[SimCase], costs: Costs, calibration: Calibration |
 
 def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int], None] | None = None) -> SimOutcome:
     """Simulate the request's cases, write results/<run-id>/, and compute the scale view when asked."""
+    from ringbench.calibration.coverage import extrapolation
     from ringbench.record.folder import new_run_dir
-    from ringbench.simulate.coverage import extrapolation
 
     prior = None
     if request.gpu is not None or request.detect:

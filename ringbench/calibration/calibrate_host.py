@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, PHASES
-from ringbench.simulate.identify import CostSource
+from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, PHASES, CostSource
 
 
 def host_steps(run, sources: list[CostSource]) -> dict:

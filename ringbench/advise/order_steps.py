@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ringbench.advise.simulation import cases_like
+from ringbench.calibration.calibrate import calibrate
 from ringbench.errors import UsageError
 from ringbench.fmt import ring_text
-from ringbench.simulate.calibrate import calibrate
 from ringbench.simulate.case import Cluster
-from ringbench.simulate.results import simulate_case
-from ringbench.simulate.sweep import cases_like
+from ringbench.simulate.simulated_record import simulate_case
 
 MAX_CASES = 4
 """Cases of the run predicted per order (the first ones on the topology's world)."""

@@ -28,7 +28,7 @@ from ringbench.simulate.case import Cluster, SimCase, class_flops
 from ringbench.simulate.case_result import CaseResult, case_axes
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.events import bounded_events, full_events
-from ringbench.simulate.timeline import Timeline, simulate_timeline
+from ringbench.simulate.ring_timeline import Timeline, simulate_timeline
 
 MAX_EVENTS = 1_000_000
 """Above this many rows a case's events are bounded (docs/simulate.md, "Events at scale")."""
@@ -212,7 +212,7 @@ def _short_ring_bytes(case: SimCase) -> float:
 
 
 def _predicted_memory(case: SimCase) -> float:
-    from ringbench.simulate.strategies import predicted_memory_mb
+    from ringbench.simulate.grouped import predicted_memory_mb
 
     return predicted_memory_mb(case)
 

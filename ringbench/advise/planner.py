@@ -6,10 +6,10 @@
 
 Every candidate the degrees allow is simulated (PREDICTED, never measured): the ring on recommend's order, the
 all-gather baseline, Ulysses, hybrid:U and double-ring:W for every U, W dividing N (and the heads, KV heads),
-each grouped one on the topology's placements (simulate/placement.py: groups inside hosts, or interleaved), with
+each grouped one on the topology's placements (advise/placements.py: groups inside hosts, or interleaved), with
 recommend's optimizer for every ring inside it; for a window or document mask also the short ring (``double-short``,
 when it stops before the full ring) and, for document masks, the doc-balanced layout. Each layer of the model
-(``layers``) is priced with its own mask (simulate/plan_predict.py).
+(``layers``) is priced with its own mask (advise/planner_predict.py).
 
 Costs: a GPU of the hardware catalogue (``gpu``, or what NVML finds) gives the PRIOR of every cost and prices the
 topology's links as NCCL moves data (simulate/priors.py); a calibration run (``--from``) replaces the priors it
@@ -169,7 +169,7 @@ def _load(request: PlanRequest):
         raise UsageError(f"world={request.world} is not allowed with topology {path}: it has {topology.world} "
                          f"devices; expected a world of at most {topology.world}")  # fmt: skip
     if topology.world > request.world:
-        from ringbench.simulate.placement import sub_topology
+        from ringbench.advise.placements import sub_topology
 
         topology = sub_topology(topology, list(range(request.world)))  # the first N devices, as a launch takes them
     emulate = request.emulate_links
@@ -198,8 +198,8 @@ def _costs(request: PlanRequest, gpu):
 
     calibration = None
     if request.calibrate_from is not None:
-        from ringbench.simulate.calibrate import calibrate
-        from ringbench.simulate.strategy_fit import merge_runs
+        from ringbench.calibration.calibrate import calibrate
+        from ringbench.calibration.strategy_fit import merge_runs
 
         paths = request.calibrate_from if isinstance(request.calibrate_from, tuple) else (request.calibrate_from,)
         calibration = calibrate(merge_runs(paths))
@@ -257,7 +257,7 @@ def _short_ring_helps(request: PlanRequest, masks: tuple[str, ...], layout: str)
 
 
 def _candidates(request: PlanRequest, topology, masks: tuple[str, ...]) -> tuple[list[Candidate], list[Candidate]]:
-    from ringbench.simulate.placement import placements, rings
+    from ringbench.advise.placements import placements, rings
     from ringbench.topology import recommend
 
     world, heads = request.world, request.heads
@@ -347,7 +347,7 @@ def _command(request: PlanRequest, top: list[Candidate], emulate: bool) -> str:
 
 
 def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top: list[Candidate], gpu) -> str:
-    from ringbench.simulate.accuracy import accuracy_line
+    from ringbench.advise.accuracy import accuracy_line
 
     parts = []
     if calibration is not None:
@@ -387,8 +387,8 @@ def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top:
 def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> Plan:
     """Simulate every candidate and rank them (see the module docstring). ``found_gpus``: the GPU names NVML
     reports (None: ask NVML when ``request.detect``)."""
+    from ringbench.advise.planner_predict import predict
     from ringbench.simulate.case import Cluster
-    from ringbench.simulate.plan_predict import predict
 
     started = time.perf_counter()
     topology, emulate = _load(request)
@@ -444,9 +444,9 @@ def price_configurations(request: PlanRequest, configs: dict[str, dict], *,
     """Predict given configurations (label -> strategy, placement, layout, buffer, order specs) on the request's
     workload and hardware, priced as ``make_plan`` prices its candidates (what benchmarks/validate_published.py
     sets beside published measurements)."""
+    from ringbench.advise.planner_predict import predict
     from ringbench.orders import parse_order, parse_placement
     from ringbench.simulate.case import Cluster
-    from ringbench.simulate.plan_predict import predict
 
     topology, emulate = _load(request)
     gpu = resolve_gpu(request, found_gpus)
