@@ -18,7 +18,7 @@ arithmetic, so 8 ranks on 2 cores do not fight over the cores) and EMULATED link
    counted peak memory per rank against the predicted one.
 
 Prints markdown tables (docs/simulate.md, docs/strategies.md) and the accuracy entries of
-ringbench/simulate/accuracy.py.
+ringbench/advise/accuracy.py.
 """
 
 from __future__ import annotations

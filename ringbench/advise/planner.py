@@ -52,7 +52,7 @@ class PlanRequest:
     memory_per_rank_gb: float | None = None
     """Refuse candidates whose predicted attention memory per rank exceeds this (GB = 2**30 bytes)."""
     calibrate_from: Path | tuple[Path, ...] | None = None
-    """Measured runs whose costs to use (several: calibrated as one record, simulate/strategy_fit.merge_runs)."""
+    """Measured runs whose costs to use (several: calibrated as one record, calibration/strategy_fit.merge_runs)."""
     emulate_links: bool | None = None
     """Price links as a run with --emulate-links injects them; None: as the topology's run did (False for a file)."""
     backward: bool = True

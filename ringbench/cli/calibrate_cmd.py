@@ -6,7 +6,7 @@
     ringbench simulate --from results/<calibration-run> --world 1024 --seq 1048576 --topology cluster.yaml
 
 It runs S/2 and S (two block sizes per mask kind, several message sizes), sync and double buffering, forward and
-backward (ringbench/simulate/calibration_run.py), fits the simulator's costs, prints them with their source
+backward (ringbench/experiments/calibration_run.py), fits the simulator's costs, prints them with their source
 (measured, or the prior a cost still needs) and keeps them in the run's meta.json.
 """
 

@@ -54,7 +54,7 @@ def _delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
     """Emulated links carry the all-gather baseline's traffic too: each collective is held, after it completed
     over the local transport, for the time the ring algorithm takes over the emulated links -- an all-gather
     N - 1 rounds of one block over the ring's slowest hop, an all-reduce of N blocks 2 (N - 1) rounds of one
-    accumulator (the simulator's all-gather model, ringbench/simulate/timeline.py, prices the same)."""
+    accumulator (the simulator's all-gather model, ringbench/simulate/ring_timeline.py, prices the same)."""
     from ringbench.kernels.base import stats_dtype
 
     ring, world = ctx.ring, ctx.world

@@ -72,7 +72,7 @@ class SimCase:
     model (real or emulated) of a calibration; empty: the costs' own compute model."""
     seed: int = 0
     strategy: str = "ring"
-    """ring, ulysses, hybrid:U, double-ring:W, allgather (ringbench/simulate/strategies.py models the grouped ones)."""
+    """ring, ulysses, hybrid:U, double-ring:W, allgather (ringbench/simulate/grouped.py models the grouped ones)."""
     placement: str = ""
     """Grouped strategies: the placement spec (heads-first, interleaved, or ranks in placement order)."""
     kv_heads: int = 0

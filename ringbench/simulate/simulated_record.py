@@ -78,7 +78,7 @@ def simulate_case(case: SimCase, costs: Costs, cluster: Cluster | None = None, *
                   max_events: int = MAX_EVENTS, case_id: str | None = None) -> CaseResult:  # fmt: skip
     """Simulate one case into its events and cases row (``case_id``: the record's id, default the case's own)."""
     cluster = cluster or Cluster()
-    if case.strategy not in ("ring", "allgather"):  # ulysses, hybrid, double ring: ringbench/simulate/strategies.py
+    if case.strategy not in ("ring", "allgather"):  # ulysses, hybrid, double ring: ringbench/simulate/grouped.py
         from ringbench.simulate.strategy_results import strategy_case
 
         return strategy_case(case, costs, cluster, repeat=repeat, case_id=case_id)
