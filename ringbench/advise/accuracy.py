@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from ringbench.fmt import number
 
-_WHERE = "8 ranks as 2 emulated hosts x 4 on a shared 2-core CPU, S 4096 and 16384, 1 December 2026"
+_WHERE = "8 ranks as 2 emulated hosts x 4 on a 2-core CPU, S 4096 and 16384, 6 December 2026"
 MEASURED: dict[str, dict] = {
-    "ring": {"cases": 2, "median_pct": 7.7, "worst_pct": 9.6, "where": _WHERE},
-    "allgather": {"cases": 2, "median_pct": 6.7, "worst_pct": 6.8, "where": _WHERE},
-    "ulysses": {"cases": 2, "median_pct": 23.6, "worst_pct": 37.0, "where": _WHERE},
-    "hybrid": {"cases": 8, "median_pct": 8.4, "worst_pct": 15.9, "where": _WHERE},
-    "double-ring": {"cases": 8, "median_pct": 8.6, "worst_pct": 26.2, "where": _WHERE},
+    "ring": {"cases": 2, "median_pct": 7.1, "worst_pct": 13.0, "where": _WHERE},
+    "allgather": {"cases": 2, "median_pct": 2.5, "worst_pct": 4.3, "where": _WHERE},
+    "ulysses": {"cases": 2, "median_pct": 3.6, "worst_pct": 6.8, "where": _WHERE},
+    "hybrid": {"cases": 8, "median_pct": 2.8, "worst_pct": 22.2, "where": _WHERE},
+    "double-ring": {"cases": 8, "median_pct": 4.0, "worst_pct": 27.2, "where": _WHERE},
 }
 
 
