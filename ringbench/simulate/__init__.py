@@ -13,11 +13,33 @@ link times). Its costs come from a measured run through ringbench/calibration/; 
 model in one page.
 """
 
-from ringbench.simulate.case import Cluster, SimCase
-from ringbench.simulate.case_result import CaseResult
-from ringbench.simulate.costs import DEFAULTS, Costs, LinkCost
-from ringbench.simulate.given import SimConfig, pair_work, simulate, simulate_run, write_simulated_run
-from ringbench.simulate.simulated_record import run_data, simulate_case, simulate_cases, write_run
+from typing import TYPE_CHECKING
+
+# The public names load on first use (PEP 562): the planner imports the model without pandas, which the record
+# writers (given, simulated_record) need.
+_HOMES = {
+    "Cluster": "case", "SimCase": "case", "CaseResult": "case_result", "DEFAULTS": "costs", "Costs": "costs",
+    "LinkCost": "costs", "SimConfig": "given", "pair_work": "given", "simulate": "given", "simulate_run": "given",
+    "write_simulated_run": "given", "run_data": "simulated_record", "simulate_case": "simulated_record",
+    "simulate_cases": "simulated_record", "write_run": "simulated_record",
+}  # fmt: skip
+
+if TYPE_CHECKING:
+    from ringbench.simulate.case import Cluster, SimCase
+    from ringbench.simulate.case_result import CaseResult
+    from ringbench.simulate.costs import DEFAULTS, Costs, LinkCost
+    from ringbench.simulate.given import SimConfig, pair_work, simulate, simulate_run, write_simulated_run
+    from ringbench.simulate.simulated_record import run_data, simulate_case, simulate_cases, write_run
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'ringbench.simulate' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"ringbench.simulate.{home}"), name)
+
 
 __all__ = [
     "DEFAULTS",

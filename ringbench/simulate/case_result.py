@@ -1,15 +1,17 @@
 """One simulated case's result (its events, its cases row, what the JSON and the scale view add) and the axes
-columns every simulated cases row opens with: shared by the ring's results (results.py) and the other strategies'
+columns every simulated cases row opens with: shared by the ring's results (simulated_record.py) and the other strategies'
 (strategy_results.py), which import it rather than each other."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ringbench.orders import format_ring
 from ringbench.simulate.case import SIMULATED_KERNEL, SimCase
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(kw_only=True)
