@@ -53,24 +53,30 @@ def union(starts, ends) -> np.ndarray:
 
 
 def subtract(base: np.ndarray, cut: np.ndarray) -> np.ndarray:
-    """``base`` minus ``cut`` (both sorted disjoint (n, 2)), as sorted disjoint intervals of positive length."""
+    """``base`` minus ``cut`` (both sorted by start; ``cut`` disjoint), as sorted intervals of positive length.
+
+    Walking an interval [s, e) through the cuts that start before e, a piece (cursor, cut start) is left wherever a
+    cut starts after the cursor, and the cursor moves to the furthest cut end so far; the rest (cursor, e) closes
+    it. So a zero-length cut inside an interval splits it in two. Vectorised over intervals and cuts: the cursor
+    before cut k is max(s, the largest end among cuts 0..k-1)."""
     if not len(base) or not len(cut):
         return base[base[:, 1] > base[:, 0]] if len(base) else base
-    out = []
-    j = 0
-    for start, end in base:
-        cursor = start
-        while j < len(cut) and cut[j, 1] <= cursor:
-            j += 1
-        k = j
-        while k < len(cut) and cut[k, 0] < end:
-            if cut[k, 0] > cursor:
-                out.append((cursor, cut[k, 0]))
-            cursor = max(cursor, cut[k, 1])
-            k += 1
-        if cursor < end:
-            out.append((cursor, end))
-    return np.array(out, np.int64).reshape(-1, 2)
+    base, cut = np.asarray(base, np.int64), np.asarray(cut, np.int64)
+    starts, reach = cut[:, 0], np.maximum.accumulate(cut[:, 1])
+    first = np.searchsorted(reach, base[:, 0], side="right")  # cuts before it end at or before s: no effect
+    last = np.searchsorted(starts, base[:, 1], side="left")  # cuts from here on start at or after e
+    counts = np.clip(last - first, 0, None)
+    owner = np.repeat(np.arange(len(base)), counts)
+    k = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    before = np.where(k > 0, reach[np.clip(k - 1, 0, None)], np.iinfo(np.int64).min)
+    cursor = np.maximum(base[owner, 0], before)
+    keep = starts[k] > cursor
+    closing = np.where(last > 0, np.maximum(base[:, 0], reach[np.clip(last - 1, 0, None)]), base[:, 0])
+    tail = closing < base[:, 1]
+    pieces = np.r_[np.c_[cursor[keep], starts[k][keep]], np.c_[closing[tail], base[tail, 1]]].reshape(-1, 2)
+    # order: by interval, then by the cut that ends each piece (the closing piece last)
+    order = np.lexsort((np.r_[k[keep], np.full(int(tail.sum()), len(cut))], np.r_[owner[keep], np.nonzero(tail)[0]]))
+    return pieces[order].astype(np.int64)
 
 
 def match_messages(messages: dict[int, pd.DataFrame]) -> pd.DataFrame:
