@@ -35,6 +35,10 @@ import numpy as np
 import pandas as pd
 
 MESSAGE_COLUMNS = ["direction", "peer", "post_ns", "obs_ns", "obs_tid", "bytes", "tid", "via"]
+# Typed even when empty: an empty table of object columns would turn every table concatenated with it into objects
+# (and pandas then aggregates them in Python, group by group).
+MESSAGE_DTYPES = {"direction": str, "peer": "int64", "post_ns": "int64", "obs_ns": "float64", "obs_tid": "int64",
+                  "bytes": "int64", "tid": "int64", "via": str}  # fmt: skip
 EXCHANGE_COLUMNS = ["kind", "post_ns", "done_ns", "tid", "bytes", "via"]
 SYNC_COLUMNS = ["name", "join_ns", "done_ns", "tid"]
 SEND_OPS = ("c10d::send",)
@@ -316,14 +320,22 @@ def exchange_groups(messages: pd.DataFrame, breaks: np.ndarray) -> np.ndarray:
     return out
 
 
+def message_frame(rows: list[dict], extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Message rows (MESSAGE_COLUMNS, then ``extra`` int64 columns) as a typed table."""
+    columns = [*MESSAGE_COLUMNS, *extra]
+    return pd.DataFrame(rows, columns=columns).astype(MESSAGE_DTYPES | dict.fromkeys(extra, "int64"))
+
+
 __all__ = [
     "COMM_PREFIXES",
     "EXCHANGE_COLUMNS",
     "MESSAGE_COLUMNS",
+    "MESSAGE_DTYPES",
     "SYNC_COLUMNS",
     "WAIT_OPS",
     "exchange_groups",
     "kernels_by_launch",
+    "message_frame",
     "p2p_messages",
     "rotations",
     "sync_points",
