@@ -122,27 +122,31 @@ def classify_gaps(gaps: np.ndarray, times: np.ndarray, done: np.ndarray, ids: np
 
     An observation belongs to the gap that holds it (or ends within WAIT_TOL_NS before it); one outside every gap
     (the rank was busy in an op: observed on another thread) waited for nothing."""
-    waits, own = [], []
     order = np.argsort(times, kind="stable")
     times, done, ids, late = times[order], done[order], ids[order], np.asarray(late)[order]
-    slot = np.searchsorted(gaps[:, 0], times, side="right") - 1 if len(gaps) else np.full(len(times), -1)
+    gaps = np.asarray(gaps, np.int64).reshape(-1, 2)
+    slot = np.searchsorted(gaps[:, 0], times, side="right") - 1
     inside = (slot >= 0) & (times <= gaps[np.clip(slot, 0, None), 1] + WAIT_TOL_NS) if len(gaps) else slot >= 0
-    per_gap = {}
-    for i in np.nonzero(inside)[0]:
-        per_gap.setdefault(int(slot[i]), []).append(i)
-    for g, (g0, g1) in enumerate(gaps):
-        cursor = int(g0)
-        for i in per_gap.get(g, ()):
-            seen = min(int(times[i]), int(g1))
-            if seen > cursor:
-                if times[i] - done[i] <= late[i]:
-                    waits.append((cursor, seen, int(ids[i])))
-                else:
-                    own.append((cursor, seen))
-                cursor = seen
-        if g1 > cursor:
-            own.append((cursor, int(g1)))
-    return (np.array(waits, np.int64).reshape(-1, 3), np.array(own, np.int64).reshape(-1, 2))
+    # The walk, vectorised: the observations of a gap are consecutive here (gaps are sorted and disjoint) and
+    # their ``seen`` never decreases, so the cursor before one is the previous one's seen (the gap's start first).
+    obs = np.nonzero(inside)[0]
+    gap = slot[obs]
+    seen = np.minimum(times[obs].astype(np.int64), gaps[gap, 1])
+    first = np.r_[True, gap[1:] != gap[:-1]] if len(obs) else np.zeros(0, bool)
+    cursor = np.where(first, gaps[gap, 0], np.r_[np.int64(0), seen[:-1]][: len(obs)])
+    moved = seen > cursor
+    waiting = moved & (times[obs] - done[obs] <= late[obs])
+    waits = np.c_[cursor[waiting], seen[waiting], ids[obs][waiting].astype(np.int64)]
+    # After a gap's last observation (or from its start), up to its end: the rank's own time.
+    reached = gaps[:, 0].copy()
+    last = np.r_[gap[1:] != gap[:-1], True] if len(obs) else np.zeros(0, bool)
+    reached[gap[last]] = seen[last]
+    tail = gaps[:, 1] > reached
+    busy = moved & ~waiting
+    key_gap = np.r_[gap[busy], np.nonzero(tail)[0]]
+    key_at = np.r_[obs[busy], np.full(int(tail.sum()), len(times))]  # a gap's tail after its observations
+    own = np.r_[np.c_[cursor[busy], seen[busy]], np.c_[reached[tail], gaps[tail, 1]]][np.lexsort((key_at, key_gap))]
+    return waits.astype(np.int64).reshape(-1, 3), own.astype(np.int64).reshape(-1, 2)
 
 
 def measured(matched: pd.DataFrame, waits: dict[int, np.ndarray], observer_threads: dict) -> np.ndarray:
