@@ -15,8 +15,9 @@ What a user waits for is the whole process, so each measurement is one: ``ringbe
 installed (``pip install -e '.[bench]'``), ``python -c "TraceAnalysis(trace_dir=SET)"`` (interpreter start, its
 imports, its parse of the traces into its DataFrames; it parses the ranks in a pool of processes, one per core).
 The two alternate, in turn order, set by set, round by round, so a busy machine slows both alike. Printed per set:
-the median (min-max) seconds of each, the ratio ringbench / HTA (median and range over rounds) and ringbench's
-throughput.
+the median (min-max) seconds of each, the ratio ringbench / HTA (median and range over rounds), ringbench's
+throughput, and the CPU seconds of each (its worker processes included) with their ratio: on a machine that other
+work keeps busy the wall-clock ratio moves with the load, the CPU ratio much less.
 
 Peak memory comes from one more run of each tool per set (a sampler would disturb the timed runs): the largest
 process's peak RSS (its own or a worker's, from the kernel's accounting) above the RSS of a process that only
@@ -115,8 +116,9 @@ def _pss_kb(pid: int) -> int:
 
 
 def run(argv: list[str], sample: bool = False) -> dict:
-    """Run ``argv`` to its end: seconds, the largest process's peak RSS (MB; the kernel's figure for the process
-    and the children it waited for) and, with ``sample``, the peak proportional set size of its tree (MB)."""
+    """Run ``argv`` to its end: seconds, CPU seconds and the largest process's peak RSS (MB), the kernel's figures
+    for the process and the children it waited for (worker processes), and, with ``sample``, the peak
+    proportional set size of its tree (MB)."""
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak_pss, done = [0], threading.Event()
@@ -138,7 +140,8 @@ def run(argv: list[str], sample: bool = False) -> dict:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         sys.exit(f"{' '.join(argv[:3])} failed ({process.returncode}): {errors.strip()[-600:]}")
-    return {"seconds": seconds, "peak_mb": usage.ru_maxrss / 1024, "pss_mb": peak_pss[0] / 1024}
+    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+            "pss_mb": peak_pss[0] / 1024}  # fmt: skip
 
 
 def stages(folder: Path) -> str:
@@ -218,14 +221,20 @@ def main() -> None:
                     shutil.rmtree(target, ignore_errors=True)
     print(f"\nwhole processes, {args.rounds} interleaved rounds (median (min-max)); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
-    print(f"{'set':>6} {'JSON MB':>8} {'largest':>8} {'ringbench s':>18} {'HTA s':>20} {'ratio':>18} {'MB/s':>6}")
+    print(f"{'set':>6} {'JSON MB':>8} {'largest':>8} {'ringbench s':>18} {'HTA s':>20} {'ratio':>18} {'MB/s':>6} "
+          f"{'CPU s ringbench / HTA':>22} {'CPU ratio':>18}")  # fmt: skip
     for name, folder in folders.items():
         sizes = [f.stat().st_size / 1e6 for f in folder.glob("*.json")]
-        ours = [r["seconds"] for r in results[(name, "ringbench")]]
-        theirs = [r["seconds"] for r in results.get((name, "hta"), [])]
-        ratio = _spread([a / b for a, b in zip(ours, theirs, strict=True)]) if theirs else "-"
-        print(f"{name:>6} {sum(sizes):8.1f} {max(sizes):8.1f} {_spread(ours):>18} "
-              f"{_spread(theirs) if theirs else '-':>20} {ratio:>18} {sum(sizes) / statistics.median(ours):6.1f}")  # fmt: skip
+        ours, theirs = results[(name, "ringbench")], results.get((name, "hta"), [])
+        wall, cpu = [r["seconds"] for r in ours], [r["cpu_s"] for r in ours]
+        ratio = cpu_ratio = hta_wall = cpus = "-"
+        if theirs:
+            ratio = _spread([a["seconds"] / b["seconds"] for a, b in zip(ours, theirs, strict=True)])
+            cpu_ratio = _spread([a["cpu_s"] / b["cpu_s"] for a, b in zip(ours, theirs, strict=True)])
+            hta_wall = _spread([r["seconds"] for r in theirs])
+            cpus = f"{statistics.median(cpu):.2f} / {statistics.median(r['cpu_s'] for r in theirs):.2f}"
+        print(f"{name:>6} {sum(sizes):8.1f} {max(sizes):8.1f} {_spread(wall):>18} {hta_wall:>20} {ratio:>18} "
+              f"{sum(sizes) / statistics.median(wall):6.1f} {cpus:>22} {cpu_ratio:>18}")  # fmt: skip
     if memory:
         print("\npeak memory above a process that only imports the same modules (MB): the largest process / all "
               "its processes together (PSS, sampled)")  # fmt: skip
