@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,7 @@ def main() -> None:
         "--kernel", default="modelled:50", help="the runs' kernel (modelled:1000000: next to no compute)"
     )
     parser.add_argument("--order", action="append", help="current orders (default: three hostile ones)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per order (medians, with their range)")
     parser.add_argument("--out", type=Path, default=Path("results/validate-recommend"))
     args = parser.parse_args()
     world = args.hosts * args.gpus
@@ -72,24 +74,38 @@ def main() -> None:
     # NET hops shared 4, 2 and 3 ways on 2 x 4: every hop crosses; every other; six of eight
     default = [interleaved, "stride:2"] + (["0-4-1-5-2-3-6-7"] if (args.hosts, args.gpus) == (2, 4) else [])
     orders = args.order or default
-    recommended_ms: dict[str, float] = {}
+    recommended_ms: dict[str, list[float]] = {}
     print(f"{world} ranks on {args.hosts} hosts x {args.gpus} GPUs (NV4 inside, NET {args.latency_us:g} us + "
-          f"{args.bandwidth_gbps:g} GB/s), S = {args.seq}, {args.kernel}, emulated compute and links")  # fmt: skip
+          f"{args.bandwidth_gbps:g} GB/s), S = {args.seq}, {args.kernel}, emulated compute and links, "
+          f"{args.repeats} run(s) per order (median (min-max))")  # fmt: skip
     print("| current order | recommended | headline, topology alone (communication only) | headline with the run "
           "(the step, SIMULATED) | measured step speedup | headline with the run / measured |")  # fmt: skip
     print("|---|---|---:|---:|---:|---:|")
     for order in orders:
-        run_dir, current_ms = _measure(args.out, topology, order, world, args.seq, args.kernel)
+        runs = [
+            _measure(args.out / f"r{r}", topology, order, world, args.seq, args.kernel) for r in range(args.repeats)
+        ]
         alone = _ringbench("recommend", "--topology", str(topology), "--order", order, "--no-detect", "--json")
-        advice = _ringbench("recommend", run_dir, "--order", order, "--no-detect", "--json")
-        recommended = advice["order_arg"]
+        advice = [_ringbench("recommend", run_dir, "--order", order, "--no-detect", "--json") for run_dir, _ in runs]
+        recommended = advice[0]["order_arg"]
         if recommended not in recommended_ms:
-            recommended_ms[recommended] = _measure(args.out, topology, recommended, world, args.seq, args.kernel)[1]
-        measured = current_ms / recommended_ms[recommended]
-        head = advice["headline"]
-        print(f"| {order} | {recommended} | x{alone['headline']['speedup']:.2f} | x{head['speedup']:.2f} "
-              f"({head['covers']}) | x{measured:.2f} ({current_ms:,.1f} / {recommended_ms[recommended]:,.1f} ms) | "
-              f"{head['speedup'] / measured:.2f} |")  # fmt: skip
+            recommended_ms[recommended] = [_measure(args.out / f"r{r}", topology, recommended, world, args.seq,
+                                                    args.kernel)[1] for r in range(args.repeats)]  # fmt: skip
+        base = statistics.median(recommended_ms[recommended])
+        measured = [ms / base for _, ms in runs]
+        heads = [a["headline"]["speedup"] for a in advice]
+        ratio = statistics.median(heads) / statistics.median(measured)
+        print(f"| {order} | {recommended} | x{alone['headline']['speedup']:.2f} | x{_spread(heads)} "
+              f"({advice[0]['headline']['covers']}) | x{_spread(measured)} "
+              f"({statistics.median(ms for _, ms in runs):,.1f} / {base:,.1f} ms) | {ratio:.2f} |")  # fmt: skip
+
+
+def _spread(values: list[float]) -> str:
+    return (
+        f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+        if len(values) > 1
+        else f"{values[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":
