@@ -146,9 +146,6 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=No
     events = trace.events
     if events.empty:
         raise UsageError(f"{path}: the trace holds no complete events; pass a trace of a profiled program")
-    # Tens of thousands of events carry a few dozen distinct names: as categories, every test of a name below runs
-    # once per distinct name instead of once per event.
-    events = events.assign(name=events["name"].astype("category"), cat=events["cat"].astype("category"))
     host = events[events["cat"].isin(HOST_CATS)]
     if host.empty:
         raise UsageError(f"{path}: the trace holds no host ops (cpu_op / user_annotation); pass a trace recorded with "
