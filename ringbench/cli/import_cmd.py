@@ -9,6 +9,7 @@ Exit 0 on success, 2 on bad input (one line: what was found, what to pass).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,6 +17,12 @@ import typer
 
 from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, cli_errors
 from ringbench.fmt import exposed_text, ring_text
+
+# Before pandas loads Arrow: Arrow's default allocator keeps what it frees, and an import frees a trace's worth of
+# text columns per rank (traces/arrow_memory.py says how much that held); the system allocator returns it. Set for
+# the whole process here, since parts of Arrow allocate from the process default whatever pyarrow is told later;
+# a value the user set wins.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def register(app: typer.Typer) -> None:

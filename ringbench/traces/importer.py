@@ -33,6 +33,7 @@ from ringbench.errors import UsageError
 from ringbench.record import store
 from ringbench.record.meta import write_meta
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.traces.arrow_memory import system_allocator
 from ringbench.traces.assemble import assemble
 from ringbench.traces.clocks import align_clocks
 from ringbench.traces.rank_import import RankImport, reduce_rank
@@ -154,6 +155,11 @@ def reconstruct(
 
     ``progress(name, bytes, total)`` is called as each trace is read; ``workers``: processes that read the traces
     (default: one per core, up to one per trace, when the traces hold PARALLEL_MIN_MB of JSON or more; else 1)."""
+    with system_allocator():
+        return _reconstruct(paths, iteration_marker, compute_patterns, command, progress, workers)
+
+
+def _reconstruct(paths, iteration_marker, compute_patterns, command, progress, workers) -> Reconstruction:
     pattern = compile_patterns(compute_patterns)
     files = find_trace_files(paths)
     ranks = read_ranks(files, pattern, iteration_marker, progress, workers)
@@ -312,8 +318,9 @@ def import_traces(
                           command=command, progress=progress, workers=workers)  # fmt: skip
     run_dir = _new_run_dir(out, run_name)
     meta = rebuilt.meta | {"run_id": run_dir.name}
-    store.write_events(run_dir, rebuilt.events)
-    store.write_cases(run_dir, rebuilt.cases)
+    with system_allocator():
+        store.write_events(run_dir, rebuilt.events)
+        store.write_cases(run_dir, rebuilt.cases)
     seconds = round(time.monotonic() - started, 3)
     meta["imported"] = meta["imported"] | {"seconds": seconds}
     write_meta(run_dir, meta, "import")
