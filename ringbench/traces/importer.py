@@ -21,7 +21,6 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +36,7 @@ from ringbench.traces.arrow_memory import system_allocator
 from ringbench.traces.assemble import assemble
 from ringbench.traces.clocks import align_clocks
 from ringbench.traces.rank_import import RankImport, reduce_rank
+from ringbench.traces.rank_readers import ProgressFn, read_ranks
 from ringbench.traces.rank_view import compile_patterns
 from ringbench.traces.reconstruct import events_frame, ring_order
 from ringbench.traces.trace_set import check_ranks, find_trace_files
@@ -136,12 +136,6 @@ def _numbers(labels: list[str]) -> list[int]:
     return list(range(len(labels)))
 
 
-ProgressFn = Callable[[str, int, int], None]  # (trace file name, bytes of JSON read since the last call, its total)
-# Read the ranks in parallel processes from this much JSON on: a forked reader costs tens of milliseconds (the fork,
-# pickling its rank back, its first calls), a 12 MB trace about 0.3 s of reading and reducing.
-PARALLEL_MIN_MB = 16
-
-
 def reconstruct(
     paths,
     *,
@@ -154,7 +148,8 @@ def reconstruct(
     """Rebuild the ring of one job's profiler traces (files or folders, one trace per rank), in memory.
 
     ``progress(name, bytes, total)`` is called as each trace is read; ``workers``: processes that read the traces
-    (default: one per core, up to one per trace, when the traces hold PARALLEL_MIN_MB of JSON or more; else 1)."""
+    (the importing process included; default: one per core, up to one per trace, from rank_readers.PARALLEL_MIN_MB
+    of JSON on; else 1)."""
     with system_allocator():
         return _reconstruct(paths, iteration_marker, compute_patterns, command, progress, workers)
 
@@ -200,63 +195,6 @@ def _reconstruct(paths, iteration_marker, compute_patterns, command, progress, w
                  built, run_meta, emulated)  # fmt: skip
     total = sum(r.file.size_bytes for r in ranks)
     return Reconstruction(events=events, cases=cases, meta=meta, ring=ring, trace_bytes=total, notes=tuple(notes))
-
-
-def read_ranks(files: list[Path], pattern, marker, progress: ProgressFn | None, workers: int | None):
-    """Every trace reduced (rank_import.reduce_rank), in parallel processes where that pays (reconstruct)."""
-    from ringbench.traces.kineto import json_size
-
-    sizes = {path: json_size(path) for path in files}
-    if workers is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        workers = min(cores, len(files)) if sum(sizes.values()) >= PARALLEL_MIN_MB * 1e6 else 1
-    if workers <= 1 or len(files) < 2:
-        out = []
-        for path in files:
-            report = None if progress is None else (lambda n, name=path.name, total=sizes[path]: progress(name, n,
-                                                                                                         total))  # fmt: skip
-            out.append(reduce_rank(path, pattern, marker, progress=report))
-        return out
-    return _read_parallel(files, sizes, pattern, marker, progress, workers)
-
-
-def _read_parallel(files, sizes, pattern, marker, progress, workers):
-    """reduce_rank over ``workers`` forked processes, their progress relayed through a queue."""
-    import multiprocessing as mp
-    import queue as queues
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = mp.get_context("fork")
-    relay = context.Queue() if progress is not None else None
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
-                             initargs=(relay,)) as pool:  # fmt: skip
-        futures = [pool.submit(_reduce_in_worker, str(path), pattern.pattern, marker, sizes[path]) for path in files]
-        while relay is not None and not all(f.done() for f in futures):
-            try:
-                name, n, total = relay.get(timeout=0.1)
-            except queues.Empty:
-                continue
-            progress(name, n, total)
-        results = [f.result() for f in futures]
-    while relay is not None and not relay.empty():
-        progress(*relay.get_nowait())
-    return results
-
-
-_RELAY = None
-
-
-def _worker_init(relay) -> None:
-    global _RELAY
-    _RELAY = relay
-
-
-def _reduce_in_worker(path: str, pattern: str, marker, total: int):
-    import re
-
-    name = Path(path).name
-    report = None if _RELAY is None else (lambda n: _RELAY.put((name, n, total)))
-    return reduce_rank(Path(path), re.compile(pattern), marker, progress=report)
 
 
 def _evidence_notes(built, ranks: list[RankImport]) -> list[str]:
@@ -402,7 +340,6 @@ def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patte
 def _cores(hosts: list[str], run_meta: dict) -> int | None:
     """CPU cores of the traced host: the capturing run's record says; a trace does not, but when it was taken on
     this very host, this host's count is the answer. None when unknown (oversubscription cannot be checked)."""
-    import os
     import socket
 
     if run_meta.get("cpu_count"):
