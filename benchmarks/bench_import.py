@@ -19,10 +19,12 @@ the median (min-max) seconds of each, the ratio ringbench / HTA (median and rang
 throughput, and the CPU seconds of each (its worker processes included) with their ratio: on a machine that other
 work keeps busy the wall-clock ratio moves with the load, the CPU ratio much less.
 
-Peak memory comes from one more run of each tool per set (a sampler would disturb the timed runs): the largest
-process's peak RSS (its own or a worker's, from the kernel's accounting) above the RSS of a process that only
-imports the same modules, and the peak of all its processes together (proportional set size, sampled every
-20 ms), against the largest single trace file. ``--stages`` times ringbench's phases in one process.
+Peak memory comes from one more run of each tool per set (a sampler would disturb the timed runs), against the
+largest single trace file: the largest process's peak RSS (its own or a worker's, from the kernel's accounting)
+above the RSS of a process that only imports the same modules; the peak of all its processes together
+(proportional set size, sampled every 20 ms) above that process's; and the largest private memory of one worker
+process (what it allocated or copied on write). A tiny set (the tests' 4 traces of 30 KB) shows the part that does
+not grow with the traces. ``--stages`` times ringbench's phases in one process.
 Goals (issue 30): ratio <= 0.5 at 4 x 12 MB and at 8 x 50 MB; peak memory <= 2 x the largest trace file.
 """
 
@@ -49,6 +51,7 @@ RUN = ["--seq", "1024", "--heads", "2", "--head-dim", "32", "--impl", "torch-rin
 BIN = Path(sys.executable).parent
 HTA_PARSE = "import logging, sys\nlogging.disable(logging.CRITICAL)\n{imports}\nTraceAnalysis(trace_dir=sys.argv[1])\n"
 HTA_IMPORTS = "from hta.trace_analysis import TraceAnalysis"
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "kineto" / "gloo_ring_w4"
 RINGBENCH_IMPORTS = ("import ringbench.cli.app as app\napp._register(['import_cmd'])\n"
                      "import ringbench.traces.importer")  # fmt: skip
 
@@ -105,27 +108,35 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _pss_kb(pid: int) -> int:
+def _rollup_kb(pid: int) -> tuple[int, int]:
+    """(proportional set size, private memory) of a process, KB: a page shared by n processes counts 1/n in
+    each one's PSS; private pages (its own allocations and the pages it copied on write) are its alone."""
+    pss = private = 0
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
-                return int(line.split()[1])
+                pss = int(line.split()[1])
+            elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+                private += int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return pss, private
 
 
 def run(argv: list[str], sample: bool = False) -> dict:
     """Run ``argv`` to its end: seconds, CPU seconds and the largest process's peak RSS (MB), the kernel's figures
-    for the process and the children it waited for (worker processes), and, with ``sample``, the peak
-    proportional set size of its tree (MB)."""
+    for the process and the children it waited for (worker processes), and, with ``sample`` (every 20 ms), the
+    peak proportional set size of its tree and the largest private memory of one of its worker processes (MB)."""
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak_pss, done = [0], threading.Event()
+    peaks, done = {"pss": 0, "worker": 0}, threading.Event()
 
     def sampler() -> None:
         while not done.wait(0.02):
-            peak_pss[0] = max(peak_pss[0], sum(_pss_kb(pid) for pid in _tree(process.pid)))
+            tree = {pid: _rollup_kb(pid) for pid in _tree(process.pid)}
+            peaks["pss"] = max(peaks["pss"], sum(pss for pss, _ in tree.values()))
+            workers = [private for pid, (_, private) in tree.items() if pid != process.pid]
+            peaks["worker"] = max([peaks["worker"], *workers])
 
     watcher = threading.Thread(target=sampler, daemon=True) if sample else None
     if watcher is not None:
@@ -141,7 +152,7 @@ def run(argv: list[str], sample: bool = False) -> dict:
     if process.returncode != 0:
         sys.exit(f"{' '.join(argv[:3])} failed ({process.returncode}): {errors.strip()[-600:]}")
     return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
-            "pss_mb": peak_pss[0] / 1024}  # fmt: skip
+            "pss_mb": peaks["pss"] / 1024, "worker_mb": peaks["worker"] / 1024}  # fmt: skip
 
 
 def stages(folder: Path) -> str:
@@ -212,12 +223,13 @@ def main() -> None:
         memory = {}
         if not args.no_memory:
             base = {tool: run(imports_only(tool), sample=True) for tool in tools}
-            for name, folder in folders.items():
+            named = {**folders, **({"tiny": FIXTURE} if FIXTURE.is_dir() else {})}
+            for name, folder in named.items():
                 for tool in tools:
                     target = Path(out) / f"{name}-{tool}-memory"
                     used = run(command(tool, folder, target), sample=True)
                     memory[(name, tool)] = (used["peak_mb"] - base[tool]["peak_mb"],
-                                            used["pss_mb"] - base[tool]["pss_mb"])  # fmt: skip
+                                            used["pss_mb"] - base[tool]["pss_mb"], used["worker_mb"])  # fmt: skip
                     shutil.rmtree(target, ignore_errors=True)
     print(f"\nwhole processes, {args.rounds} interleaved rounds (median (min-max)); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
@@ -236,13 +248,17 @@ def main() -> None:
         print(f"{name:>6} {sum(sizes):8.1f} {max(sizes):8.1f} {_spread(wall):>18} {hta_wall:>20} {ratio:>18} "
               f"{sum(sizes) / statistics.median(wall):6.1f} {cpus:>22} {cpu_ratio:>18}")  # fmt: skip
     if memory:
-        print("\npeak memory above a process that only imports the same modules (MB): the largest process / all "
-              "its processes together (PSS, sampled)")  # fmt: skip
-        print(f"{'set':>6} {'largest file':>12} {'2 x file':>9} {'ringbench':>16} {'HTA':>16}")
-        for name, folder in folders.items():
-            largest = max(f.stat().st_size for f in folder.glob("*.json")) / 1e6
-            cells = [f"{memory[(name, tool)][0]:.0f} / {memory[(name, tool)][1]:.0f}" for tool in tools]
-            print(f"{name:>6} {largest:12.1f} {2 * largest:9.1f} " + " ".join(f"{cell:>16}" for cell in cells))
+        print("\npeak memory, MB: the largest process above a process that only imports the same modules / all its "
+              "processes together (PSS) above it / the largest worker's own (private) memory")  # fmt: skip
+        print(f"{'set':>6} {'largest file':>12} {'2 x file':>9} {'ringbench':>18} {'HTA':>18}")
+        for name in [*folders, *(["tiny"] if ("tiny", tools[0]) in memory else [])]:
+            files = list((folders.get(name) or FIXTURE).glob("*.json*"))
+            largest = max(f.stat().st_size for f in files if f.name.endswith((".json", ".json.gz"))) / 1e6
+            cells = ["{:.0f} / {:.0f} / {:.0f}".format(*memory[(name, tool)]) for tool in tools]
+            print(f"{name:>6} {largest:12.1f} {2 * largest:9.1f} " + " ".join(f"{cell:>18}" for cell in cells))
+        if ("tiny", tools[0]) in memory:
+            print(f"  tiny: {FIXTURE} (4 gzipped traces of 30 KB): what any import costs above the imports, the "
+                  "libraries' first use (their code and pools), whatever the size")  # fmt: skip
     if args.stages:
         print("\nringbench's phases (one process each):")
         for name, folder in folders.items():
