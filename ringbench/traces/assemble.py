@@ -194,6 +194,17 @@ def _share(spans: np.ndarray, windows: np.ndarray) -> float:
     return float((inside[:, 1] - inside[:, 0]).sum()) / total if total > 0 else 0.0
 
 
+def _received_in_window(views: dict[int, _Rank], matched: pd.DataFrame) -> np.ndarray:
+    """Per matched message, whether its receiver holds it in a kept iteration."""
+    inside = np.zeros(len(matched), bool)
+    dst = matched["dst"].to_numpy()
+    for rank, view in views.items():
+        mine = dst == rank
+        rows = matched["recv_row"].to_numpy()[mine]
+        inside[mine] = view.messages["iteration"].reindex(rows).to_numpy() >= 0
+    return inside
+
+
 def assemble(ranks, ring: list[int], clock, labels: list[str], numbers: list[int]) -> Assembled:
     """The events rows of every rank (module doc); ``clock``: traces.clocks.ClockFit."""
     world = len(ring)
@@ -237,9 +248,7 @@ def assemble(ranks, ring: list[int], clock, labels: list[str], numbers: list[int
     # Every rank's compute rows after all the other rows: the order ties keep in the record.
     out.rows = [frame for frame in rows + computes if frame is not None and len(frame)]
     kept = matched[(matched["send_row"] >= 0) & (matched["recv_row"] >= 0)]
-    in_window = [views[int(d)].messages.at[int(i), "iteration"] >= 0 if int(d) in views else False
-                 for d, i in zip(kept["dst"], kept["recv_row"], strict=True)]  # fmt: skip
-    kept = kept[np.asarray(in_window, bool)] if len(kept) else kept
+    kept = kept[_received_in_window(views, kept)]
     host_side = [not views[int(d)].gpu for d in kept["dst"]]
     out.transfers = int(np.sum(host_side))
     out.censored = int(np.sum(censored[kept.index.to_numpy()][np.asarray(host_side, bool)])) if len(kept) else 0

@@ -5,7 +5,8 @@
     result.run_dir, result.ring, result.events                   # analyze / report / compare / recommend read it
 
 Each trace is read (streaming, ringbench/traces/kineto.py) and reduced at once to the rank's iterations, phases,
-compute spans and exchanges (rank_view.py, exchanges.py), so memory holds one trace at a time. Then the ranks are
+compute spans and exchanges (rank_view.py, exchanges.py), so a reading process holds one trace at a time; the ranks
+are shared among the cores (rank_readers.py). Then the ranks are
 checked to be one job's (trace_set.py), put on one clock (clocks.py) and the ring is rebuilt into events rows
 (reconstruct.py). The record has the schema of a ringbench run (source "profiler" in meta.json, with the job's
 distributedInfo and the traces' names and hashes), one case, repeat 0, the iterations found in every trace.
