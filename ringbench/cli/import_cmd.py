@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ringbench.cli import common
 from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, cli_errors
 from ringbench.fmt import exposed_text, ring_text
 
@@ -85,6 +86,7 @@ def register(app: typer.Typer) -> None:
                   "exposed_comm_frac": float(case["exposed_comm_frac"]), "seconds": result.seconds,
                   "trace_mb": result.trace_bytes / 1e6, "emulated": bool(case["emulated"]),
                   "readers": imported.get("readers", []), "notes": list(result.notes)})  # fmt: skip
+        common.exit_when_done = True  # the record is written and the answer printed (cli/common.py)
 
 
 class _progress:
