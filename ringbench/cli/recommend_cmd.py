@@ -8,6 +8,7 @@ ringbench recommend --topology node.txt --json
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -107,7 +108,7 @@ def headline(r, prediction=None) -> dict:
     if prediction is not None:
         current, recommended = ring_text(r.current_order), r.order_arg
         speedup = prediction.speedup(current, recommended)
-        if speedup == speedup:  # both rings predicted
+        if math.isfinite(speedup):  # both rings predicted
             return {"covers": "step", "speedup": speedup, "current_ms": prediction.step_ms[current],
                     "recommended_ms": prediction.step_ms[recommended],
                     "source": f"SIMULATED: the simulator calibrated on {prediction.run_id}"}  # fmt: skip
