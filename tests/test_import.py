@@ -42,6 +42,13 @@ def test_self_import_agrees_with_ringbench_recorder():
     assert steps == [0, 0, 1, 1, 2, 2, 3]  # K/V and dK/dV per step, the last dK/dV alone (double buffer)
 
 
+def test_ranks_read_in_worker_processes_give_the_same_record():
+    alone, parallel = reconstruct([GLOO], workers=1), reconstruct([GLOO], workers=2)
+    pd.testing.assert_frame_equal(alone.events, parallel.events)
+    pd.testing.assert_frame_equal(alone.cases, parallel.cases)
+    assert alone.notes == parallel.notes and alone.ring == parallel.ring
+
+
 def test_import_writes_a_record_that_analyze_report_and_compare_read(tmp_path):
     result = invoke("import", str(GLOO), "--out", str(tmp_path), "--json")
     assert result.exit_code == 0, result.output

@@ -72,7 +72,15 @@ def test_recommend_human_output_shows_hops_and_launch_forms():
     text = " ".join(result.output.split())
     assert "Recommended ring: 0-1-2-3-4-5-6-7" in text
     assert "ringbench run --order 0-1-2-3-4-5-6-7" in text and "CUDA_VISIBLE_DEVICES=" in text
-    assert "predicted speedup" in text and "Model:" in text
+    assert "Predicted speedup of communication per ring step" in text and "Model:" in text
+    # A topology prices links, not compute: the headline says that it covers communication only.
+    assert "communication only" in text.split("Predicted speedup", 1)[1].split(")", 1)[0]
+
+
+def test_recommend_headline_from_a_topology_covers_communication_only():
+    document = json.loads(invoke("recommend", "--topology", PCIE8, "--order", "0-4-1-5-2-6-3-7", "--json").stdout)
+    assert document["headline"]["covers"] == "communication"
+    assert document["headline"]["speedup"] == document["predicted_speedup"]
 
 
 @pytest.mark.parametrize("name", ["dgx_a100_nv12.txt", "hgx_h200_nv18.txt"])

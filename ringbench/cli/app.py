@@ -172,13 +172,14 @@ def _command_module(argv: list[str]) -> str | None:
 def main() -> None:
     module = _command_module(sys.argv[1:])
     _register([module] if module is not None and "_TYPER_COMPLETE_ARGS" not in os.environ else COMMAND_MODULES)
+    common.exit_when_done = False  # only this invocation's command may ask for it
     try:
         _app()
     except SystemExit as exc:
-        if common.stopped_by_signal:
-            # A signal stopped the command and everything worth keeping is on disk and printed: leave now. The
-            # interpreter's own teardown (torch's, pyarrow's) takes seconds on a loaded machine, and whoever sent
-            # the signal (SLURM, a CI runner) is counting them.
+        if common.stopped_by_signal or common.exit_when_done:
+            # A signal stopped the command, or the command is done, and everything worth keeping is on disk and
+            # printed: leave now. The interpreter's own teardown (torch's, pyarrow's) takes a tenth of a second
+            # idle and seconds on a loaded machine, and whoever waits (a user, SLURM, a CI runner) counts them.
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(exc.code if isinstance(exc.code, int) else 1)

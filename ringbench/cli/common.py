@@ -41,6 +41,9 @@ def _console(stderr: bool) -> Console:
 
 diag = _console(stderr=True)  # progress, notes, errors
 stopped_by_signal = False  # set when a stop signal ended the command (the console entry point then exits at once)
+# Set by a command whose work is all on disk and printed when it returns: the console entry point then exits at
+# once, without the interpreter's teardown of pandas and Arrow (about 0.1 s, a twentieth of importing 4 traces).
+exit_when_done = False
 
 
 @dataclass(slots=True)

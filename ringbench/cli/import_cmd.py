@@ -9,13 +9,21 @@ Exit 0 on success, 2 on bad input (one line: what was found, what to pass).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from ringbench.cli import common
 from ringbench.cli.common import OUTPUT_PANEL, JsonOption, Output, QuietOption, cli_errors
 from ringbench.fmt import exposed_text, ring_text
+
+# Before pandas loads Arrow: Arrow's default allocator keeps what it frees, and an import frees a trace's worth of
+# text columns per rank (traces/arrow_memory.py says how much that held); the system allocator returns it. Set for
+# the whole process here, since parts of Arrow allocate from the process default whatever pyarrow is told later;
+# a value the user set wins.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def register(app: typer.Typer) -> None:
@@ -78,6 +86,7 @@ def register(app: typer.Typer) -> None:
                   "exposed_comm_frac": float(case["exposed_comm_frac"]), "seconds": result.seconds,
                   "trace_mb": result.trace_bytes / 1e6, "emulated": bool(case["emulated"]),
                   "readers": imported.get("readers", []), "notes": list(result.notes)})  # fmt: skip
+        common.exit_when_done = True  # the record is written and the answer printed (cli/common.py)
 
 
 class _progress:

@@ -8,10 +8,12 @@ ringbench recommend --topology node.txt --json
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ringbench.cli.common import JsonOption, Output, QuietOption, TopologyOption, cli_errors
@@ -98,6 +100,32 @@ def _kv_bytes(run, world: int) -> int | None:
     return cases[0].block_bytes("kv") if cases else None
 
 
+def headline(r, prediction=None) -> dict:
+    """What the answer leads with, and what it covers. The step's speedup where something predicts the step (a
+    measured run: the simulator calibrated on it prices compute, the transport's own cost per transfer and the
+    run's K/V block); else the link model's speedup of communication per ring step, said to be communication only:
+    a topology says what the links cost, not what compute hides or what each transfer costs beyond its links."""
+    if prediction is not None:
+        current, recommended = ring_text(r.current_order), r.order_arg
+        speedup = prediction.speedup(current, recommended)
+        if math.isfinite(speedup):  # both rings predicted
+            return {"covers": "step", "speedup": speedup, "current_ms": prediction.step_ms[current],
+                    "recommended_ms": prediction.step_ms[recommended],
+                    "source": f"SIMULATED: the simulator calibrated on {prediction.run_id}"}  # fmt: skip
+    return {"covers": "communication", "speedup": r.predicted_speedup, "current_us": r.current_step_us,
+            "recommended_us": r.step_us, "source": "the link model, communication per ring step only"}  # fmt: skip
+
+
+def headline_text(line: dict) -> str:
+    if line["covers"] == "step":
+        return (f"Predicted speedup of the step: ×{line['speedup']:.2f} ({line['current_ms']:,.1f} -> "
+                f"{line['recommended_ms']:,.1f} ms per step; {line['source']}: its compute, transport and K/V "
+                "block on this topology).")  # fmt: skip
+    return (f"Predicted speedup of communication per ring step: ×{line['speedup']:.2f} (communication only, the "
+            "link model; the step gains that much only where nothing hides communication: `ringbench recommend "
+            "RUN_DIR` predicts the step from a measured run).")  # fmt: skip
+
+
 def render(recommendation, topology, out, prediction=None) -> None:
     r = recommendation
     print_ = out.console.print if not out.quiet else (lambda *a, **k: None)
@@ -111,6 +139,8 @@ def render(recommendation, topology, out, prediction=None) -> None:
         verdict = "already optimal" if r.current_is_optimal else "can be improved"
         print_(f"Current ring {ring_text(r.current_order)} {verdict}; method: {r.method}.")
         print_(f"[bold]Recommended ring: {r.order_arg}[/]")
+        if not r.current_is_optimal:
+            print_(f"[bold]{escape(headline_text(headline(r, prediction)))}[/]")
     if r.hops and len(r.hops) <= MAX_HOP_ROWS and not r.all_equivalent:
         table = Table(title="hops (ring position p sends to p+1)")
         table.add_column("p", justify="right")
@@ -130,9 +160,9 @@ def render(recommendation, topology, out, prediction=None) -> None:
         shared = any(hop.share > 1 for hop in (*r.hops, *r.current_hops))
         sharing = ", NET hops sharing a host pair's link" if shared else ""
         print_(
-            f"Communication per ring step (slowest hop{sharing}): current {r.current_step_us:,.0f} us -> "
-            f"recommended {r.step_us:,.0f} us; predicted speedup of communication per ring step "
-            f"×{r.predicted_speedup:.2f} ({r.predicted_step_change_pct:+.0f}%), at {r.message_bytes / 2**20:g} MiB per hop."
+            f"Communication per ring step (slowest hop{sharing}; communication only): current {r.current_step_us:,.0f} "
+            f"us -> recommended {r.step_us:,.0f} us, ×{r.predicted_speedup:.2f} ({r.predicted_step_change_pct:+.0f}%), "
+            f"at {r.message_bytes / 2**20:g} MiB per hop."
         )
         print_(
             f"Worst hop alone: current {styled(r.current_worst_hop_class)} ({r.current_worst_hop_us:,.0f} us) -> "
@@ -145,9 +175,6 @@ def render(recommendation, topology, out, prediction=None) -> None:
                 f" -> {_counts(r.hop_class_counts())})" + _why_total(r)
             )
         print_(f"[dim]Model: {r.model}.[/]")
-        if prediction is None and r.predicted_speedup > 1 + 1e-9:
-            print_("The step time gains that much only where communication is exposed; `ringbench recommend RUN_DIR` "
-                   "predicts step times from a measured run.")  # fmt: skip
     if prediction is not None:
         for line in prediction_lines(prediction):
             print_(line)
@@ -235,4 +262,5 @@ def register(app: typer.Typer) -> None:
         if prediction is not None:
             speedup = prediction.speedup(ring_text(result.current_order), result.order_arg)
             document["predicted_step"] = prediction.to_dict() | {"speedup": speedup}
+        document["headline"] = headline(result, prediction)
         out.emit(document)

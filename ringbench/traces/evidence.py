@@ -53,24 +53,30 @@ def union(starts, ends) -> np.ndarray:
 
 
 def subtract(base: np.ndarray, cut: np.ndarray) -> np.ndarray:
-    """``base`` minus ``cut`` (both sorted disjoint (n, 2)), as sorted disjoint intervals of positive length."""
+    """``base`` minus ``cut`` (both sorted by start; ``cut`` disjoint), as sorted intervals of positive length.
+
+    Walking an interval [s, e) through the cuts that start before e, a piece (cursor, cut start) is left wherever a
+    cut starts after the cursor, and the cursor moves to the furthest cut end so far; the rest (cursor, e) closes
+    it. So a zero-length cut inside an interval splits it in two. Vectorised over intervals and cuts: the cursor
+    before cut k is max(s, the largest end among cuts 0..k-1)."""
     if not len(base) or not len(cut):
         return base[base[:, 1] > base[:, 0]] if len(base) else base
-    out = []
-    j = 0
-    for start, end in base:
-        cursor = start
-        while j < len(cut) and cut[j, 1] <= cursor:
-            j += 1
-        k = j
-        while k < len(cut) and cut[k, 0] < end:
-            if cut[k, 0] > cursor:
-                out.append((cursor, cut[k, 0]))
-            cursor = max(cursor, cut[k, 1])
-            k += 1
-        if cursor < end:
-            out.append((cursor, end))
-    return np.array(out, np.int64).reshape(-1, 2)
+    base, cut = np.asarray(base, np.int64), np.asarray(cut, np.int64)
+    starts, reach = cut[:, 0], np.maximum.accumulate(cut[:, 1])
+    first = np.searchsorted(reach, base[:, 0], side="right")  # cuts before it end at or before s: no effect
+    last = np.searchsorted(starts, base[:, 1], side="left")  # cuts from here on start at or after e
+    counts = np.clip(last - first, 0, None)
+    owner = np.repeat(np.arange(len(base)), counts)
+    k = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    before = np.where(k > 0, reach[np.clip(k - 1, 0, None)], np.iinfo(np.int64).min)
+    cursor = np.maximum(base[owner, 0], before)
+    keep = starts[k] > cursor
+    closing = np.where(last > 0, np.maximum(base[:, 0], reach[np.clip(last - 1, 0, None)]), base[:, 0])
+    tail = closing < base[:, 1]
+    pieces = np.r_[np.c_[cursor[keep], starts[k][keep]], np.c_[closing[tail], base[tail, 1]]].reshape(-1, 2)
+    # order: by interval, then by the cut that ends each piece (the closing piece last)
+    order = np.lexsort((np.r_[k[keep], np.full(int(tail.sum()), len(cut))], np.r_[owner[keep], np.nonzero(tail)[0]]))
+    return pieces[order].astype(np.int64)
 
 
 def match_messages(messages: dict[int, pd.DataFrame]) -> pd.DataFrame:
@@ -116,27 +122,31 @@ def classify_gaps(gaps: np.ndarray, times: np.ndarray, done: np.ndarray, ids: np
 
     An observation belongs to the gap that holds it (or ends within WAIT_TOL_NS before it); one outside every gap
     (the rank was busy in an op: observed on another thread) waited for nothing."""
-    waits, own = [], []
     order = np.argsort(times, kind="stable")
     times, done, ids, late = times[order], done[order], ids[order], np.asarray(late)[order]
-    slot = np.searchsorted(gaps[:, 0], times, side="right") - 1 if len(gaps) else np.full(len(times), -1)
+    gaps = np.asarray(gaps, np.int64).reshape(-1, 2)
+    slot = np.searchsorted(gaps[:, 0], times, side="right") - 1
     inside = (slot >= 0) & (times <= gaps[np.clip(slot, 0, None), 1] + WAIT_TOL_NS) if len(gaps) else slot >= 0
-    per_gap = {}
-    for i in np.nonzero(inside)[0]:
-        per_gap.setdefault(int(slot[i]), []).append(i)
-    for g, (g0, g1) in enumerate(gaps):
-        cursor = int(g0)
-        for i in per_gap.get(g, ()):
-            seen = min(int(times[i]), int(g1))
-            if seen > cursor:
-                if times[i] - done[i] <= late[i]:
-                    waits.append((cursor, seen, int(ids[i])))
-                else:
-                    own.append((cursor, seen))
-                cursor = seen
-        if g1 > cursor:
-            own.append((cursor, int(g1)))
-    return (np.array(waits, np.int64).reshape(-1, 3), np.array(own, np.int64).reshape(-1, 2))
+    # The walk, vectorised: the observations of a gap are consecutive here (gaps are sorted and disjoint) and
+    # their ``seen`` never decreases, so the cursor before one is the previous one's seen (the gap's start first).
+    obs = np.nonzero(inside)[0]
+    gap = slot[obs]
+    seen = np.minimum(times[obs].astype(np.int64), gaps[gap, 1])
+    first = np.r_[True, gap[1:] != gap[:-1]] if len(obs) else np.zeros(0, bool)
+    cursor = np.where(first, gaps[gap, 0], np.r_[np.int64(0), seen[:-1]][: len(obs)])
+    moved = seen > cursor
+    waiting = moved & (times[obs] - done[obs] <= late[obs])
+    waits = np.c_[cursor[waiting], seen[waiting], ids[obs][waiting].astype(np.int64)]
+    # After a gap's last observation (or from its start), up to its end: the rank's own time.
+    reached = gaps[:, 0].copy()
+    last = np.r_[gap[1:] != gap[:-1], True] if len(obs) else np.zeros(0, bool)
+    reached[gap[last]] = seen[last]
+    tail = gaps[:, 1] > reached
+    busy = moved & ~waiting
+    key_gap = np.r_[gap[busy], np.nonzero(tail)[0]]
+    key_at = np.r_[obs[busy], np.full(int(tail.sum()), len(times))]  # a gap's tail after its observations
+    own = np.r_[np.c_[cursor[busy], seen[busy]], np.c_[reached[tail], gaps[tail, 1]]][np.lexsort((key_at, key_gap))]
+    return waits.astype(np.int64).reshape(-1, 3), own.astype(np.int64).reshape(-1, 2)
 
 
 def measured(matched: pd.DataFrame, waits: dict[int, np.ndarray], observer_threads: dict) -> np.ndarray:

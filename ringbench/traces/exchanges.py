@@ -26,6 +26,7 @@ collectives, and the other collectives (barriers, all-reduces) as sync points.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -35,6 +36,10 @@ import numpy as np
 import pandas as pd
 
 MESSAGE_COLUMNS = ["direction", "peer", "post_ns", "obs_ns", "obs_tid", "bytes", "tid", "via"]
+# Typed even when empty: an empty table of object columns would turn every table concatenated with it into objects
+# (and pandas then aggregates them in Python, group by group).
+MESSAGE_DTYPES = {"direction": str, "peer": "int64", "post_ns": "int64", "obs_ns": "float64", "obs_tid": "int64",
+                  "bytes": "int64", "tid": "int64", "via": str}  # fmt: skip
 EXCHANGE_COLUMNS = ["kind", "post_ns", "done_ns", "tid", "bytes", "via"]
 SYNC_COLUMNS = ["name", "join_ns", "done_ns", "tid"]
 SEND_OPS = ("c10d::send",)
@@ -83,6 +88,7 @@ def _splits(name: str, args: dict) -> tuple[list[int] | None, list[int] | None]:
     return _int_list(args.get("In split size")), _int_list(args.get("Out split size"))
 
 
+@functools.lru_cache(maxsize=1024)  # a ring's calls repeat a few shapes
 def _numel(dims_text: str) -> int:
     try:
         dims = json.loads(dims_text) if dims_text else []
@@ -139,17 +145,17 @@ def rotations(host: pd.DataFrame, kernels: pd.DataFrame, kv_numels: set[int], ra
         found_spans = host[host["name"] == f"gloo:{kind}"].sort_values("start_ns", kind="stable")
         spans[kind] = (found_spans["end_ns"].to_numpy(np.int64), found_spans["tid"].to_numpy(np.int64))
     has_kernels = len(kernels) > 0
-    parsed: dict[str, dict] = {}
+    parsed: dict[tuple[str, str], tuple] = {}  # a ring's calls repeat a few argument texts: parse each once
     used = Counter()
     for call in calls.sort_values("start_ns").itertuples(index=False):
-        args = parsed.get(call.comm_args)
-        if args is None:
-            args = parsed.setdefault(call.comm_args, _args(call.comm_args))
-        kind = _collective_kind(call.name, args)
+        key = (call.name, call.comm_args)
+        if key not in parsed:
+            args = _args(call.comm_args)
+            parsed[key] = (_collective_kind(call.name, args), *_splits(call.name, args))
+        kind, sends, receives = parsed[key]
         if kind not in ("all_to_all", "all_gather"):
             found["other collectives" if kind == "record_param_comms" else kind] += 1
             continue
-        sends, receives = _splits(call.name, args)
         if sends is None and kind == "all_to_all":  # the split sizes may sit on a nested op of the call
             inside = np.nonzero((comm_tid == call.tid) & (comm_start >= call.start_ns) & (comm_start <= call.end_ns))[0]
             for nested in comm_ops.iloc[inside].itertuples(index=False):
@@ -316,14 +322,22 @@ def exchange_groups(messages: pd.DataFrame, breaks: np.ndarray) -> np.ndarray:
     return out
 
 
+def message_frame(rows: list[dict], extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Message rows (MESSAGE_COLUMNS, then ``extra`` int64 columns) as a typed table."""
+    columns = [*MESSAGE_COLUMNS, *extra]
+    return pd.DataFrame(rows, columns=columns).astype(MESSAGE_DTYPES | dict.fromkeys(extra, "int64"))
+
+
 __all__ = [
     "COMM_PREFIXES",
     "EXCHANGE_COLUMNS",
     "MESSAGE_COLUMNS",
+    "MESSAGE_DTYPES",
     "SYNC_COLUMNS",
     "WAIT_OPS",
     "exchange_groups",
     "kernels_by_launch",
+    "message_frame",
     "p2p_messages",
     "rotations",
     "sync_points",

@@ -5,7 +5,8 @@
     result.run_dir, result.ring, result.events                   # analyze / report / compare / recommend read it
 
 Each trace is read (streaming, ringbench/traces/kineto.py) and reduced at once to the rank's iterations, phases,
-compute spans and exchanges (rank_view.py, exchanges.py), so memory holds one trace at a time. Then the ranks are
+compute spans and exchanges (rank_view.py, exchanges.py), so a reading process holds one trace at a time; the ranks
+are shared among the cores (rank_readers.py). Then the ranks are
 checked to be one job's (trace_set.py), put on one clock (clocks.py) and the ring is rebuilt into events rows
 (reconstruct.py). The record has the schema of a ringbench run (source "profiler" in meta.json, with the job's
 distributedInfo and the traces' names and hashes), one case, repeat 0, the iterations found in every trace.
@@ -21,7 +22,6 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,9 +33,11 @@ from ringbench.errors import UsageError
 from ringbench.record import store
 from ringbench.record.meta import write_meta
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.traces.arrow_memory import system_allocator
 from ringbench.traces.assemble import assemble
 from ringbench.traces.clocks import align_clocks
 from ringbench.traces.rank_import import RankImport, reduce_rank
+from ringbench.traces.rank_readers import ProgressFn, read_ranks
 from ringbench.traces.rank_view import compile_patterns
 from ringbench.traces.reconstruct import events_frame, ring_order
 from ringbench.traces.trace_set import check_ranks, find_trace_files
@@ -135,10 +137,6 @@ def _numbers(labels: list[str]) -> list[int]:
     return list(range(len(labels)))
 
 
-ProgressFn = Callable[[str, int, int], None]  # (trace file name, bytes of JSON read since the last call, its total)
-PARALLEL_MIN_MB = 96  # read the ranks in parallel processes from this much JSON on (below, starting them costs more)
-
-
 def reconstruct(
     paths,
     *,
@@ -151,7 +149,13 @@ def reconstruct(
     """Rebuild the ring of one job's profiler traces (files or folders, one trace per rank), in memory.
 
     ``progress(name, bytes, total)`` is called as each trace is read; ``workers``: processes that read the traces
-    (default: one per core, up to one per trace, when the traces hold PARALLEL_MIN_MB of JSON or more; else 1)."""
+    (the importing process included; default: one per core, up to one per trace, from rank_readers.PARALLEL_MIN_MB
+    of JSON on; else 1)."""
+    with system_allocator():
+        return _reconstruct(paths, iteration_marker, compute_patterns, command, progress, workers)
+
+
+def _reconstruct(paths, iteration_marker, compute_patterns, command, progress, workers) -> Reconstruction:
     pattern = compile_patterns(compute_patterns)
     files = find_trace_files(paths)
     ranks = read_ranks(files, pattern, iteration_marker, progress, workers)
@@ -192,63 +196,6 @@ def reconstruct(
                  built, run_meta, emulated)  # fmt: skip
     total = sum(r.file.size_bytes for r in ranks)
     return Reconstruction(events=events, cases=cases, meta=meta, ring=ring, trace_bytes=total, notes=tuple(notes))
-
-
-def read_ranks(files: list[Path], pattern, marker, progress: ProgressFn | None, workers: int | None):
-    """Every trace reduced (rank_import.reduce_rank), in parallel processes where that pays (reconstruct)."""
-    from ringbench.traces.kineto import json_size
-
-    sizes = {path: json_size(path) for path in files}
-    if workers is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        workers = min(cores, len(files)) if sum(sizes.values()) >= PARALLEL_MIN_MB * 1e6 else 1
-    if workers <= 1 or len(files) < 2:
-        out = []
-        for path in files:
-            report = None if progress is None else (lambda n, name=path.name, total=sizes[path]: progress(name, n,
-                                                                                                         total))  # fmt: skip
-            out.append(reduce_rank(path, pattern, marker, progress=report))
-        return out
-    return _read_parallel(files, sizes, pattern, marker, progress, workers)
-
-
-def _read_parallel(files, sizes, pattern, marker, progress, workers):
-    """reduce_rank over ``workers`` forked processes, their progress relayed through a queue."""
-    import multiprocessing as mp
-    import queue as queues
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = mp.get_context("fork")
-    relay = context.Queue() if progress is not None else None
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init,
-                             initargs=(relay,)) as pool:  # fmt: skip
-        futures = [pool.submit(_reduce_in_worker, str(path), pattern.pattern, marker, sizes[path]) for path in files]
-        while relay is not None and not all(f.done() for f in futures):
-            try:
-                name, n, total = relay.get(timeout=0.1)
-            except queues.Empty:
-                continue
-            progress(name, n, total)
-        results = [f.result() for f in futures]
-    while relay is not None and not relay.empty():
-        progress(*relay.get_nowait())
-    return results
-
-
-_RELAY = None
-
-
-def _worker_init(relay) -> None:
-    global _RELAY
-    _RELAY = relay
-
-
-def _reduce_in_worker(path: str, pattern: str, marker, total: int):
-    import re
-
-    name = Path(path).name
-    report = None if _RELAY is None else (lambda n: _RELAY.put((name, n, total)))
-    return reduce_rank(Path(path), re.compile(pattern), marker, progress=report)
 
 
 def _evidence_notes(built, ranks: list[RankImport]) -> list[str]:
@@ -310,8 +257,9 @@ def import_traces(
                           command=command, progress=progress, workers=workers)  # fmt: skip
     run_dir = _new_run_dir(out, run_name)
     meta = rebuilt.meta | {"run_id": run_dir.name}
-    store.write_events(run_dir, rebuilt.events)
-    store.write_cases(run_dir, rebuilt.cases)
+    with system_allocator():
+        store.write_events(run_dir, rebuilt.events)
+        store.write_cases(run_dir, rebuilt.cases)
     seconds = round(time.monotonic() - started, 3)
     meta["imported"] = meta["imported"] | {"seconds": seconds}
     write_meta(run_dir, meta, "import")
@@ -393,7 +341,6 @@ def _meta(ranks, world, ring, ring_method, clock, labels, command, marker, patte
 def _cores(hosts: list[str], run_meta: dict) -> int | None:
     """CPU cores of the traced host: the capturing run's record says; a trace does not, but when it was taken on
     this very host, this host's count is the answer. None when unknown (oversubscription cannot be checked)."""
-    import os
     import socket
 
     if run_meta.get("cpu_count"):

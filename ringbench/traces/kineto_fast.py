@@ -55,7 +55,7 @@ def _args_struct():
         ("stream", int, -1),
         ("correlation", int, -1),
         ("external", int, msgspec.field(name="External id", default=-1)),
-        ("nbytes", msgspec.Raw, msgspec.field(name="bytes", default=_NONE)),
+        ("nbytes", object, msgspec.field(name="bytes", default=msgspec.UNSET)),  # UNSET: no "bytes" key
     ]
     fields += [(f, msgspec.Raw, msgspec.field(name=key, default=_NONE)) for f, key in zip(_COMM_FIELDS, COMM_ARG_KEYS,
                                                                                           strict=True)]  # fmt: skip
@@ -63,7 +63,6 @@ def _args_struct():
 
 
 _Args = _args_struct()
-_EMPTY_ARGS = _Args()
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -74,7 +73,7 @@ class _Event(msgspec.Struct, gc=False):
     dur: float = 0.0
     pid: int | str = -1
     tid: int | str = -1
-    args: msgspec.Raw = _NONE  # decoded in slices by the reducer: held raw, an event costs a few dozen bytes
+    args: _Args = msgspec.field(default_factory=_Args)  # the fields the record needs; the decoder skips the rest
 
 
 class _Whole(msgspec.Struct):
@@ -87,8 +86,7 @@ class _Whole(msgspec.Struct):
 
 
 _WHOLE = msgspec.json.Decoder(_Whole)
-_ARGS = msgspec.json.Decoder(_Args)
-_SLICE = 1 << 15  # events whose args are decoded at once
+_SLICE = 1 << 15  # events reduced at once
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _ANY = msgspec.json.Decoder()
 _META_KEYS = ("schemaVersion", "baseTimeNanoseconds", "distributedInfo", "host_name", "deviceProperties")
@@ -122,8 +120,7 @@ class _Reducer:
         intern = self.strings.setdefault
         names = [intern(e.name, e.name) for e in events]
         cats = [intern(e.cat, e.cat) for e in events]
-        decode = _ARGS.decode
-        args = [decode(e.args) if e.args else _EMPTY_ARGS for e in events]
+        args = [e.args for e in events]
         dims, types = self.dims, self.types
         dims_raw = [_raw(a.dims) for a in args]
         types_raw = [_raw(a.types) for a in args]
@@ -137,11 +134,9 @@ class _Reducer:
         peer, tag = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         nbytes = np.full(n, -1, np.int64)
         comm = [""] * n
-        for i, a in enumerate(args):
-            raw = _raw(a.nbytes)
-            if raw:
-                value = _ANY.decode(raw)
-                nbytes[i] = value if isinstance(value, int) and not isinstance(value, bool) else -1
+        for i in [i for i, a in enumerate(args) if a.nbytes is not msgspec.UNSET]:
+            value = args[i].nbytes
+            nbytes[i] = value if isinstance(value, int) and not isinstance(value, bool) else -1
         for i in [i for i, name in enumerate(names) if name.startswith(COMM_PREFIXES)]:
             name, a = names[i], args[i]
             found = {}
@@ -156,7 +151,7 @@ class _Reducer:
             if name != PARAM_COMMS and name.startswith(ARG_OPS) and concrete:
                 text = json.dumps({"concrete": _ANY.decode(concrete)}, separators=(",", ":"))
                 comm[i] = intern(text, text)
-            if nbytes[i] < 0 and not _raw(a.nbytes):
+            if nbytes[i] < 0 and a.nbytes is msgspec.UNSET:
                 dims_value = _ANY.decode(dims_raw[i]) if dims_raw[i] else None
                 types_value = _ANY.decode(types_raw[i]) if types_raw[i] else None
                 nbytes[i] = message_bytes(found, dims_value, types_value)

@@ -24,11 +24,11 @@ from ringbench.traces.evidence import union
 from ringbench.traces.exchanges import (
     COMM_PREFIXES,
     EXCHANGE_COLUMNS,
-    MESSAGE_COLUMNS,
     SYNC_COLUMNS,
     WAIT_OPS,
     exchange_groups,
     kernels_by_launch,
+    message_frame,
     p2p_messages,
     rotations,
     sync_points,
@@ -162,7 +162,7 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=No
     sendrecv = int(nccl["name"].str.contains("SendRecv").sum()) if len(nccl) else 0
     if sendrecv:
         found["NCCL SendRecv kernels"] += sendrecv
-    plain = pd.DataFrame(p2p_messages(host, nccl, claimed), columns=MESSAGE_COLUMNS)
+    plain = message_frame(p2p_messages(host, nccl, claimed))
     syncs = sync_points(host, nccl, found)
     backward = backward_ranges(host)
 
@@ -211,7 +211,7 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=No
 
 def _exchanges(plain: pd.DataFrame, turned: list[dict], collectives: list[dict], place):
     """(messages with their exchange's index, exchanges): P2P groups, then rotations, then all-gathers."""
-    turned_frame = pd.DataFrame(turned, columns=[*MESSAGE_COLUMNS, "rotation"])
+    turned_frame = message_frame(turned, extra=("rotation",))
     if len(turned_frame):
         turned_frame = place(turned_frame, "post_ns")
         turned_frame["group"] = (plain["group"].max() + 1 if len(plain) else 0) + turned_frame.pop("rotation")

@@ -180,12 +180,10 @@ def step_of(anchors: pd.DataFrame, iteration: np.ndarray, phase: np.ndarray, tim
     return out
 
 
-def events_frame(rows: list, case_id: str, origin_ns: int) -> pd.DataFrame:
-    """Rows (dicts, or DataFrames of rows) -> the events table: the case id, repeat 0, times relative to
-    ``origin_ns``, schema column order."""
-    dicts = [row for row in rows if isinstance(row, dict)]
-    frames = [row for row in rows if isinstance(row, pd.DataFrame) and len(row)]
-    events = pd.concat([pd.DataFrame(dicts), *frames], ignore_index=True) if frames else pd.DataFrame(dicts)
+def events_frame(rows: list[pd.DataFrame], case_id: str, origin_ns: int) -> pd.DataFrame:
+    """DataFrames of rows -> the events table: the case id, repeat 0, times relative to ``origin_ns``, schema
+    column order; rows that tie on (iteration, rank, phase, start) keep the order they are given in."""
+    events = pd.concat([frame for frame in rows if len(frame)], ignore_index=True)  # a rank has iteration rows
     events["case_id"] = case_id
     events["repeat"] = 0
     events["start_ns"] = events["start_ns"].astype("int64") - origin_ns
