@@ -31,6 +31,7 @@ import pandas as pd
 
 from ringbench.errors import UsageError
 from ringbench.record import store
+from ringbench.record.folder import new_run_dir
 from ringbench.record.meta import write_meta
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
 from ringbench.traces.arrow_memory import system_allocator
@@ -255,7 +256,7 @@ def import_traces(
     started = time.monotonic()
     rebuilt = reconstruct(paths, iteration_marker=iteration_marker, compute_patterns=compute_patterns,
                           command=command, progress=progress, workers=workers)  # fmt: skip
-    run_dir = _new_run_dir(out, run_name)
+    run_dir = new_run_dir(out, run_name)
     meta = rebuilt.meta | {"run_id": run_dir.name}
     with system_allocator():
         store.write_events(run_dir, rebuilt.events)
@@ -348,21 +349,6 @@ def _cores(hosts: list[str], run_meta: dict) -> int | None:
     if len(hosts) == 1 and hosts[0] and hosts[0] == socket.gethostname():
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return None
-
-
-def _new_run_dir(out: str | Path, name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    base = f"{stamp}-{name}"
-    for suffix in range(1, 1000):
-        run_dir = Path(out) / (base if suffix == 1 else f"{base}-{suffix}")
-        try:
-            run_dir.mkdir(parents=True)
-            return run_dir
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise UsageError(f"out={str(out)!r} is not writable ({exc.strerror})") from None
-    raise UsageError(f"out={str(out)!r}: could not create a new run folder")
 
 
 __all__ = ["ImportResult", "Reconstruction", "import_traces", "reconstruct", "reduce_rank"]
