@@ -140,11 +140,14 @@ def test_no_fault_raises_no_alarm(seed):
     assert row["straggler_kind"] is None
 
 
-def test_detection_rate_over_random_trials():
+@pytest.mark.parametrize(
+    "trials", [pytest.param(2, id="2-trials"), pytest.param(6, id="6-trials", marks=pytest.mark.slow)]
+)
+def test_detection_rate_over_random_trials(trials):
     from ringbench.experiments.detection import detection_rate
 
-    result = detection_rate(6, iterations=5, seed=5)
-    assert result["faults"] == 12 and result["controls"] == 6
+    result = detection_rate(trials, iterations=5, seed=5)
+    assert result["faults"] == 2 * trials and result["controls"] == trials
     assert result["detection_rate"] == 1.0 and result["false_alarms"] == 0
 
 
