@@ -24,6 +24,9 @@ def read_topology_text(text: str, *, source: str = "topology") -> Topology:
         return parse_nvidia_smi(text, source=f"nvidia-smi:{source}")
     if not text.strip():
         raise UsageError(f"{source}: empty file; expected `nvidia-smi topo -m` output or a YAML topology")
+    if text.lstrip().startswith("<"):  # NCCL_GRAPH_DUMP_FILE / NCCL_TOPO_DUMP_FILE write XML
+        raise UsageError(f"{source}: XML (an NCCL graph or topology dump?) is not read here; expected "
+                         "`nvidia-smi topo -m` output or a YAML topology (docs/topology.md)")  # fmt: skip
     return parse_yaml_topology(text, source=source)
 
 
