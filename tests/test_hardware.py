@@ -170,3 +170,13 @@ def test_plan_cli_json_carries_the_priors():
     document = json.loads(result.stdout)
     assert document["gpu"] == "l20" and document["priors"]
     assert all(p["how"].startswith("PRIOR") for p in document["priors"])
+
+
+def test_simulate_with_a_gpu_runs_its_kernels_dtype_unless_told(tmp_path):
+    told = ["simulate", "--world", "4", "--seq", "8192", "--heads", "8", "--gpu", "h100", "--no-detect", "--out",
+            str(tmp_path), "--json", "-q"]  # fmt: skip
+    result = invoke(*told)
+    assert result.exit_code == 0, result.stderr
+    assert {case["dtype"] for case in json.loads(result.stdout)["cases"]} == {"bfloat16"}
+    fp32 = invoke(*told, "--dtype", "float32")
+    assert fp32.exit_code == 2 and "float32" in fp32.stderr and len(fp32.stderr.strip().splitlines()) == 1

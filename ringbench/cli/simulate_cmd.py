@@ -174,6 +174,9 @@ def simulate(
     output = Output(json=json_out, quiet=quiet, document="simulate")
     with cli_errors():
         base = load_scenario(scenario) if scenario else DEFAULT_SCENARIO
+        if gpu is not None and not axes.get("dtype") and not scenario and like is None:
+            axes = axes | {"dtype": ("bfloat16",)}  # a GPU's attention kernels run bf16/fp16, not the CPU's float32
+            output.note("dtype bfloat16 (the default with --gpu; --dtype float16 for the other)")
         chosen = base.with_overrides(**axes, backward=backward, faults=fault, seed=seed)
         request = SimRequest(
             scenario=chosen, iterations=iters, calibrate_from=calibrate_from, like=like,
