@@ -1,4 +1,4 @@
-"""Benchmark: `ringbench plan` at 64 and 1,024 ranks (target: 1,024 ranks on 128 hosts within 30 s).
+"""Benchmark: `ringbench plan` at 64 and 1,024 ranks (target: 1,024 ranks on 128 hosts within 5 s).
 
     python benchmarks/bench_plan.py                 # 8 x 8 and 128 x 8 GPUs, S = 1M, 32 heads (8 KV) x 128, bf16
     python benchmarks/bench_plan.py --hosts 16      # another size

@@ -269,3 +269,29 @@ def test_the_double_rings_outer_transfer_hides_behind_the_inner_steps(tmp_path):
     # two shared cores adds a millisecond or a few to any hop, so the hops are compared, not bounded).
     assert outer_ms.min() > 2.0 and inner_ms.median() < 0.75 * outer_ms.median(), hops[["transfer_ms"]]
     assert shared_channels(events).empty
+
+
+def test_blocks_over_one_emulated_hop_take_turns_on_it():
+    """The backward's K/V and dK/dV lanes receive over the same hop: on emulated links they queue on it, as on a
+    real link, instead of each arriving one hop price after the other was posted; another hop is not held."""
+    import threading
+    import time
+
+    clock = comm.LinkClock()
+    hold_s = 0.2  # upper bounds below leave 0.2 s for a busy machine's scheduling
+    started = time.perf_counter()
+    ended: dict[str, float] = {}
+
+    def lane(name: str, hop: tuple[int, int]) -> None:
+        clock.hold(hop, hold_s)
+        ended[name] = time.perf_counter() - started
+
+    lanes = [threading.Thread(target=lane, args=(name, hop)) for name, hop in
+             (("kv", (3, 4)), ("dkv", (3, 4)), ("other hop", (2, 3)))]  # fmt: skip
+    for thread in lanes:
+        thread.start()
+    for thread in lanes:
+        thread.join()
+    assert max(ended["kv"], ended["dkv"]) >= 2 * hold_s
+    assert min(ended["kv"], ended["dkv"]) < 2 * hold_s <= max(ended["kv"], ended["dkv"])
+    assert ended["other hop"] < 2 * hold_s

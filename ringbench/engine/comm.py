@@ -21,6 +21,11 @@ An exchange may also go one way only (``sending=False``: receive from the predec
 the successor), which the short ring uses where a block has no further to go. A RingComm built on the reversed
 ring order sends to the predecessor instead (the short ring's dK/dV on their way home).
 
+An injected link delay (emulated links, a slow-link fault) holds a received block for the hop's price after the
+local transport delivered it. Where the delay function carries a ``LinkClock`` (``delay.clock``), the blocks of
+every lane that arrive over the same hop take turns on it, as on a real link: the backward's K/V of step s + 1
+and dK/dV of step s, posted together, arrive one hop price apart, not both after one.
+
 A ring of one rank has no neighbour; with ``loopback`` it still exchanges with itself once per step (a real
 SendRecv kernel on NCCL: the one-GPU test of the transfer path; gloo cannot send to itself, so there it is a copy).
 
@@ -88,6 +93,23 @@ class Transfer:
             return None
 
 
+class LinkClock:
+    """When each emulated hop (src, dst) of one rank is next free: a transfer held for a hop's price starts once
+    the hop's previous transfer has finished (module doc). Shared by every lane of the rank; thread-safe."""
+
+    def __init__(self) -> None:
+        self._free_at: dict[tuple[int, int], float] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, hop: tuple[int, int], seconds: float) -> None:
+        """Sleep until a transfer that may start now, after the hop's queue, has taken ``seconds`` on it."""
+        with self._lock:
+            now = time.perf_counter()
+            until = max(now, self._free_at.get(hop, 0.0)) + seconds
+            self._free_at[hop] = until
+        time.sleep(max(0.0, until - now))
+
+
 class _Watcher(threading.Thread):
     """Host timeline: waits on works in FIFO order and stamps their completion time (one thread per direction)."""
 
@@ -101,11 +123,11 @@ class _Watcher(threading.Thread):
             job = self.jobs.get()
             if job is None:
                 return
-            transfer, direction, work, extra_delay_s = job
+            transfer, direction, work, extra_delay_s, hold = job
             try:
                 self.wait_fn(work)
                 if extra_delay_s > 0:  # injected link delay: the block arrives that much later
-                    time.sleep(extra_delay_s)
+                    hold(extra_delay_s)
                 stamp = time.perf_counter_ns()
                 if direction == "send":
                     transfer.send_done = stamp
@@ -149,6 +171,9 @@ class RingComm:
         self._prev_global = self._global(self.prev)
         self.timeout_s = float(timeout_s)
         self.link_delay = link_delay  # (src, dst, nbytes) -> extra seconds for this transfer, or None
+        clock = getattr(link_delay, "clock", None)  # the hop's turns, shared with the rank's other lanes
+        hop = (self.prev, self.rank)
+        self._hold = time.sleep if clock is None else (lambda seconds: clock.hold(hop, seconds))
         self.timeline = timeline if timeline is not None else HostTimeline()
         self.streamed = self.timeline.kind == "stream"
         self.watch = watch or link_delay is not None
@@ -234,7 +259,7 @@ class RingComm:
             for direction, work in zip(self._work_directions(transfer), works, strict=True):
                 transfer.events[direction] = threading.Event()
                 delay = self._delay(transfer) if direction == "recv" else 0.0
-                self._watcher(direction).jobs.put((transfer, direction, work, delay))
+                self._watcher(direction).jobs.put((transfer, direction, work, delay, self._hold))
         self._pending.append(transfer)
         return transfer
 

@@ -47,6 +47,7 @@ def bind_flows(link_delay, flows):
     def delay(src: int, dst: int, nbytes: int) -> float:
         return link_delay(src, dst, nbytes, flows=flows)
 
+    delay.clock = getattr(link_delay, "clock", None)  # the rank's hops take turns across exchanges (comm.py)
     return delay
 
 

@@ -83,6 +83,7 @@ class RankFaults:
 
     def link_delay(self):
         """(src, dst, nbytes) -> extra seconds for one transfer, or None when no link fault or model applies."""
+        from ringbench.engine.comm import LinkClock
         from ringbench.topology.linkmodel import transfer_us
 
         links = [f for f in self.faults if f.kind in ("slow-link", "jitter")]
@@ -105,6 +106,8 @@ class RankFaults:
             return extra
 
         delay.accepts_flows = True  # strategies pass the transfers of the exchange (ringbench/engine/groups.py)
+        if model is not None:  # emulated links: blocks over one hop take turns on it (ringbench/engine/comm.py)
+            delay.clock = LinkClock()
         return delay
 
     def _net_shares(self) -> dict[tuple[int, int], float]:
