@@ -438,10 +438,10 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: Prices, origin: np.
 # Peak of the attention's own tensors per rank, inputs included, in units of the rank's Q + K + V shards: fitted
 # to the counted peaks (cases column attn_mem_mb) of 4- and 8-rank float32 runs, forward and backward
 # (benchmarks/validate_strategies.py prints both), each at the largest peak counted for its kind (hybrid:4's, above
-# hybrid:2's by 6 %), so that the prediction does not understate what --memory-per-rank refuses on. The ring holds its two K/V buffers and three dK/dV accumulators,
+# hybrid:2's by 6 %; double-ring:2 interleaved's at S = 4096, whose buffers overlap by 0.5 MiB more in some runs), so that the prediction does not understate what --memory-per-rank refuses on. The ring holds its two K/V buffers and three dK/dV accumulators,
 # the double ring its outer block and outer accumulators besides, Ulysses and the hybrid the all-to-all's copies
 # and the head layout; the all-gather baseline every block and every block's accumulator (the N term).
-SHARD_FACTORS = {"ring": 7.35, "double-ring": 12.7, "ulysses": 8.1, "hybrid": 9.9, "allgather": 2.67}
+SHARD_FACTORS = {"ring": 7.35, "double-ring": 13.05, "ulysses": 8.1, "hybrid": 9.9, "allgather": 2.67}
 FORWARD_SHARE = 0.5  # forward only: about half (no dO, no gradients or accumulators)
 
 
