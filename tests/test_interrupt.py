@@ -155,13 +155,19 @@ def test_every_signal_at_every_moment(tmp_path, reference, signum, moment):
     _resume_and_compare(run, run_dir, expected, signum)
 
 
+# The torchrun case signals a rank 0.2 s after the first case ended: its second case must outlast that by far
+# (SWEEP's takes about 0.3 s, so the signal could land after it, with no case in flight).
+LONG_SWEEP = [*SWEEP[: SWEEP.index("--iters")], "--iters", "240", *SWEEP[SWEEP.index("--iters") + 2 :]]
+
+
 @pytest.mark.slow
 def test_sigterm_to_one_launched_rank_ends_the_job_with_a_verdict_and_resumes(tmp_path, reference):
     from ringbench.rank.dist import free_port
 
-    expected, _ = reference(SWEEP)
+    expected, case_s = reference(LONG_SWEEP)
+    assert case_s > 0.6, f"the second case takes {case_s:.2f} s: too short to be signalled inside"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
-    run = Launched([*torchrun, "--master-port", str(free_port()), "-m", "ringbench", "run", *SWEEP[2:], "--out",
+    run = Launched([*torchrun, "--master-port", str(free_port()), "-m", "ringbench", "run", *LONG_SWEEP[2:], "--out",
                     str(tmp_path)], cwd=tmp_path)  # fmt: skip
     run.wait_line("[1/2]")
     time.sleep(0.2)
