@@ -47,3 +47,20 @@ def test_a_clearly_slower_rank_is_named_alone():
     events = _ring("double", compute=[COMPUTE_MS, 1.5 * COMPUTE_MS, COMPUTE_MS, 2.5 * COMPUTE_MS])
     row = culprits(straggler_table(events)).iloc[0]
     assert (row["straggler_kind"], row["straggler_rank"], row["straggler_ranks"]) == ("compute", 3, [3]), row
+
+
+def test_a_slow_hop_whose_healthy_peers_were_mostly_censored_is_still_named():
+    """An imported trace where nobody waited on two healthy hops' blocks (censored: each end only a bound) leaves
+    the slow hop one measured peer; judged against its peers' bounds too (never shorter than the transfers), it
+    is named, and a clean ring with the same censoring names nothing."""
+    verdicts = []
+    for links in ({(1, 2): LINK_MS + 4.0}, None):
+        events = _ring("sync", links=links)
+        hop = list(zip(events["src"], events["dst"], strict=True))
+        events["censored"] = [kind == "recv" and pair in ((0, 1), (3, 0)) for kind, pair in zip(events["kind"], hop,
+                                                                                                 strict=True)]  # fmt: skip
+        assert events["censored"].sum() > 0
+        table = culprits(straggler_table(events))
+        verdicts.append(None if table.empty else (table.iloc[0]["straggler_kind"], table.iloc[0]["slow_hops"]))
+    assert verdicts[0] == ("link", [[1, 2]]), verdicts
+    assert verdicts[1] is None or verdicts[1][0] is None, verdicts

@@ -199,12 +199,14 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame |
     ranks["mb"] = np.nan
     ranks["per_iteration"] = np.nan
     ranks = ranks.merge(_iteration_ratio(steps), on=["case_id", "phase", "rank"], how="left")
-    moved = xfers[~xfers["censored"].astype(bool)] if "censored" in xfers else xfers
     iters = xfers.groupby(["case_id"], observed=True)[["repeat", "iteration"]].apply(lambda f: len(f.drop_duplicates()))
-    size = moved["bytes"].where(moved["bytes"] > 0) / 1e6
-    moved = moved.assign(unit_time=moved["transfer_ms"] / size.fillna(1.0), mb=size)
+    size = xfers["bytes"].where(xfers["bytes"] > 0) / 1e6
+    every = xfers.assign(unit_time=xfers["transfer_ms"] / size.fillna(1.0), mb=size)
+    moved = every[~every["censored"].astype(bool)] if "censored" in every else every
     # Two ranks have two hops, both directions between the same pair: one other hop is no baseline.
     links = _compare(moved, ["case_id", "phase", "exchange"], ["src", "dst"], LINK_MARGIN, min_peers=LINK_MIN_PEERS)
+    if len(moved) < len(every):
+        links = _bounded_peers(links, every)
     hop_keys = ["case_id", "phase", "exchange", "src", "dst"]
     if len(links):
         stats = moved.groupby(hop_keys, observed=True).agg(mb=("mb", "median"), n=("mb", "size"))
@@ -220,6 +222,24 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame |
         links.loc[~enough, ["ratio", "consistency"]] = np.nan
     links["cost_ratio"] = links["ratio"]
     return pd.concat([ranks.assign(resource="rank"), links.assign(resource="link")], ignore_index=True)
+
+
+def _bounded_peers(links: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
+    """Hops left without a baseline because too few of their peers were measured (their transfers censored:
+    nobody waited, so each end is only a bound): judged against the peers' bounds instead. A bound is never
+    shorter than the transfer, so the ratio is a lower bound of the true one, and an alarm it raises holds (a
+    slow hop whose healthy peers' blocks were always in hand before anyone asked is still named)."""
+    lacking = links["ratio"].isna() & (links["unit_time"] > 0)
+    if not lacking.any():
+        return links
+    group, members = ["case_id", "phase", "exchange"], ["src", "dst"]
+    bounded = _compare(every, group, members, LINK_MARGIN, min_peers=LINK_MIN_PEERS)
+    bounded = bounded.dropna(subset=["ratio"]).set_index([*group, *members])["peer_unit_time"]
+    peers = bounded.reindex(pd.MultiIndex.from_frame(links.loc[lacking, [*group, *members]])).to_numpy(float)
+    links = links.copy()
+    links.loc[lacking, "peer_unit_time"] = peers
+    links.loc[lacking, "ratio"] = _ratio(links.loc[lacking, "unit_time"].to_numpy(float), peers)
+    return links
 
 
 def _iteration_ratio(steps: pd.DataFrame) -> pd.DataFrame:
