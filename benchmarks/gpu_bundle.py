@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import re
 import shutil
@@ -26,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from gpu_env import file_sha256  # the check verifies the bundle with the same digest
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "benchmarks" / "gpu_bundle.txt"
@@ -74,14 +75,6 @@ def _commit() -> tuple[str, bool]:
     return git("rev-parse", "HEAD") or "unknown", bool(git("status", "--porcelain", "--untracked-files=no"))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fetch(folder: Path, python_version: str) -> None:
     """ringbench's wheel and the requirements' wheels (with their dependencies) for that CPython, into ``folder``."""
     _pip("wheel", "--no-deps", "--quiet", "-w", str(folder), str(ROOT))
@@ -113,7 +106,7 @@ def manifest(wheels: list[Path], python_version: str, limit: int) -> dict:
     for wheel in wheels:
         name, version = dist_name(wheel.name)
         rows.append({"file": wheel.name, "name": name, "version": version, "bytes": wheel.stat().st_size,
-                     "sha256": _sha256(wheel), "requirement": top.get(name, ""),
+                     "sha256": file_sha256(wheel), "requirement": top.get(name, ""),
                      "binary": not wheel.name.endswith("-none-any.whl")})  # fmt: skip
     version = dist_name(next(w.name for w in wheels if w.name.startswith("ringbench-")))[1]
     return {

@@ -82,7 +82,7 @@ def allows(requirement: str, version: str) -> bool:
     return True
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -101,7 +101,7 @@ def read_manifest(bundle: Path) -> dict:
                        f"python is {ours}; make it again with: make gpu-bundle BUNDLE_PY={ours}")  # fmt: skip
     for row in document["wheels"]:
         wheel = bundle / row["file"]
-        if not wheel.is_file() or _sha256(wheel) != row["sha256"]:
+        if not wheel.is_file() or file_sha256(wheel) != row["sha256"]:
             raise EnvError(f"gpu_check: {wheel} is missing or differs from the manifest; make the bundle again")
     return document
 

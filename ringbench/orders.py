@@ -88,6 +88,16 @@ PLACEMENT_HELP = (
 PLACEMENTS = ("heads-first", "interleaved")
 
 
+def ring_of(order: str, placement: str, world: int, strategy: str) -> list[int]:
+    """Ranks in ring order; for a grouped strategy given a placement, in placement order (its groups are
+    consecutive runs). The one rule for a run's case and a simulated one."""
+    if placement:
+        from ringbench.vocab import Strategy
+
+        return parse_placement(placement, world, Strategy.parse(strategy).group_size(world))
+    return parse_order(order, world)
+
+
 def parse_placement(spec: str, world: int, group_size: int, field: str = "placement") -> list[int]:
     """The ranks in placement order: consecutive runs of ``group_size`` ranks form the groups (group 0 first).
 

@@ -21,7 +21,7 @@ import yaml
 from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
-from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement
+from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement, ring_of
 from ringbench.scenario.axes import AXIS_NAMES, INT_AXES
 from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, parse_fault
 from ringbench.scenario.impls import check_impl
@@ -120,9 +120,7 @@ class Case:
     @property
     def ring(self) -> list[int]:
         """Ranks in ring order; for a grouped strategy, in placement order (its groups are consecutive runs)."""
-        if self.placement:
-            return parse_placement(self.placement, self.world, Strategy.parse(self.strategy).group_size(self.world))
-        return parse_order(self.order, self.world)
+        return ring_of(self.order, self.placement, self.world, self.strategy)
 
     @property
     def emulated(self) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
-from ringbench.orders import format_ring, parse_order
+from ringbench.orders import format_ring, ring_of
 from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, parse_fault
 from ringbench.scenario.scenario import Case
 from ringbench.simulate.costs import Costs
@@ -151,12 +151,7 @@ class SimCase:
 
     @property
     def ring(self) -> list[int]:
-        if self.placement:
-            from ringbench.orders import parse_placement
-            from ringbench.vocab import Strategy
-
-            return parse_placement(self.placement, self.world, Strategy.parse(self.strategy).group_size(self.world))
-        return parse_order(self.order, self.world)
+        return ring_of(self.order, self.placement, self.world, self.strategy)
 
     @property
     def case_id(self) -> str:
