@@ -42,6 +42,7 @@ def example() -> None:
     from pathlib import Path
 
     from ringbench.advise.scale_view import order_comparison
+    from ringbench.scenario.workload import Workload
     from ringbench.simulate import DEFAULTS, Cluster, SimCase, simulate_case
     from ringbench.topology import load_topology
 
@@ -53,8 +54,8 @@ def example() -> None:
     print(f"SIMULATED, default costs (400 TFLOP/s per GPU); {cluster.topology.describe()}")
     for seq in (1 << 20, 1 << 25):
         for buffer in ("double", "sync"):
-            base = SimCase(world=1024, seq=seq, heads=32, head_dim=128, dtype="bfloat16", mask="causal",
-                           layout="zigzag", buffer=buffer)  # fmt: skip
+            base = SimCase(workload=Workload(world=1024, seq=seq, heads=32, head_dim=128, dtype="bfloat16",
+                                             mask="causal", layout="zigzag", buffer=buffer))  # fmt: skip
             healthy = simulate_case(base, DEFAULTS, cluster).row
             slow = simulate_case(dataclasses.replace(base, faults=("slow-host:3:1.5",)), DEFAULTS, cluster).row
             print(f"S={seq:,} ({seq // 1024:,} tokens/rank), {buffer}: step {healthy['step_ms']:.1f} ms, exposed "

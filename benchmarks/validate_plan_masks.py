@@ -49,10 +49,11 @@ def _masks(seq: int, docs_spec: str) -> dict[str, dict]:
 
 def _plan(mask: dict, seq: int, calibration: Path):
     from ringbench.advise.planner import PlanRequest, make_plan
+    from ringbench.scenario.workload import Workload
 
-    return make_plan(PlanRequest(topology=TOPOLOGY, world=8, seq=seq, heads=4, head_dim=32, dtype="float32",
-                                 mask=mask["mask"], docs=mask["docs"], layout=mask["layout"],
-                                 calibrate_from=calibration, emulate_links=True, strategies=("ring",),
+    workload = Workload(world=8, seq=seq, heads=4, head_dim=32, dtype="float32", mask=mask["mask"], docs=mask["docs"],
+                        layout=mask["layout"])  # fmt: skip
+    return make_plan(PlanRequest(workload=workload, topology=TOPOLOGY, calibrate_from=calibration, emulate_links=True, strategies=("ring",),
                                  detect=False))  # fmt: skip
 
 

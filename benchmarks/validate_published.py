@@ -31,6 +31,7 @@ import yaml
 from scipy.stats import spearmanr
 
 from ringbench.advise.planner import PlanRequest, price_configurations
+from ringbench.scenario.workload import Workload
 
 HERE = Path(__file__).resolve().parent / "published"
 WITHIN = 0.10
@@ -44,11 +45,11 @@ def _request(table: dict, row: dict, topology: Path) -> tuple[PlanRequest, str]:
     seq = int(fields.get("seq") or fields["seq_per_rank"] * world)
     phase = str(fields.get("pass", "fwd"))
     backward = bool(fields.get("backward", phase != "fwd"))
-    request = PlanRequest(topology=topology, world=world, seq=seq, heads=int(fields["heads"]),
-                          kv_heads=int(fields.get("kv_heads", 0)), head_dim=int(fields["head_dim"]),
-                          batch=int(fields.get("batch", 1)), dtype=str(fields.get("dtype", "bfloat16")),
-                          mask=str(fields.get("mask", "causal")), layout=str(fields.get("layout", "zigzag")),
-                          backward=backward, gpu=str(fields["gpu"]), attention=fields.get("attention"),
+    workload = Workload(world=world, seq=seq, heads=int(fields["heads"]), kv_heads=int(fields.get("kv_heads", 0)),
+                        head_dim=int(fields["head_dim"]), batch=int(fields.get("batch", 1)),
+                        dtype=str(fields.get("dtype", "bfloat16")), mask=str(fields.get("mask", "causal")),
+                        layout=str(fields.get("layout", "zigzag")))  # fmt: skip
+    request = PlanRequest(workload=workload, topology=topology, backward=backward, gpu=str(fields["gpu"]), attention=fields.get("attention"),
                           detect=False)  # fmt: skip
     return request, phase
 

@@ -62,9 +62,10 @@ def _key(row) -> tuple[str, str]:
 
 def _plan(run_dir: Path, seq: int, calibration: tuple[Path, ...]):
     from ringbench.advise.planner import PlanRequest, make_plan
+    from ringbench.scenario.workload import Workload
 
-    return make_plan(PlanRequest(topology=run_dir, world=8, seq=seq, heads=8, head_dim=32, dtype="float32",
-                                 calibrate_from=calibration))  # fmt: skip
+    workload = Workload(world=8, seq=seq, heads=8, head_dim=32, dtype="float32")
+    return make_plan(PlanRequest(workload=workload, topology=run_dir, calibrate_from=calibration))
 
 
 def _like(run_dir: Path, calibration: tuple[Path, ...], out: Path) -> pd.DataFrame:
@@ -165,11 +166,22 @@ def main() -> None:
                                   "measured": row["step_ms"], "predicted": row["step_ms_sim"],
                                   "exposed": row["exposed_comm_frac"], "exposed_sim": row["exposed_comm_frac_sim"]})  # fmt: skip
         for row in measured.to_dict("records"):
+            from ringbench.scenario.workload import Workload
             from ringbench.simulate.case import SimCase
 
-            case = SimCase(world=8, seq=int(seq), heads=8, head_dim=32, dtype="float32", layout="zigzag",
-                           buffer=str(row["buffer"]), strategy=str(row["strategy"]),
-                           placement=str(row["placement"] or ""))  # fmt: skip
+            case = SimCase(
+                workload=Workload(
+                    world=8,
+                    seq=int(seq),
+                    heads=8,
+                    head_dim=32,
+                    dtype="float32",
+                    layout="zigzag",
+                    buffer=str(row["buffer"]),
+                    strategy=str(row["strategy"]),
+                    placement=str(row["placement"] or ""),
+                )
+            )
             memory_rows.append({"seq": seq, "strategy": row["strategy"], "placement": row["placement"] or "-",
                                 "counted": row["attn_mem_mb"], "predicted": predicted_memory_mb(case)})  # fmt: skip
     print()

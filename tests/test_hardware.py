@@ -18,10 +18,12 @@ from ringbench.advise.planner import PlanRequest, make_plan, price_configuration
 from ringbench.errors import UsageError
 from ringbench.hardware import find_gpu, load_catalogue
 from ringbench.hardware.kernel import benchmark_tflops
+from ringbench.scenario.workload import Workload
 from tests.cli_helpers import invoke
 
 DATA = Path(__file__).parent / "data" / "topology"
 DGX_A100 = DATA / "dgx_a100_nv12.txt"
+A100_WORKLOAD = Workload(world=8, seq=32768, heads=32)
 PCIE8 = DATA / "pcie8_dual_socket_pix_pxb_sys.txt"
 ALIASES = ("a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h800", "h200", "l20", "l40s", "b200")
 
@@ -85,8 +87,8 @@ def test_the_kernel_runs_small_head_dims_short_blocks_and_causal_ones_slower():
 
 
 def _four(topology, gpu, heads, head_dim):
-    request = PlanRequest(topology=topology, world=8, seq=131072, heads=heads, head_dim=head_dim, batch=2,
-                          backward=False, gpu=gpu, detect=False)  # fmt: skip
+    request = PlanRequest(workload=Workload(world=8, seq=131072, heads=heads, head_dim=head_dim, batch=2),
+                          topology=topology, backward=False, gpu=gpu, detect=False)  # fmt: skip
     configs = {"ulysses": {"strategy": "ulysses"}, "hybrid:4": {"strategy": "hybrid:4"},
                "hybrid:2": {"strategy": "hybrid:2"}, "ring": {"strategy": "ring"}}  # fmt: skip
     return {label: c.step_ms for label, c in price_configurations(request, configs).items()}
@@ -108,7 +110,7 @@ def test_head_dims_of_the_same_flops_get_different_predictions():
 
 
 def test_a_plan_marks_every_catalogue_figure_prior():
-    plan = make_plan(PlanRequest(topology=DGX_A100, world=8, seq=32768, heads=32, gpu="a100", detect=False))
+    plan = make_plan(PlanRequest(workload=A100_WORKLOAD, topology=DGX_A100, gpu="a100", detect=False))
     assert plan.gpu == "a100-sxm"
     costs = {p.cost for p in plan.priors}
     assert {"compute.attention", "compute.merge", "host.step_gap", "strategy.alltoall", "overlap_penalty",
@@ -118,31 +120,31 @@ def test_a_plan_marks_every_catalogue_figure_prior():
 
 
 def test_a_gpu_that_contradicts_nvml_is_refused_and_says_which_wins():
-    request = PlanRequest(topology=DGX_A100, world=8, seq=32768, heads=32, gpu="h100")
+    request = PlanRequest(workload=A100_WORKLOAD, topology=DGX_A100, gpu="h100")
     with pytest.raises(UsageError) as caught:
         make_plan(request, found_gpus=["NVIDIA A100-SXM4-80GB"] * 8)
     assert "found win" in str(caught.value) and "\n" not in str(caught.value)
-    plan = make_plan(PlanRequest(topology=DGX_A100, world=8, seq=32768, heads=32),
+    plan = make_plan(PlanRequest(workload=A100_WORKLOAD, topology=DGX_A100),
                      found_gpus=["NVIDIA A100-SXM4-80GB"] * 8)  # fmt: skip
     assert plan.gpu == "a100-sxm"  # NVML fills it in
 
 
 def test_window_and_document_masks_plan_the_short_ring_and_doc_balanced():
-    window = make_plan(PlanRequest(topology=DGX_A100, world=8, seq=65536, heads=8, mask="window:4096", gpu="a100",
-                                   detect=False, strategies=("ring",)))  # fmt: skip
+    window = make_plan(PlanRequest(workload=Workload(world=8, seq=65536, heads=8, mask="window:4096"),
+                                   topology=DGX_A100, gpu="a100", detect=False, strategies=("ring",)))  # fmt: skip
     assert any(c.buffer == "double-short" for c in window.candidates)
     short = next(c for c in window.candidates if c.buffer == "double-short")
     full = next(c for c in window.candidates if c.buffer == "double" and c.strategy == "ring")
     assert short.step_ms <= full.step_ms * 1.01
-    docs = make_plan(PlanRequest(topology=DGX_A100, world=8, seq=65536, heads=8, mask="causal-document",
-                                 docs="lognormal:4096:1.0:0", gpu="a100", detect=False))  # fmt: skip
+    packed = Workload(world=8, seq=65536, heads=8, mask="causal-document", docs="lognormal:4096:1.0:0")
+    docs = make_plan(PlanRequest(workload=packed, topology=DGX_A100, gpu="a100", detect=False))
     assert any(c.layout == "doc-balanced" for c in docs.candidates)
 
 
 def test_layers_sum_their_masks():
     def step(layers):
-        plan = make_plan(PlanRequest(topology=DGX_A100, world=8, seq=65536, heads=8, gpu="a100", detect=False,
-                                     layers=layers, strategies=("ring",)))  # fmt: skip
+        plan = make_plan(PlanRequest(workload=Workload(world=8, seq=65536, heads=8, layers=layers), topology=DGX_A100,
+                                     gpu="a100", detect=False, strategies=("ring",)))  # fmt: skip
         return next(c for c in plan.candidates if c.buffer == "double").step_ms
 
     one, mixed = step("1"), step("window:4096 x3, causal x1")

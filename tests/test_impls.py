@@ -10,11 +10,18 @@ import pytest
 import torch
 
 from ringbench.errors import UsageError
-from ringbench.rank.impls import Workload, adapter_names, get_adapter
+from ringbench.rank.impls import adapter_names, get_adapter
 from ringbench.rank.impls.rank import run_impl_case
 from ringbench.run.launch import launch_local
+from ringbench.scenario.scenario import Case
 
 SMALL = dict(world=4, seq=512, heads=2, head_dim=16, dtype="float64")
+
+
+def _case(**axes) -> Case:
+    """The scenario's case an adapter takes, with the axes these tests were written for."""
+    defaults = dict(world=4, seq=4096, heads=4, head_dim=64, dtype="float32", mask="causal", layout="zigzag")
+    return Case.from_axes(**(defaults | axes))
 
 
 def test_registry_names_and_unknown_name():
@@ -29,15 +36,15 @@ def test_cuda_only_peers_skip_in_one_line(name):
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine: these run there")
     with pytest.raises(UsageError) as info:
-        get_adapter(name).check(Workload(dtype="bfloat16"), "cpu")
+        get_adapter(name).check(_case(dtype="bfloat16"), "cpu")
     assert "\n" not in str(info.value) and "CUDA" in str(info.value)
 
 
 def test_unsupported_workloads_are_refused_in_one_line():
     with pytest.raises(UsageError, match="layout='striped'"):
-        get_adapter("torch-ring").check(Workload(layout="striped"), "cpu")
+        get_adapter("torch-ring").check(_case(layout="striped"), "cpu")
     with pytest.raises(UsageError, match="order="):
-        get_adapter("torch-ring").check(Workload(order="reverse"), "cpu")
+        get_adapter("torch-ring").check(_case(order="reverse"), "cpu")
 
 
 def test_torch_ring_on_cuda_takes_fp32_through_the_memory_efficient_op_and_refuses_fp64():
@@ -50,19 +57,19 @@ def test_torch_ring_on_cuda_takes_fp32_through_the_memory_efficient_op_and_refus
     assert cuda_op(torch.float32, 64, hopper, flash_available=True, efficient_enabled=False) == "none"
     assert cuda_op(torch.float64, 64, hopper, flash_available=True) == "none"
     adapter = get_adapter("torch-ring")
-    adapter.check(Workload(dtype="float32"), "cuda")  # scenarios/implementations.yaml's case: runs on a GPU
+    adapter.check(_case(dtype="float32"), "cuda")  # scenarios/implementations.yaml's case: runs on a GPU
     with pytest.raises(UsageError, match=r"dtype='float64' on CUDA") as info:
-        adapter.check(Workload(dtype="float64"), "cuda")
+        adapter.check(_case(dtype="float64"), "cuda")
     assert "\n" not in str(info.value)
-    adapter.check(Workload(dtype="float64"), "cpu")
+    adapter.check(_case(dtype="float64"), "cpu")
 
 
 def test_ring_flash_attn_declares_what_upstream_runs():
     support = get_adapter("ring-flash-attn").support
-    problems = support.problems(Workload(mask="none", layout="zigzag", dtype="bfloat16"), "cuda")
+    problems = support.problems(_case(mask="none", layout="zigzag", dtype="bfloat16"), "cuda")
     assert problems == ["layout='zigzag' with mask 'none' (supported: contiguous)"]  # upstream asserts causal
-    assert support.problems(Workload(mask="causal", layout="zigzag", dtype="bfloat16"), "cuda") == []
-    assert "dtype='float16'" in support.problems(Workload(dtype="float16"), "cuda")[0]  # dq rounded through bf16
+    assert support.problems(_case(mask="causal", layout="zigzag", dtype="bfloat16"), "cuda") == []
+    assert "dtype='float16'" in support.problems(_case(dtype="float16"), "cuda")[0]  # dq rounded through bf16
     assert "bf16" in support.notes
 
 
@@ -72,7 +79,7 @@ def test_torch_ring_without_the_private_api_is_one_line(monkeypatch):
     fake = types.ModuleType(torch_ring.MODULE)
     monkeypatch.setitem(sys.modules, torch_ring.MODULE, fake)
     with pytest.raises(UsageError) as info:
-        get_adapter("torch-ring").check(Workload(), "cpu")
+        get_adapter("torch-ring").check(_case(), "cpu")
     assert "lacks _templated_ring_attention" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -92,11 +99,11 @@ def _errors(worker_ctx, impl, workload):
 
 
 CASES = [
-    ("ringbench", Workload(mask="causal", layout="striped", buffer="sync", order="reverse", **SMALL)),
-    ("torch-ring:alltoall", Workload(mask="causal", layout="zigzag", **SMALL)),
-    ("torch-ring:allgather", Workload(mask="causal", layout="contiguous", **SMALL)),
-    ("torch-ring", Workload(mask="none", layout="contiguous", **SMALL)),
-    ("test_impls:user_ring", Workload(mask="causal", layout="zigzag", **SMALL)),
+    ("ringbench", _case(mask="causal", layout="striped", buffer="sync", order="reverse", **SMALL)),
+    ("torch-ring:alltoall", _case(mask="causal", layout="zigzag", **SMALL)),
+    ("torch-ring:allgather", _case(mask="causal", layout="contiguous", **SMALL)),
+    ("torch-ring", _case(mask="none", layout="contiguous", **SMALL)),
+    ("test_impls:user_ring", _case(mask="causal", layout="zigzag", **SMALL)),
 ]
 
 
@@ -111,14 +118,14 @@ def test_adapters_match_float64(impl, workload):
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ring_attention_pytorch") is None, reason="ring-attention-pytorch absent")
 def test_ring_attention_pytorch_forward_matches_float64():
-    workload = Workload(mask="causal", layout="striped", **(SMALL | {"dtype": "float32"}))  # fp32 only
+    workload = _case(mask="causal", layout="striped", **(SMALL | {"dtype": "float32"}))  # fp32 only
     results = launch_local(4, _errors, ("ring-attention-pytorch", workload), timeout_s=120)
     assert max(fwd for fwd, _, _ in results) < 1e-5, results
 
 
 def test_user_adapter_refuses_layouts_it_does_not_declare():
     with pytest.raises(UsageError, match="layout='striped'"):
-        get_adapter("test_impls:user_ring").check(Workload(layout="striped"), "cpu")
+        get_adapter("test_impls:user_ring").check(_case(layout="striped"), "cpu")
 
 
 def _torch_ring_errors(worker_ctx, workload):
@@ -132,7 +139,7 @@ def test_torch_ring_runs_fp32_and_bf16_on_cuda(dtype):
     """The adapter at world 1 on a GPU (a 1-rank NCCL group): fp32 through the memory-efficient op, bf16 flash."""
     from ringbench.vocab import TOLERANCE
 
-    workload = Workload(world=1, seq=1024, heads=8, head_dim=128, dtype=dtype, mask="causal", layout="zigzag")
+    workload = _case(world=1, seq=1024, heads=8, head_dim=128, dtype=dtype, mask="causal", layout="zigzag")
     ((fwd, bwd),) = launch_local(1, _torch_ring_errors, (workload,), timeout_s=120, device="cuda")
     fwd_tol, bwd_tol = TOLERANCE[dtype]
     assert fwd <= fwd_tol and bwd <= bwd_tol, (fwd, bwd)

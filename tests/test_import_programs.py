@@ -19,10 +19,10 @@ from cli_helpers import invoke
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from ringbench.engine.inputs import rank_shards
-from ringbench.rank.impls import Workload
 from ringbench.rank.impls.rank import run_impl_case
 from ringbench.record.store import load_run
 from ringbench.run.launch import launch_local
+from ringbench.scenario.scenario import Case
 from ringbench.traces.importer import import_traces
 
 WORLD = 4
@@ -134,7 +134,7 @@ SMALL = dict(world=WORLD, seq=1024, heads=2, head_dim=32, dtype="float32")
 @pytest.mark.slow
 @pytest.mark.parametrize("impl", ["torch-ring:alltoall", "torch-ring:allgather"])
 def test_torch_ring_is_imported_with_its_ring_exposure_and_hops(tmp_path, impl):
-    result = _imported(tmp_path, impl, Workload(mask="causal", layout="zigzag", **SMALL))
+    result = _imported(tmp_path, impl, Case.from_axes(mask="causal", layout="zigzag", **SMALL))
     assert result.ring == [0, 1, 2, 3]
     events = result.events
     case = result.cases.iloc[0]
@@ -151,7 +151,7 @@ def test_torch_ring_is_imported_with_its_ring_exposure_and_hops(tmp_path, impl):
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ring_attention_pytorch") is None, reason="ring-attention-pytorch absent")
 def test_ring_attention_pytorch_is_imported(tmp_path):
-    result = _imported(tmp_path, "ring-attention-pytorch", Workload(mask="causal", layout="contiguous", **SMALL),
+    result = _imported(tmp_path, "ring-attention-pytorch", Case.from_axes(mask="causal", layout="contiguous", **SMALL),
                        r"^aten::einsum$", backward_checked=False)  # fmt: skip
     # Its backward (0.5.20) does not pass the float64 check (docs/implementations.md): timings only.
     assert result.ring == [0, 1, 2, 3]

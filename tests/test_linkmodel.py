@@ -12,6 +12,7 @@ from cli_helpers import invoke
 from ringbench.analysis.placement import shared_hop_costs
 from ringbench.rank.injection import RankFaults
 from ringbench.scenario.scenario import Scenario
+from ringbench.scenario.workload import Workload
 from ringbench.simulate import Costs, SimCase
 from ringbench.simulate.case import Cluster, phase_models
 from ringbench.topology import load_topology, recommend, topology_from_spec
@@ -51,8 +52,8 @@ def test_emulated_links_the_simulator_and_placement_price_a_hop_alike(tmp_path):
             if int(links.dst[p]) == rank:
                 assert delay(int(links.src[p]), rank, nbytes) * 1e6 == pytest.approx(expected[p])
     # the simulator's emulated delay into each position is the hop from the position before
-    case = SimCase(world=8, seq=8 * 512, heads=2, head_dim=32, dtype="float32", order="0-4-1-5-2-6-3-7",
-                   backward=False)  # fmt: skip
+    workload = Workload(world=8, seq=8 * 512, heads=2, head_dim=32, dtype="float32", order="0-4-1-5-2-6-3-7")
+    case = SimCase(workload=workload, backward=False)
     lane = phase_models(case, Costs(), Cluster(topology=topology, emulate_links=True), np.random.default_rng(0))[
         "fwd"
     ].lanes["kv"]

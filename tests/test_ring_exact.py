@@ -49,7 +49,7 @@ def test_eight_ranks():
     # float64 at 8 ranks (every mask, layout, buffer, and three orders for causal); float32's tolerance is held at
     # 1 to 4 ranks above and on the odd shapes below.
     cases = [
-        CheckCase(mask=m, layout=lay, buffer=b, order=o, dtype="float64", seq_per_rank=4)
+        CheckCase.of(8, mask=m, layout=lay, buffer=b, order=o, dtype="float64", seq_per_rank=4)
         for m in ("causal", "causal-naive", "none")
         for lay in ("contiguous", "zigzag", "striped")
         for b in ("sync", "double", "allgather")
@@ -61,7 +61,7 @@ def test_eight_ranks():
 
 def test_uneven_shapes_and_odd_head_dim():
     cases = [
-        CheckCase(mask="causal", layout=lay, buffer=b, batch=2, heads=3, head_dim=5, seq_per_rank=6, dtype=d)
+        CheckCase.of(3, mask="causal", layout=lay, buffer=b, batch=2, heads=3, head_dim=5, seq_per_rank=6, dtype=d)
         for lay in ("contiguous", "zigzag", "striped")
         for b in ("sync", "double")
         for d in ("float64", "float32")

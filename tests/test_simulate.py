@@ -14,6 +14,7 @@ from ringbench.figures import metrics
 from ringbench.figures.critical_path import transfers
 from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
 from ringbench.record.store import load_run
+from ringbench.scenario.workload import Workload
 from ringbench.simulate import (
     Costs,
     LinkCost,
@@ -101,7 +102,7 @@ def test_seeded_noise_is_reproducible_and_validation_names_the_field():
 
 # -- SimCase: the engine's backward, the critical path, bounded records --------------------------------------------
 def test_backward_has_the_engines_two_exchanges_per_step():
-    case = SimCase(world=4, seq=1024, heads=2, head_dim=32, dtype="float32", iterations=1)
+    case = SimCase(workload=Workload(world=4, seq=1024, heads=2, head_dim=32, dtype="float32"), iterations=1)
     events = simulate_case(case, QUIET).events
     xfers = transfers(events)
     bwd = xfers[xfers["phase"] == "bwd"]
@@ -117,8 +118,9 @@ def test_backward_has_the_engines_two_exchanges_per_step():
     ("double", "striped", ("jitter:0.5",), "stride:2"), ("sync", "striped", ("slow-host:1:1.5",), "reverse"),
 ])  # fmt: skip
 def test_the_engines_walk_is_metrics_exposed_communication(buffer, layout, faults, order):
-    case = SimCase(world=6, seq=6 * 240, heads=2, head_dim=32, dtype="float32", mask="causal", layout=layout,
-                   buffer=buffer, order=order, iterations=3, faults=faults)  # fmt: skip
+    workload = Workload(world=6, seq=6 * 240, heads=2, head_dim=32, dtype="float32", mask="causal", layout=layout,
+                        buffer=buffer, order=order)  # fmt: skip
+    case = SimCase(workload=workload, iterations=3, faults=faults)
     result = simulate_case(case, NOISY, Cluster(gpus_per_host=3))
     figures = metrics.iteration_figures(result.events)
     assert figures["exposed_comm_ms"].to_numpy() == pytest.approx(result.exposed_ms, abs=1e-3)
@@ -128,8 +130,9 @@ def test_the_engines_walk_is_metrics_exposed_communication(buffer, layout, fault
 @pytest.mark.parametrize(("buffer", "faults"), [("double", ("slow-rank:7:2", "jitter:0.3")),
                                                 ("sync", ("slow-link:30:31:1.5",))])  # fmt: skip
 def test_a_bounded_record_has_the_full_records_figures(buffer, faults):
-    case = SimCase(world=48, seq=48 * 16, heads=2, head_dim=32, dtype="float32", layout="contiguous", buffer=buffer,
-                   iterations=2, faults=faults)  # fmt: skip
+    workload = Workload(world=48, seq=48 * 16, heads=2, head_dim=32, dtype="float32", layout="contiguous",
+                        buffer=buffer)  # fmt: skip
+    case = SimCase(workload=workload, iterations=2, faults=faults)
     full = simulate_case(case, NOISY, max_events=10**8)
     bounded = simulate_case(case, NOISY, max_events=4000)
     assert not full.bounded and bounded.bounded
@@ -148,7 +151,7 @@ def test_a_bounded_record_has_the_full_records_figures(buffer, faults):
 
 def test_faults_slow_the_right_ranks_and_links():
     costs = dataclasses.replace(QUIET, gflops=3.0)  # compute-bound: a pair takes ~0.7 ms, a transfer ~0.17 ms
-    base = SimCase(world=8, seq=8 * 64, heads=2, head_dim=32, dtype="float32", layout="zigzag", iterations=1)
+    base = SimCase(workload=Workload(world=8, seq=8 * 64, heads=2, head_dim=32, dtype="float32", layout="zigzag"))
     healthy = simulate_case(base, costs).row["step_ms"]
     host = simulate_case(dataclasses.replace(base, faults=("slow-host:1:2",)), costs, Cluster(gpus_per_host=4))
     comp = host.events[host.events["kind"] == "compute"]
@@ -160,7 +163,7 @@ def test_faults_slow_the_right_ranks_and_links():
     slow = (xfers["src"] == 3) & (xfers["dst"] == 4)
     assert xfers.loc[slow, "transfer_ms"].min() >= 2.0 and xfers.loc[~slow, "transfer_ms"].max() < 1.0
     with pytest.raises(UsageError, match="crash"):
-        SimCase(world=4, seq=256, faults=("crash:1:0",))
+        SimCase(workload=Workload(world=4, seq=256), faults=("crash:1:0",))
     with pytest.raises(UsageError, match="slow-host"):
         simulate_case(dataclasses.replace(base, faults=("slow-host:5:2",)), costs, Cluster(gpus_per_host=4))
 
@@ -171,7 +174,7 @@ def test_emulated_links_are_the_topologys_cost_after_the_local_transfer():
     from ringbench.topology import load_topology
 
     topology = load_topology(Path(__file__).parent / "data" / "topology" / "two_host_slow_net.yaml")
-    case = SimCase(world=4, seq=4 * 128, heads=2, head_dim=32, dtype="float32", iterations=1, backward=False)
+    case = SimCase(workload=Workload(world=4, seq=4 * 128, heads=2, head_dim=32, dtype="float32"), backward=False)
     result = simulate_case(case, QUIET, Cluster(topology=topology, emulate_links=True))
     recv = result.events[result.events["kind"] == "recv"]
     net = recv[(recv["src"] == 1) & (recv["dst"] == 2)]  # node0 -> node1: 2 ms + bytes / 0.05 GB/s, alone
@@ -182,7 +185,8 @@ def test_emulated_links_are_the_topologys_cost_after_the_local_transfer():
 
 @pytest.mark.parametrize(("mask", "layout"), list(itertools.product(("none", "causal"), ("contiguous", "zigzag"))))
 def test_useful_flops_per_iteration_do_not_depend_on_the_record(mask, layout):
-    case = SimCase(world=5, seq=5 * 32, heads=2, head_dim=32, dtype="float32", mask=mask, layout=layout)
+    case = SimCase(workload=Workload(world=5, seq=5 * 32, heads=2, head_dim=32, dtype="float32", mask=mask,
+                                     layout=layout))  # fmt: skip
     full = simulate_case(case, QUIET)
     assert full.row["tflops"] == pytest.approx(simulate_case(case, QUIET, max_events=10).row["tflops"], rel=1e-6)
 

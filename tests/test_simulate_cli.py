@@ -14,6 +14,7 @@ from ringbench.record.schema import CASE_COLUMNS
 from ringbench.record.store import load_run
 from ringbench.report.markdown import render_section
 from ringbench.report.scale import scale_figure, scale_section
+from ringbench.scenario.workload import Workload
 from ringbench.simulate import Costs, LinkCost, SimCase, run_data, simulate_case, write_run
 
 TOPOLOGY = Path(__file__).parent / "data" / "topology" / "two_host_slow_net.yaml"
@@ -27,8 +28,8 @@ TRUE = Costs(gflops=50.0, call_ms={"fwd": 0.2, "bwd": 0.3}, links={"local": LINK
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> Path:
     """A record made by known costs, stored as if measured (an emulated run at 50 GFLOP/s)."""
-    results = [simulate_case(SimCase(world=4, seq=seq, heads=2, head_dim=32, dtype="bfloat16", layout=layout,
-                                     buffer=buffer, iterations=3), TRUE)
+    results = [simulate_case(SimCase(workload=Workload(world=4, seq=seq, heads=2, head_dim=32, dtype="bfloat16",
+                                                       layout=layout, buffer=buffer), iterations=3), TRUE)
                for seq in (512, 1024) for layout in ("zigzag", "contiguous")
                for buffer in ("double", "sync")]  # fmt: skip
     run = run_data(results, TRUE, run_id="measured")

@@ -20,6 +20,7 @@ from ringbench.calibration.coverage import extrapolation
 from ringbench.calibration.identify import determined
 from ringbench.cli.app import app
 from ringbench.record.store import load_run
+from ringbench.scenario.workload import Workload
 from ringbench.simulate import Costs, LinkCost, SimCase, run_data, simulate_case, write_run
 
 HOST = {"enter_ms": 0.1, "pre_ms": 0.05, "mid_ms": 0.07, "post_ms": 0.03}
@@ -51,8 +52,8 @@ def _record(folder: Path, cases: list[SimCase], kernel: str, costs: Costs = TRUE
 
 def _case(**axes) -> SimCase:
     base = dict(world=4, seq=2048, heads=2, head_dim=32, dtype="float32", mask="none", layout="contiguous",
-                buffer="sync", backward=False, iterations=2)  # fmt: skip
-    return SimCase(**(base | axes))
+                buffer="sync")  # fmt: skip
+    return SimCase(workload=Workload(**(base | axes)), backward=False, iterations=2)
 
 
 def _sources(calibration) -> dict:
@@ -122,8 +123,8 @@ def test_a_run_of_real_and_emulated_kernels_calibrates_each_and_like_never_cross
     run.meta.update(simulated=False, kind="run")
     calibration = calibrate(run)
     assert calibration.family == "emulated" and set(calibration.families) == {"real"}
-    targets = [SimCase(world=8, seq=2048, heads=2, head_dim=32, dtype="float32", mask="none", layout=layout,
-                       buffer="sync", backward=False, kernel=kernel, gflops=rate)
+    targets = [SimCase(workload=Workload(world=8, seq=2048, heads=2, head_dim=32, dtype="float32", mask="none",
+                                        layout=layout, buffer="sync"), backward=False, kernel=kernel, gflops=rate)
                for layout, kernel, rate in (("contiguous", "emulated:20", 20.0), ("zigzag", "torch", None))]  # fmt: skip
     pairs, notes = costs_by_case(targets, calibration.costs, calibration, SimRequest())
     assert [costs.source.endswith("(real kernels)") for _, costs in pairs] == [False, True] and not notes

@@ -97,10 +97,12 @@ def test_the_pair_table_is_pair_plan_for_documents_and_windows():
 def test_the_simulated_short_ring_moves_what_the_route_says(buffer):
     from ringbench.engine.masks import mask_rule
     from ringbench.engine.short_ring import short_route
+    from ringbench.scenario.workload import Workload
     from ringbench.simulate import DEFAULTS, SimCase, simulate_case
 
-    case = SimCase(world=8, seq=512, mask="causal-document", docs="lengths:40,100,20,200,52,100", buffer=buffer,
-                   layout="contiguous", iterations=2)  # fmt: skip
+    packed = Workload(world=8, seq=512, mask="causal-document", docs="lengths:40,100,20,200,52,100", buffer=buffer,
+                      layout="contiguous")  # fmt: skip
+    case = SimCase(workload=packed, iterations=2)
     route = short_route(mask_rule(case.mask, case.docs, case.seq), "contiguous", 512, 8, tuple(range(8)))
     assert case.route() == route
     result = simulate_case(case, DEFAULTS)
@@ -109,7 +111,6 @@ def test_the_simulated_short_ring_moves_what_the_route_says(buffer):
     assert (per_phase["fwd"] == route.blocks_moved()).all() and (per_phase["bwd"] == route.blocks_moved()).all()
     assert result.row["ring_steps"] == route.depth + 1
     assert (result.events.loc[result.events["kind"] == "compute", "step"] <= route.depth).all()
-    full = simulate_case(SimCase(world=8, seq=512, mask=case.mask, docs=case.docs, buffer=buffer.split("-")[0],
-                                 layout="contiguous", iterations=2), DEFAULTS)  # fmt: skip
+    full = simulate_case(case.replace(buffer=buffer.split("-")[0]), DEFAULTS)
     assert result.row["bytes_moved"] < full.row["bytes_moved"]
     assert result.row["predicted_imbalance"] == pytest.approx(full.row["predicted_imbalance"])

@@ -9,6 +9,7 @@ import pytest
 
 from ringbench.advise.planner import PlanRequest, make_plan
 from ringbench.rank.injection import RankFaults
+from ringbench.scenario.workload import Workload
 from ringbench.simulate import DEFAULTS, Cluster, SimCase, simulate_case
 from ringbench.simulate.flows import Prices
 from ringbench.simulate.grouped import predicted_memory_mb
@@ -20,7 +21,7 @@ TOPOLOGY = Path(__file__).parent / "data" / "topology" / "two_host_4gpu_10x.yaml
 
 def _case(strategy: str, **axes) -> SimCase:
     base = dict(world=8, seq=4096, heads=8, head_dim=32, dtype="float32", layout="zigzag", buffer="double")
-    return SimCase(**(base | axes), strategy=strategy)
+    return SimCase(workload=Workload(**(base | axes), strategy=strategy))
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +61,8 @@ def test_compute_bound_contexts_favour_rings_and_predicted_memory_orders_the_str
 
 
 def test_the_plan_ranks_every_candidate_and_says_why(tmp_path):
-    plan = make_plan(PlanRequest(topology=TOPOLOGY, world=8, seq=16384, heads=4, head_dim=32, dtype="float32",
-                                 memory_per_rank_gb=0.03))  # fmt: skip
+    workload = Workload(world=8, seq=16384, heads=4, head_dim=32, dtype="float32")
+    plan = make_plan(PlanRequest(workload=workload, topology=TOPOLOGY, memory_per_rank_gb=0.03))
     steps = [c.step_ms for c in plan.candidates]
     assert steps == sorted(steps) and len(plan.candidates) + len(plan.refused) == 11
     refused = {c.strategy: c.refused for c in plan.refused}
@@ -108,8 +109,8 @@ def test_the_compiled_whole_ring_pass_is_the_numpy_pass(monkeypatch, buffer, fau
     from ringbench.simulate import fastring
     from ringbench.simulate.simulated_record import kept_positions
 
-    case = SimCase(world=96, seq=96 * 4, heads=2, head_dim=16, dtype="float32", layout="zigzag", buffer=buffer,
-                   iterations=2, faults=faults, backward=backward)  # fmt: skip
+    workload = Workload(world=96, seq=96 * 4, heads=2, head_dim=16, dtype="float32", layout="zigzag", buffer=buffer)
+    case = SimCase(workload=workload, iterations=2, faults=faults, backward=backward)
     costs = dataclasses.replace(DEFAULTS, compute_cv=0.05, link_cv=0.1, start_skew_ms=(0.0, 0.02))
     keep = kept_positions(case, Cluster())
     runs = []

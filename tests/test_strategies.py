@@ -94,7 +94,7 @@ def test_emulated_links_share_the_nic_and_the_port_by_the_exchange():
 
 # -- cases: one per computation, ids kept -------------------------------------------------------------------------
 def test_cases_normalise_to_one_per_computation_and_keep_the_rings_ids():
-    ring = Case(world=4, seq=64, heads=4, head_dim=8, batch=1, dtype="float32", mask="causal", layout="zigzag",
+    ring = Case.from_axes(world=4, seq=64, heads=4, head_dim=8, batch=1, dtype="float32", mask="causal", layout="zigzag",
                 buffer="double", order="identity", kernel="torch")  # fmt: skip
     slug = "w4-s64-h4x8-b1-float32-causal-zigzag-double-identity-torch-fb"  # the id before strategies existed
     assert ring.case_id == f"{slug}-{hashlib.sha1(slug.encode()).hexdigest()[:6]}"

@@ -227,8 +227,8 @@ def test_strided_inputs_like_the_ring(small_tiles):
 @pytest.mark.parametrize("mask", ["none", "causal", "causal-naive"])
 def test_ring_selfcheck(mask, layout, dtype):
     """The whole ring (world 1: zigzag gives FULL + CAUSAL sub-blocks, causal-naive a PARTIAL one)."""
-    case = CheckCase(mask=mask, layout=layout, dtype=dtype, kernel="triton", seq_per_rank=24, head_dim=16)
-    fwd_err, bwd_err = check_case(case, world=1, rank=0)
+    case = CheckCase.of(1, mask=mask, layout=layout, dtype=dtype, kernel="triton", seq_per_rank=24, head_dim=16)
+    fwd_err, bwd_err = check_case(case)
     fwd_tol, bwd_tol = TOLERANCE[dtype]
     assert fwd_err <= fwd_tol and bwd_err <= bwd_tol, (fwd_err, bwd_err)
 
@@ -244,9 +244,9 @@ def test_ring_selfcheck(mask, layout, dtype):
 def test_ring_selfcheck_new_masks(mask):
     """The ring at world 1 on documents and windows: FULL, CAUSAL and rule-PARTIAL sub-blocks through triton."""
     docs = "lengths:3,9,1,12,7" if "document" in mask else "none"
-    case = CheckCase(mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=32, head_dim=16,
-                     docs=docs)  # fmt: skip
-    fwd_err, bwd_err = check_case(case, world=1, rank=0)
+    case = CheckCase.of(1, mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=32, head_dim=16,
+                        docs=docs)  # fmt: skip
+    fwd_err, bwd_err = check_case(case)
     fwd_tol, bwd_tol = TOLERANCE["float32"]
     assert fwd_err <= fwd_tol and bwd_err <= bwd_tol, (fwd_err, bwd_err)
 
@@ -259,7 +259,7 @@ def test_bad_head_dim(head_dim):
 
 def test_bad_head_dim_through_the_ring():
     with pytest.raises(ValueError, match="head_dim=8"):
-        check_case(CheckCase(kernel="triton", dtype="float32", head_dim=8), world=1, rank=0)
+        check_case(CheckCase.of(1, kernel="triton", dtype="float32", head_dim=8))
 
 
 def test_registry_and_unavailable(monkeypatch):
@@ -305,8 +305,8 @@ class TestGpu:
     )
     def test_ring_selfcheck(self, mask):
         docs = "lengths:10,50,3,70,59" if "document" in mask else "none"
-        case = CheckCase(mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=192, head_dim=64,
-                         docs=docs)  # fmt: skip
-        fwd_err, bwd_err = check_case(case, world=1, rank=0, device=torch.device("cuda"))
+        case = CheckCase.of(1, mask=mask, layout="zigzag", dtype="float32", kernel="triton", seq_per_rank=192,
+                            head_dim=64, docs=docs)  # fmt: skip
+        fwd_err, bwd_err = check_case(case, device=torch.device("cuda"))
         fwd_tol, bwd_tol = TOLERANCE["float32"]
         assert fwd_err <= fwd_tol and bwd_err <= bwd_tol, (fwd_err, bwd_err)

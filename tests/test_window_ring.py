@@ -21,7 +21,7 @@ runner = CliRunner()
 def _case(**axes) -> Case:
     base = dict(world=8, seq=4096, heads=2, head_dim=32, batch=1, dtype="float32", mask="window:512",
                 layout="contiguous", buffer="double", order="identity", kernel="emulated:auto")  # fmt: skip
-    return Case(**(base | axes))
+    return Case.from_axes(**(base | axes))
 
 
 def _full_ring_bytes(case: Case) -> float:

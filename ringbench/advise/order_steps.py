@@ -81,7 +81,7 @@ def predict_orders(run, topology, orders: Sequence[Sequence[int]], *, iterations
         for case in cases:
             costs = calibration.costs_for(case.family or calibration.family) or calibration.costs
             costs = dataclasses.replace(costs, **quiet)
-            moved = dataclasses.replace(case, order=ring, faults=())
+            moved = case.replace(order=ring, faults=())
             steps.append(simulate_case(moved, costs, cluster, max_events=1).row["step_ms"])
         step_ms[ring] = float(np.median(steps))
     measured = {}

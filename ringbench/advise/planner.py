@@ -1,6 +1,6 @@
 """``ringbench plan``: which strategy, degrees, placement and ring orders to use for a workload on a topology.
 
-    plan = make_plan(PlanRequest(topology=Path("cluster.yaml"), world=64, seq=1 << 20, heads=32))
+    plan = make_plan(PlanRequest(workload=Workload(world=64, seq=1 << 20, heads=32), topology=Path("cluster.yaml")))
     plan.candidates[0]         # the first choice: strategy, placement, rings, predicted step / exposed / memory
     plan.lines()               # the table, one line per loser saying why, the command, the confidence line
 
@@ -28,27 +28,22 @@ from pathlib import Path
 
 from ringbench.errors import UsageError, bad_value
 from ringbench.fmt import number, ring_text
+from ringbench.scenario.workload import Workload, reads_workload
 from ringbench.vocab import Strategy
 
 TOP = 3
 
 
+@reads_workload
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PlanRequest:
-    """A workload and where it runs."""
+    """A workload and where it runs (it reads the workload's axes as its own)."""
 
+    workload: Workload
+    """The computation to plan: its shape, mask, documents, layers and layout (the plan chooses the strategy,
+    placement, buffer and order: the workload's own are not read)."""
     topology: Path
     """A topology file (nvidia-smi text or YAML) or a results run directory that recorded one."""
-    world: int
-    seq: int
-    heads: int
-    kv_heads: int = 0
-    """Key/value heads (grouped-query attention); 0: as many as heads."""
-    head_dim: int = 128
-    batch: int = 1
-    dtype: str = "bfloat16"
-    mask: str = "causal"
-    layout: str = "zigzag"
     memory_per_rank_gb: float | None = None
     """Refuse candidates whose predicted attention memory per rank exceeds this (GB = 2**30 bytes)."""
     calibrate_from: Path | tuple[Path, ...] | None = None
@@ -65,20 +60,13 @@ class PlanRequest:
     """The attention kernel family of the catalogue (fa2, fa3, cudnn); None: the GPU's default."""
     detect: bool = True
     """Ask NVML which GPUs this machine has (fills ``gpu``; a ``gpu`` that contradicts them is refused)."""
-    docs: str = "none"
-    """The packed documents of a document mask (ringbench.engine.documents specs)."""
-    layers: str = "1"
-    """Attention layers per iteration: a count, or a pattern of masks (ringbench.scenario.layers)."""
     strategies: tuple[str, ...] = ()
     """Only these strategies (``ring``, ``ulysses``, ``hybrid:2``, ...); empty: every one the degrees allow."""
 
     def __post_init__(self) -> None:
-        for name in ("world", "seq", "heads", "head_dim", "batch", "top"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad_value(name, value, "an integer >= 1")
-        if self.kv_heads and (self.kv_heads < 0 or self.heads % self.kv_heads):
-            raise bad_value("kv_heads", self.kv_heads, f"an integer >= 1 dividing heads={self.heads}")
+        self.workload.check_sizes()
+        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
+            raise bad_value("top", self.top, "an integer >= 1")
         from ringbench.vocab import Strategy
 
         object.__setattr__(self, "strategies", tuple(Strategy.parse(s, "strategy").spec for s in self.strategies))
@@ -147,8 +135,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         return {"predicted": True, "topology": self.topology_text, "world": self.request.world,
-                "seq": self.request.seq, "heads": self.request.heads, "kv_heads": self.request.kv_heads or
-                self.request.heads, "head_dim": self.request.head_dim, "mask": self.request.mask,
+                "seq": self.request.seq, "heads": self.request.heads, "kv_heads": self.request.key_value_heads, "head_dim": self.request.head_dim, "mask": self.request.mask,
                 "docs": self.request.docs, "layers": self.request.layers, "gpu": self.gpu,
                 "candidates": [c.to_dict() for c in self.candidates], "refused": [c.to_dict() for c in self.refused],
                 "command": self.command, "confidence": self.confidence, "elapsed_s": self.elapsed_s,
@@ -247,8 +234,9 @@ def _short_ring_helps(request: PlanRequest, masks: tuple[str, ...], layout: str)
         if MaskSpec.parse(mask).legacy:
             continue
         try:
-            case = SimCase(world=request.world, seq=request.seq, heads=request.heads, head_dim=request.head_dim,
-                           mask=mask, layout=layout, buffer="double-short", docs=request.docs)  # fmt: skip
+            case = SimCase(workload=Workload(world=request.world, seq=request.seq, heads=request.heads,
+                                             head_dim=request.head_dim, mask=mask, layout=layout,
+                                             buffer="double-short", docs=request.docs))  # fmt: skip
         except UsageError:
             return False
         if case.route().depth < request.world - 1:
@@ -261,7 +249,7 @@ def _candidates(request: PlanRequest, topology, masks: tuple[str, ...]) -> tuple
     from ringbench.topology import recommend
 
     world, heads = request.world, request.heads
-    kv_heads = request.kv_heads or heads
+    kv_heads = request.key_value_heads
     ring_order = list(recommend(topology, time_budget_s=2.0 if world <= 64 else 0.3).order)
     per_host = max(Counter(device.host for device in topology.devices).values())
     wanted = set(request.strategies)

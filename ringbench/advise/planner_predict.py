@@ -19,13 +19,13 @@ def sim_case(request, candidate, mask: str):
     """The SimCase of ``candidate`` for one layer with ``mask``."""
     from ringbench.simulate.case import SimCase
 
-    return SimCase(world=request.world, seq=request.seq, heads=request.heads, head_dim=request.head_dim,
-                   batch=request.batch, dtype=request.dtype, mask=mask, layout=candidate.layout,
-                   buffer="allgather" if candidate.strategy == "allgather" else candidate.buffer,
-                   order=ring_text(candidate.order) if candidate.order else "identity",
-                   backward=request.backward, strategy=candidate.strategy,
-                   placement=ring_text(candidate.placement) if candidate.placement else "",
-                   kv_heads=request.kv_heads, docs=request.docs)  # fmt: skip
+    workload = request.workload.replace(
+        mask=mask, layers="1", layout=candidate.layout, strategy=candidate.strategy,
+        buffer="allgather" if candidate.strategy == "allgather" else candidate.buffer,
+        order=ring_text(candidate.order) if candidate.order else "identity",
+        placement=ring_text(candidate.placement) if candidate.placement else "",
+    )  # fmt: skip
+    return SimCase(workload=workload, backward=request.backward)
 
 
 def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray]:

@@ -34,7 +34,7 @@ def _at(base: SimCase, world: int, fixed_seq: bool, **changes) -> SimCase | None
     if seq < parts:
         return None
     try:
-        return dataclasses.replace(base, world=world, seq=seq, faults=(), order="identity", **changes)
+        return base.replace(world=world, seq=seq, faults=(), order="identity", **changes)
     except ValueError:
         return None
 
@@ -72,7 +72,7 @@ def scale_view(base: SimCase, costs: Costs, cluster: Cluster | None = None, *, w
             step = _figures(slowed, costs, on)["step_ms"]
             blast.append({"world": world, "factor": factor, "rank": rank, "step_ms": step,
                           "healthy_step_ms": reference, "slowdown": step / reference})  # fmt: skip
-    view = {"base": _describe(base), "fixed_seq": fixed_seq, "curves": curves, "blast": blast,
+    view = {"base": base.case.axes(), "fixed_seq": fixed_seq, "curves": curves, "blast": blast,
             "orders": order_comparison(base, costs, cluster) if topology is not None else []}  # fmt: skip
     return view
 
@@ -89,16 +89,10 @@ def order_comparison(base: SimCase, costs: Costs, cluster: Cluster) -> list[dict
     rows = []
     for name, order in (("identity", "identity"), (f"stride:{stride}", f"stride:{stride}"),
                         ("recommended", best.order_arg)):  # fmt: skip
-        case = dataclasses.replace(base, world=world, order=order, faults=base.faults)
+        case = base.replace(world=world, order=order)
         rows.append({"order": name, "ring": order,
                      **_figures(case, costs, cluster)})  # fmt: skip
     identity = rows[0]["step_ms"]
     for row in rows:
         row["vs_identity"] = row["step_ms"] / identity if identity > 0 else math.nan
     return rows
-
-
-def _describe(case: SimCase) -> dict:
-    return {"world": case.world, "seq": case.seq, "heads": case.heads, "head_dim": case.head_dim,
-            "batch": case.batch, "dtype": case.dtype, "mask": case.mask, "layout": case.layout,
-            "buffer": case.buffer, "backward": case.backward}  # fmt: skip

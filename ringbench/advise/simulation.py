@@ -96,11 +96,8 @@ def cases_from_scenario(scenario: Scenario, iterations: int) -> list[SimCase]:
         if case.layers != "1":
             raise bad_value("layers", case.layers, "1 for the simulator (it runs one attention layer: simulate each "
                             "layer's mask as a case of its own)")  # fmt: skip
-        sim = SimCase(world=case.world, seq=case.seq, heads=case.heads, head_dim=case.head_dim, batch=case.batch,
-                      dtype=case.dtype, mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order,
-                      backward=scenario.backward, iterations=iterations, faults=tuple(scenario.faults),
-                      seed=scenario.seed, strategy=case.strategy, placement=case.placement,
-                      docs=case.docs)  # fmt: skip
+        sim = SimCase(workload=case.workload, backward=scenario.backward, iterations=iterations,
+                      faults=tuple(scenario.faults), seed=scenario.seed)  # fmt: skip
         if sim.case_id not in seen:
             seen.add(sim.case_id)
             cases.append(sim)

@@ -72,6 +72,7 @@ def plan(
 ) -> None:
     """Rank strategies (ring, ulysses, hybrid, double ring) for a workload on a topology."""
     from ringbench.advise.planner import PlanRequest, make_plan
+    from ringbench.scenario.workload import Workload
     from ringbench.vocab import DTYPE_ALIASES, DTYPES, Layout, MaskSpec
 
     out = Output(json=json_out, quiet=quiet, document="plan")
@@ -91,14 +92,13 @@ def plan(
         if dtype not in DTYPES:
             raise bad_value("dtype", dtype, "one of: " + ", ".join(DTYPES))
         given = {name: axes[name] for name in ("head_dim", "batch") if axes[name] is not None}
-        request = PlanRequest(topology=topology, world=axes["world"], seq=axes["seq"], heads=axes["heads"],
-                              kv_heads=kv_heads or 0, dtype=dtype,
-                              mask=MaskSpec.parse(axes["mask"] or "causal", "mask").text,
-                              layout=Layout.parse(axes["layout"] or "zigzag", "layout").value,
-                              memory_per_rank_gb=memory_per_rank, calibrate_from=tuple(calibration) or None,
+        workload = Workload(world=axes["world"], seq=axes["seq"], heads=axes["heads"], kv_heads=kv_heads or 0,
+                            dtype=dtype, mask=MaskSpec.parse(axes["mask"] or "causal", "mask").text,
+                            layout=Layout.parse(axes["layout"] or "zigzag", "layout").value,
+                            docs=axes["docs"] or "none", layers=axes["layers"] or "1", **given)  # fmt: skip
+        request = PlanRequest(workload=workload, topology=topology, memory_per_rank_gb=memory_per_rank, calibrate_from=tuple(calibration) or None,
                               emulate_links=emulate_links, backward=not no_backward, gpu=gpu, attention=attention,
-                              detect=detect, docs=axes["docs"] or "none", layers=axes["layers"] or "1",
-                              strategies=tuple(axes["strategy"]), **given)  # fmt: skip
+                              detect=detect, strategies=tuple(axes["strategy"]))  # fmt: skip
         result = make_plan(request)
     render_plan(result, out)
     out.emit(result.to_dict())

@@ -198,7 +198,7 @@ def render_plan(plan, out) -> None:
     shape += f", layers {request.layers}" if request.layers != "1" else ""
     hardware = f" on {plan.gpu}" if plan.gpu else ""
     out.print(f"ringbench plan (PREDICTED): {request.world} ranks{hardware} on {plan.topology_text}; S={request.seq:,}, "
-              f"{request.heads} heads ({request.kv_heads or request.heads} KV) × {request.head_dim}, {request.dtype}, "
+              f"{request.heads} heads ({request.key_value_heads} KV) × {request.head_dim}, {request.dtype}, "
               f"{shape}, {request.layout}{'' if request.backward else ', forward only'}")  # fmt: skip
     table = Table(title_justify="left")
     for name, justify in (("#", "right"), ("strategy", "left"), ("placement", "left"), ("step ms", "right"),

@@ -153,9 +153,7 @@ def run_cases_in_namespaces(
     master = cluster.hosts[0].address
     with tempfile.TemporaryDirectory(prefix="ringbench-netns-") as folder:
         spec_path = Path(folder) / "spec.json"
-        spec_path.write_text(
-            json.dumps({"cases": [dataclasses.asdict(c) for c in cases], "settings": dataclasses.asdict(settings)})
-        )
+        spec_path.write_text(json.dumps({"cases": [c.axes() for c in cases], "settings": dataclasses.asdict(settings)}))
         procs = []
         try:
             for rank in range(world):

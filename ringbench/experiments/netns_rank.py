@@ -27,7 +27,7 @@ def main() -> int:
     env = init_launched(settings.timeout, "cpu")
     session = open_session(env)
     for index, fields in enumerate(spec["cases"]):
-        case = Case(**fields)
+        case = Case.from_axes(**fields)
         result = run_case(case, session=session, progress=None, settings=settings, case_index=index, repeat=0)
         sys.stdout.write(RESULT_PREFIX + json.dumps(result.to_dict()) + "\n")
         sys.stdout.flush()

@@ -15,30 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ringbench.fmt import ring_text
 from ringbench.record.meta import write_meta
-from ringbench.record.schema import CASE_AXES, CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
+from ringbench.record.rows import case_row
+from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, SCHEMA_VERSION
 from ringbench.record.store import write_cases, write_events
+from ringbench.scenario.workload import Case, Workload
 
-DEFAULT_AXES: dict[str, object] = {
-    "world": 4,
-    "seq": 4096,
-    "heads": 8,
-    "head_dim": 64,
-    "batch": 1,
-    "dtype": "float32",
-    "mask": "causal",
-    "layout": "zigzag",
-    "buffer": "double",
-    "order": "identity",
-    "kernel": "sdpa",
-    "backward": True,
-    "impl": "ringbench",
-    "strategy": "ring",
-    "placement": "",
-    "docs": "none",
-    "layers": "1",
-}
+DEFAULT_CASE = Case(workload=Workload(world=4, seq=4096, heads=8, head_dim=64, dtype="float32"), kernel="sdpa")
 
 DEFAULT_META: dict[str, object] = {
     "schema_version": SCHEMA_VERSION,
@@ -92,7 +75,8 @@ def write_synthetic_run(
     """Write a run directory.
 
     ``cases`` is either one axes override (with ``steps_ms`` its (repeats, iterations) step times) or a mapping
-    ``case_id -> (axes override, steps_ms)``. Axes not given take DEFAULT_AXES; meta overrides DEFAULT_META.
+    ``case_id -> (axes override, steps_ms)``; an override names axes and ``faults``. Axes not given take
+    DEFAULT_CASE's; meta overrides DEFAULT_META.
     """
     run_dir = Path(run_dir)
     if steps_ms is not None:
@@ -100,12 +84,13 @@ def write_synthetic_run(
     event_rows, case_rows = [], []
     for case_id, (override, steps) in cases.items():
         steps = np.atleast_2d(np.asarray(steps, dtype=float))
-        axes = DEFAULT_AXES | {"faults": ""} | dict(override)
-        event_rows += _events(case_id, int(axes["world"]), steps)
+        axes = dict(override)
+        faults = axes.pop("faults", "")
+        case = Case.from_axes(**(DEFAULT_CASE.axes() | axes))
+        event_rows += _events(case_id, case.world, steps)
         for repeat, iterations in enumerate(steps):
             row = dict.fromkeys(CASE_COLUMNS, np.nan)
-            row |= {name: axes[name] for name in (*CASE_AXES, "faults")}
-            row |= {"case_id": case_id, "repeat": repeat, "ring": ring_text(range(int(axes["world"])))}
+            row |= case_row(case, repeat, case_id=case_id, faults=faults)
             row |= {"emulated": emulated, "iters": len(iterations), "warmup": 2, "passed": True, "status": status}
             row |= {"step_ms": float(np.median(iterations))}
             case_rows.append(row)

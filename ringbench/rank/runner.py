@@ -23,7 +23,7 @@ from ringbench.engine.recorder import ListRecorder
 from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.engine.timeline import timeline_for
 from ringbench.engine.warm import compiles, warm
-from ringbench.errors import UsageError
+from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
 from ringbench.rank.autorate import AutoModel, calibrate_auto, check_pacing
@@ -186,6 +186,9 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     if case.impl != "ringbench":
         return _run_impl_case(case, session=session, progress=progress, settings=settings, repeat=repeat,
                               profile_path=profile_path)  # fmt: skip
+    if case.key_value_heads != case.heads:
+        raise bad_value("kv_heads", case.kv_heads, f"{case.heads} (as many as heads) with impl='ringbench': its "
+                        "engine has no grouped-query attention yet (simulate and plan model it)")  # fmt: skip
     if progress is not None:
         progress.set_case(case_index)
     setup = _set_up(case, session, settings, progress)

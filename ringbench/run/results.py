@@ -22,7 +22,8 @@ from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, c
 from ringbench.kernels import get_kernel
 from ringbench.rank.report import RankReport
 from ringbench.record.folder import RecordFolder
-from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS
+from ringbench.record.rows import case_row
+from ringbench.record.schema import EVENT_COLUMNS
 from ringbench.run.interrupt import shielded
 from ringbench.scenario.scenario import Case, Scenario
 from ringbench.vocab import TOLERANCE
@@ -138,10 +139,7 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
     passed = True
     if scenario.check:
         passed = bool(fwd_err <= fwd_tol and (not case.backward or bwd_err <= bwd_tol))  # False for NaN
-    row = {
-        "case_id": case.case_id,
-        "repeat": repeat,
-        **{key: value for key, value in case.axes().items() if key in CASE_COLUMNS},
+    row = case_row(case, repeat) | {
         "emulated": case.emulated or scenario.emulate_links,
         "faults": ";".join(scenario.faults),
         "iters": scenario.iters,

@@ -18,34 +18,37 @@ from ringbench.engine.layout import shard
 from ringbench.engine.masks import mask_rule
 from ringbench.engine.strategy import attention, build_strategy_context
 from ringbench.fmt import ring_text
+from ringbench.scenario.workload import Workload, reads_workload
 from ringbench.vocab import TOLERANCE
 
 
+@reads_workload
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckCase:
-    mask: str = "causal"
-    layout: str = "contiguous"
-    buffer: str = "double"
-    order: str = "identity"
-    dtype: str = "float64"
+    """One exactness case: a small workload (it reads the workload's axes as its own) and the kernel."""
+
+    workload: Workload
     kernel: str = "torch"
-    seq_per_rank: int = 8
-    batch: int = 1
-    heads: int = 2
-    head_dim: int = 8
-    strategy: str = "ring"
-    placement: str = "heads-first"
-    docs: str = "none"
-    """The docs spec of a document mask (ringbench.engine.documents)."""
+
+    @classmethod
+    def of(cls, world: int, *, seq_per_rank: int = 8, kernel: str = "torch", **axes) -> CheckCase:
+        """A case on ``world`` ranks of ``seq_per_rank`` tokens each; the other axes small unless given."""
+        small = dict(heads=2, head_dim=8, batch=1, dtype="float64", mask="causal", layout="contiguous")
+        return cls(workload=Workload(world=world, seq=seq_per_rank * world, **(small | axes)), kernel=kernel)
+
+    @property
+    def seq_per_rank(self) -> int:
+        return self.seq // self.world
 
     @property
     def name(self) -> str:
         docs = f"/{self.docs}" if self.docs != "none" else ""
         shape = "" if self.seq_per_rank == 8 else f"/L{self.seq_per_rank}"
         base = f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}{docs}{shape}"
-        if self.strategy == "ring":
+        if self.strategy in ("ring", "allgather"):
             return base
-        return f"{self.strategy}@{self.placement}/{base}/b{self.batch}h{self.heads}d{self.head_dim}l{self.seq_per_rank}"
+        placement = self.placement or "heads-first"
+        return f"{self.strategy}@{placement}/{base}/b{self.batch}h{self.heads}d{self.head_dim}l{self.seq_per_rank}"
 
 
 def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **shape) -> list[CheckCase]:
@@ -63,7 +66,8 @@ def all_cases(world: int, dtypes=("float64", "float32"), kernels=("torch",), **s
         kernels,
     )
     return [
-        CheckCase(mask=m, layout=lay, buffer=b, order=o, dtype=d, kernel=k, **shape) for m, lay, b, o, d, k in combos
+        CheckCase.of(world, mask=m, layout=lay, buffer=b, order=o, dtype=d, kernel=k, **shape)
+        for m, lay, b, o, d, k in combos
     ]
 
 
@@ -100,7 +104,9 @@ def strategy_cases(world: int, dtypes=("float64", "float32"), *, wide: bool = Fa
                 combos.append((m, lay, axes[0][i % p], axes[1][(i // p) % b], axes[2][(i // (p * b)) % d]))
         heads = 2 * strategy.ulysses_degree(world)
         cases += [
-            CheckCase(strategy=spec, placement=pl, mask=m, layout=lay, buffer=b, dtype=d, **({"heads": heads} | shape))
+            CheckCase.of(
+                world, strategy=spec, placement=pl, mask=m, layout=lay, buffer=b, dtype=d, **({"heads": heads} | shape)
+            )
             for m, lay, pl, b, d in combos
         ]
     return cases
@@ -143,23 +149,23 @@ def mask_cases(world: int, *, full: bool = False, dtypes=("float64", "float32"),
         if full:
             for lay, buf, order, dtype, kernel in itertools.product(layouts, MASK_BUFFERS, orders[:2], dtypes,
                                                                     kernels):  # fmt: skip
-                out.append(CheckCase(mask=mask, layout=lay, buffer=buf, order=order, dtype=dtype, kernel=kernel,
-                                     **shape))  # fmt: skip
+                out.append(CheckCase.of(world, mask=mask, layout=lay, buffer=buf, order=order, dtype=dtype,
+                                        kernel=kernel, **shape))  # fmt: skip
             continue
         for n in range(max(len(layouts), len(MASK_BUFFERS))):
-            out.append(CheckCase(mask=mask, layout=layouts[(n + index) % len(layouts)],
-                                 buffer=MASK_BUFFERS[n % len(MASK_BUFFERS)], order=orders[(n + index) % len(orders)],
-                                 dtype=dtypes[(n + index) % len(dtypes)], kernel=kernels[n % len(kernels)],
-                                 **shape))  # fmt: skip
+            out.append(CheckCase.of(world, mask=mask, layout=layouts[(n + index) % len(layouts)],
+                                    buffer=MASK_BUFFERS[n % len(MASK_BUFFERS)], order=orders[(n + index) % len(orders)],
+                                    dtype=dtypes[(n + index) % len(dtypes)], kernel=kernels[n % len(kernels)],
+                                    **shape))  # fmt: skip
     return out
 
 
-def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) -> tuple[float, float]:
+def check_case(case: CheckCase, rank: int = 0, group=None, device=None) -> tuple[float, float]:
     """(forward max abs error, backward max abs error) of this rank's rows for one case."""
     dtype = getattr(torch, case.dtype)
     device = device or torch.device("cpu")
     generator = torch.Generator().manual_seed(1234)
-    seq = case.seq_per_rank * world
+    world, seq = case.world, case.seq
     full = [
         torch.randn(case.batch, case.heads, seq, case.head_dim, generator=generator, dtype=torch.float64)
         for _ in range(4)
@@ -179,7 +185,7 @@ def check_case(case: CheckCase, world: int, rank: int, group=None, device=None) 
         k_l,
         v_l,
         strategy=case.strategy,
-        placement=case.placement,
+        placement=case.placement or "heads-first",
         mask=rule,
         layout=case.layout,
         buffer=case.buffer,
@@ -201,16 +207,20 @@ def exactness_worker(worker_ctx, cases: list[CheckCase]) -> dict[str, tuple[floa
     errors = {}
     for index, case in enumerate(cases):
         worker_ctx.progress.set_case(index)
-        errors[case.name] = check_case(case, env.world, env.rank, device=env.device)
+        errors[case.name] = check_case(case, env.rank, device=env.device)
     return errors
 
 
 def run_selfcheck(world: int, cases: list[CheckCase], timeout_s: float = 60.0) -> dict[str, tuple[float, float]]:
     """Launch ``world`` local ranks; return the worst errors over ranks for each case."""
+    from ringbench.errors import bad_value
     from ringbench.run.launch import launch_local
 
+    for case in cases:
+        if case.world != world:
+            raise bad_value("world", case.world, f"{world} for every case of this check ({case.name})")
     if world == 1:
-        return {case.name: check_case(case, 1, 0) for case in cases}
+        return {case.name: check_case(case) for case in cases}
     per_rank = launch_local(world, exactness_worker, (cases,), timeout_s=timeout_s, case_names=[c.name for c in cases])
     return {name: (max(r[name][0] for r in per_rank), max(r[name][1] for r in per_rank)) for name in per_rank[0]}
 
@@ -241,8 +251,9 @@ def strategy_mask_cases(world: int, *, full: bool = False, dtypes=("float64", "f
         chosen = cells if full else [cells[(n + i) % len(cells)] for i in range(0, len(cells), 3)]
         for i, (mask, layout) in enumerate(chosen):
             for dtype in dtypes if full else (dtypes[(n + i) % len(dtypes)],):
-                out.append(CheckCase(strategy=spec, placement="interleaved" if (n + i) % 2 and strategy.grouped
-                                     else "heads-first", mask=mask, layout=layout, buffer=strategy.buffers()[i % len(
-                                         strategy.buffers())], dtype=dtype, heads=heads, seq_per_rank=seq_per_rank,
-                                     docs=docs if "document" in mask else "none"))  # fmt: skip
+                out.append(CheckCase.of(world, strategy=spec, placement="interleaved" if (n + i) % 2 and
+                                        strategy.grouped else "heads-first", mask=mask, layout=layout,
+                                        buffer=strategy.buffers()[i % len(strategy.buffers())], dtype=dtype,
+                                        heads=heads, seq_per_rank=seq_per_rank,
+                                        docs=docs if "document" in mask else "none"))  # fmt: skip
     return out

@@ -91,48 +91,6 @@ def needs_docs(mask: str) -> bool:
         return False
 
 
-def validate_mask_axes(self, fail, where: str) -> None:
-    """A scenario's layers, documents and the layouts that need them: each bad value named in one line
-    (``fail(field, value, allowed)`` makes the error, ``where`` prefixes the scenario file)."""
-    from ringbench.engine.documents import check_docs
-    from ringbench.vocab import Layout
-
-    patterns = []
-    for value in self.layers:
-        try:
-            patterns.append(layer_masks(value, "mask"))
-        except UsageError as exc:
-            raise UsageError(where + str(exc)) from None
-    masks = {m if m != "mask" else case_mask for p in patterns for m in p for case_mask in self.mask}
-    documented = sorted(m for m in masks if needs_docs(m))
-    real_docs = [d for d in self.docs if d != "none"]
-    for spec in self.docs:
-        if not isinstance(spec, str):
-            raise fail("docs", spec, "a docs spec: none, lengths:..., file:PATH, lognormal:... or uniform:...")
-        for seq in self.seq:
-            try:
-                check_docs(spec, seq)
-            except UsageError as exc:
-                raise UsageError(where + str(exc) + (f" (seq={seq})" if len(self.seq) > 1 else "")) from None
-    if documented and not real_docs:
-        raise fail(
-            "mask",
-            documented[0],
-            "a mask without documents, or documents given with docs (--docs): "
-            "lengths:L1,L2,..., file:PATH, lognormal:MEAN:SIGMA:SEED or uniform:MIN:MAX:SEED",
-        )
-    if Layout.DOC_BALANCED.value in self.layout and not documented:
-        shown = ", ".join(sorted(masks)) or "causal"
-        raise fail(
-            "layout",
-            "doc-balanced",
-            f"a layout other than doc-balanced with mask {shown}: doc-balanced "
-            "balances packed documents (masks causal-document, full-document, causal-document+window:W)",
-        )
-    if self.cases() == [] and self.world:
-        raise fail("mask", ", ".join(self.mask), "masks, docs and layouts that make at least one case")
-
-
 __all__ = [
     "LAYERS_HELP",
     "MAX_LAYERS",
@@ -141,5 +99,4 @@ __all__ = [
     "needs_docs",
     "parse_layers",
     "uses_case_mask",
-    "validate_mask_axes",
 ]

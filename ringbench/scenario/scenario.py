@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -21,11 +20,12 @@ import yaml
 from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import KERNEL_HELP, get_kernel
-from ringbench.orders import ORDER_HELP, format_ring, parse_order, parse_placement, ring_of
+from ringbench.orders import ORDER_HELP, parse_order, parse_placement
 from ringbench.scenario.axes import AXIS_NAMES, INT_AXES
 from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, parse_fault
 from ringbench.scenario.impls import check_impl
-from ringbench.scenario.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask, validate_mask_axes
+from ringbench.scenario.layers import canonical_layers, layer_masks, needs_docs, uses_case_mask
+from ringbench.scenario.workload import Case, Workload
 from ringbench.vocab import DTYPE_ALIASES, DTYPES, Buffer, Layout, MaskSpec, Strategy
 
 AXES = AXIS_NAMES  # the sweep's axes (ringbench/scenario/axes.py), in the cartesian product's order
@@ -33,107 +33,6 @@ SETTINGS = (
     "backward", "iters", "warmup", "check", "timeout", "repeat", "faults", "name", "description", "seed",
     "topology", "emulate_links",
 )  # fmt: skip
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Case:
-    """One point of the sweep."""
-
-    world: int
-    seq: int
-    heads: int
-    head_dim: int
-    batch: int
-    dtype: str
-    mask: str
-    layout: str
-    buffer: str
-    order: str
-    kernel: str
-    impl: str = "ringbench"
-    """The ring-attention implementation (ringbench.rank.impls): ringbench's own engine unless another is named."""
-    backward: bool = True
-    strategy: str = "ring"
-    """How the ranks share the attention (ringbench.vocab.Strategy): ring, ulysses, hybrid:U, double-ring:W,
-    allgather. ``buffer: allgather`` is the all-gather baseline whatever this says (as before strategies)."""
-    placement: str = ""
-    """Grouped strategies (hybrid, double ring): which ranks form the groups (ringbench.orders.parse_placement);
-    "" for the others."""
-
-    docs: str = "none"
-    """The packed documents of a document mask (ringbench.engine.documents); ``none`` for the other masks."""
-    layers: str = "1"
-    """Attention layers per iteration (ringbench.scenario.layers): a count, or a pattern of masks."""
-
-    def __post_init__(self) -> None:
-        # One canonical case per computation, so a sweep over strategy x buffer x order x placement runs each
-        # once: allgather is the buffer of that name; Ulysses has no ring to double-buffer; only grouped
-        # strategies have a placement, only ring strategies an order. A bad spec is left for validate() to name.
-        try:
-            strategy = Strategy.parse(self.strategy)
-        except UsageError:
-            return
-        if self.buffer == "allgather" or strategy.kind == "allgather":
-            strategy = Strategy("allgather")
-            object.__setattr__(self, "buffer", "allgather")
-        elif self.buffer not in strategy.buffers():
-            # a grouped strategy's rings are full rings: sync-short runs as sync, double-short as double
-            unshort = self.buffer.removesuffix("-short")
-            object.__setattr__(self, "buffer", unshort if unshort in strategy.buffers() else strategy.buffers()[0])
-        object.__setattr__(self, "strategy", strategy.spec)
-        if not strategy.grouped:
-            object.__setattr__(self, "placement", "")
-        elif not self.placement:
-            object.__setattr__(self, "placement", "heads-first")
-        if not strategy.ordered:
-            object.__setattr__(self, "order", "identity")
-
-    @property
-    def case_id(self) -> str:
-        """Readable and stable: the same axes give the same id in every run (resume and compare rely on it).
-        ringbench's own engine is the default implementation and does not appear in the id; nor do the ring
-        strategies (ring, allgather: the buffer says which), nor one layer without documents (the default workload),
-        so records made before strategies, documents and layers keep their ids."""
-        impl = "" if self.impl == "ringbench" else f"-{self.impl}"
-        strategy = "" if self.strategy in ("ring", "allgather") else f"-{self.strategy}"
-        if self.placement:
-            strategy += f"-{self.placement}"
-        slug = (
-            f"w{self.world}-s{self.seq}-h{self.heads}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
-            f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}{impl}{strategy}-{'fb' if self.backward else 'f'}"
-        )
-        readable = slug
-        if self.docs != "none":
-            slug += f"-docs={self.docs}"
-            readable += "-docs-" + _short(self.docs)
-        if self.layers != "1":
-            slug += f"-layers={self.layers}"
-            readable += "-layers-" + _short(self.layers)
-        digest = hashlib.sha1(slug.encode()).hexdigest()[:6]
-        return f"{readable.replace(':', '_')}-{digest}"
-
-    @property
-    def layer_masks(self) -> tuple[str, ...]:
-        """The mask of each attention layer (one layer: the case's mask)."""
-        return layer_masks(self.layers, self.mask)
-
-    @property
-    def ring(self) -> list[int]:
-        """Ranks in ring order; for a grouped strategy, in placement order (its groups are consecutive runs)."""
-        return ring_of(self.order, self.placement, self.world, self.strategy)
-
-    @property
-    def emulated(self) -> bool:
-        return get_kernel(self.kernel).emulated
-
-    def axes(self) -> dict:
-        return dataclasses.asdict(self) | {"ring": format_ring(self.ring)}
-
-
-def _short(text: str, limit: int = 32) -> str:
-    """A spec as an id part: safe characters, at most ``limit`` of them (the digest keeps ids distinct)."""
-    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in text.replace(", ", "+").replace(" ", ""))
-    return safe[:limit]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -227,7 +126,7 @@ class Scenario:
                 continue
             if axes["layout"] == Layout.DOC_BALANCED.value and not all(needs_docs(m) for m in masks):
                 continue
-            case = Case(**axes, backward=self.backward)
+            case = Case.from_axes(**axes, backward=self.backward)
             if case.case_id not in seen:
                 seen.add(case.case_id)
                 cases.append(case)
@@ -261,7 +160,48 @@ class Scenario:
                     choice.parse(value, axis)
                 except UsageError as exc:
                     raise UsageError(where + str(exc)) from None
-        validate_mask_axes(self, functools.partial(_failure, where), where)
+        self._validate_masks(where)
+
+    def _validate_masks(self, where: str) -> None:
+        """The layers, the documents and the layouts that need them: each bad value named in one line."""
+        from ringbench.engine.documents import check_docs
+
+        fail = functools.partial(_failure, where)
+
+        patterns = []
+        for value in self.layers:
+            try:
+                patterns.append(layer_masks(value, "mask"))
+            except UsageError as exc:
+                raise UsageError(where + str(exc)) from None
+        masks = {m if m != "mask" else case_mask for p in patterns for m in p for case_mask in self.mask}
+        documented = sorted(m for m in masks if needs_docs(m))
+        real_docs = [d for d in self.docs if d != "none"]
+        for spec in self.docs:
+            if not isinstance(spec, str):
+                raise fail("docs", spec, "a docs spec: none, lengths:..., file:PATH, lognormal:... or uniform:...")
+            for seq in self.seq:
+                try:
+                    check_docs(spec, seq)
+                except UsageError as exc:
+                    raise UsageError(where + str(exc) + (f" (seq={seq})" if len(self.seq) > 1 else "")) from None
+        if documented and not real_docs:
+            raise fail(
+                "mask",
+                documented[0],
+                "a mask without documents, or documents given with docs (--docs): "
+                "lengths:L1,L2,..., file:PATH, lognormal:MEAN:SIGMA:SEED or uniform:MIN:MAX:SEED",
+            )
+        if Layout.DOC_BALANCED.value in self.layout and not documented:
+            shown = ", ".join(sorted(masks)) or "causal"
+            raise fail(
+                "layout",
+                "doc-balanced",
+                f"a layout other than doc-balanced with mask {shown}: doc-balanced "
+                "balances packed documents (masks causal-document, full-document, causal-document+window:W)",
+            )
+        if self.cases() == [] and self.world:
+            raise fail("mask", ", ".join(self.mask), "masks, docs and layouts that make at least one case")
 
     def _validate_kernels(self, where: str) -> None:
         """Each kernel is known, and one that computes nothing is not checked."""
@@ -532,4 +472,4 @@ def _parse(text: str, source: str) -> Scenario:
     return Scenario(**values, source=source).validate()
 
 
-__all__ = ["AXES", "DEFAULT_SCENARIO", "ORDER_HELP", "Case", "Scenario", "load_scenario"]
+__all__ = ["AXES", "DEFAULT_SCENARIO", "ORDER_HELP", "Case", "Scenario", "Workload", "load_scenario"]

@@ -1,7 +1,8 @@
 """The simulator: the model of ring attention and its strategies. SIMULATED, never measured.
 
+    from ringbench.scenario import Workload
     from ringbench.simulate import SimCase, Cluster, simulate_case
-    result = simulate_case(SimCase(world=1024, seq=1 << 20, faults=("slow-host:3:1.5",)), costs)
+    result = simulate_case(SimCase(workload=Workload(world=1024, seq=1 << 20), faults=("slow-host:3:1.5",)), costs)
 
 A producer beside the measured run (they never import each other): both read the scenario (ringbench/scenario/)
 and write one record. Modules: pair_classes and pair_table (the mask plan's pairs at any N), costs (the price

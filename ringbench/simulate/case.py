@@ -1,14 +1,14 @@
 """One simulated case: its axes and faults, the cluster it runs on, and the engine's input built from them.
 
-``SimCase`` names a point of a sweep exactly as ``ringbench run`` does (world, seq, heads, head dim, batch,
-dtype, mask, layout, buffer, order, backward) plus the injected faults in their canonical specs
-(ringbench/scenario/faults.py). ``Cluster`` says where the ranks live: a topology (link classes, hosts, NIC sharing)
+``SimCase`` wraps the workload a case of ``ringbench run`` computes (ringbench/scenario/workload.py), with the
+backward switch and the injected faults in their canonical specs (ringbench/scenario/faults.py). ``Cluster`` says where the ranks live: a topology (link classes, hosts, NIC sharing)
 and whether its links are real or emulated (a run with ``--emulate-links`` moves blocks over the local
 transport and then holds them for the topology's cost: the simulator does the same).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -17,14 +17,15 @@ import numpy as np
 from ringbench.engine.layout import check_divisible
 from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
-from ringbench.orders import format_ring, ring_of
+from ringbench.orders import format_ring
 from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, parse_fault
 from ringbench.scenario.scenario import Case
+from ringbench.scenario.workload import WORKLOAD_FIELDS, Workload, reads_workload
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.engine import Lane, Noise, PhaseModel
 from ringbench.simulate.pair_classes import pair_classes
 from ringbench.topology.linkmodel import ring_links
-from ringbench.vocab import DTYPES, Buffer, Layout, MaskSpec
+from ringbench.vocab import Buffer, MaskSpec
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 SIMULATED_KERNEL = "simulated"
@@ -38,26 +39,14 @@ def _positive_int(name: str, value: object) -> int:
     return int(value)
 
 
+@reads_workload
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SimCase:
-    """One simulated case: the axes of ``ringbench run`` plus faults and the simulation's own settings."""
+    """One simulated case: a workload (it reads the workload's axes as its own) with faults and the simulation's
+    own settings."""
 
-    world: int = 8
-    """Ranks N."""
-    seq: int = 8192
-    """Total sequence length S."""
-    heads: int = 8
-    head_dim: int = 128
-    batch: int = 1
-    dtype: str = "bfloat16"
-    mask: str = "causal"
-    """none | causal | causal-naive | causal-document | full-document | window:W | causal-document+window:W."""
-    layout: str = "zigzag"
-    """contiguous | zigzag | striped | doc-balanced."""
-    buffer: str = "double"
-    """sync | double | allgather | sync-short | double-short."""
-    order: str = "identity"
-    """A ring order spec: identity, reverse, stride:K, random:SEED or 0-3-1-2."""
+    workload: Workload
+    """The computation (ringbench.scenario.workload); one layer (the plan prices a model's layers one by one)."""
     backward: bool = True
     iterations: int = 1
     """Timed iterations."""
@@ -71,32 +60,20 @@ class SimCase:
     """The measured kernel this case predicts (``--like``: ``torch``, ``emulated:1``), which picks the compute
     model (real or emulated) of a calibration; empty: the costs' own compute model."""
     seed: int = 0
-    strategy: str = "ring"
-    """ring, ulysses, hybrid:U, double-ring:W, allgather (ringbench/simulate/grouped.py models the grouped ones)."""
-    placement: str = ""
-    """Grouped strategies: the placement spec (heads-first, interleaved, or ranks in placement order)."""
-    kv_heads: int = 0
-    """Key/value heads (grouped-query attention, modelled only: the engine has none); 0: as many as heads."""
-    docs: str = "none"
-    """The packed documents of a document mask (ringbench.engine.documents)."""
 
     def __post_init__(self) -> None:
-        self._normalise_strategy()
-        for name in ("world", "seq", "heads", "head_dim", "batch", "iterations"):
-            _positive_int(name, getattr(self, name))
-        if self.dtype not in DTYPES:
-            raise bad_value("dtype", self.dtype, "one of: " + ", ".join(DTYPES))
-        object.__setattr__(self, "mask", MaskSpec.parse(self.mask, "mask").text)
-        Layout.parse(self.layout, "layout")
-        Buffer.parse(self.buffer, "buffer")
-        check_divisible(self.layout, self.seq, self.world)
+        workload = self.workload.checked()
+        check_divisible(workload.layout, workload.seq, workload.world)
+        object.__setattr__(self, "workload", workload)
+        if workload.layers != "1":
+            raise bad_value("layers", workload.layers, "1 (a simulated case is one layer; the plan prices a model's "
+                            "layers one by one)")  # fmt: skip
+        _positive_int("iterations", self.iterations)
         spec = MaskSpec.parse(self.mask)
         if (not spec.legacy or Buffer.parse(self.buffer).short) and self.world > MAX_PAIR_TABLE:
             raise bad_value("world", self.world, f"at most {MAX_PAIR_TABLE:,} ranks for mask {self.mask!r} with buffer "
                             f"{self.buffer!r}: their plan is a table of every rank pair (the masks none, causal, "
                             "causal-naive on a full ring simulate at any size)")  # fmt: skip
-        if not MaskSpec.parse(self.mask).documents:
-            object.__setattr__(self, "docs", "none")
         from ringbench.engine.layout import resolve_layout
         from ringbench.engine.masks import mask_rule
 
@@ -112,6 +89,11 @@ class SimCase:
                 raise bad_value("fault", fault.spec, "one of " + ", ".join(SIMULATED_FAULTS) + " (simulated kinds)")
         check_fault_hops(faults, self.ring, self.order, buffer=self.buffer)
 
+    def replace(self, **changes) -> SimCase:
+        """This case with some axes (the workload's or its own) changed."""
+        axes = {name: changes.pop(name) for name in WORKLOAD_FIELDS if name in changes}
+        return dataclasses.replace(self, workload=self.workload.replace(**axes), **changes)
+
     @property
     def family(self) -> str | None:
         """The compute model this case predicts: ``emulated``, ``real``, or None (the costs' own)."""
@@ -126,43 +108,15 @@ class SimCase:
                 return "real"
         return None
 
-    def _normalise_strategy(self) -> None:
-        """The run's normalisation (scenario.scenario.Case): one case per computation, the same case id."""
-        from ringbench.vocab import Strategy
-
-        strategy = Strategy.parse(self.strategy, "strategy")
-        strategy.check(self.world, self.heads)
-        kv_heads = self.kv_heads or self.heads
-        if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or self.heads % kv_heads:
-            raise bad_value("kv_heads", self.kv_heads, f"an integer >= 1 dividing heads={self.heads}")
-        degree = strategy.ulysses_degree(self.world)
-        if kv_heads % degree and degree % kv_heads:  # fewer KV heads than the degree: each is repeated (DeepSpeed)
-            raise bad_value("strategy", strategy.spec, f"a Ulysses degree dividing kv_heads={kv_heads}, or a "
-                            f"multiple of it (the KV heads repeated)")  # fmt: skip
-        twin = Case(world=self.world, seq=self.seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
-                    dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=self.order,
-                    kernel=SIMULATED_KERNEL, strategy=strategy.spec, placement=self.placement)  # fmt: skip
-        for name in ("buffer", "order", "strategy", "placement"):
-            object.__setattr__(self, name, getattr(twin, name))
-        if twin.placement:
-            from ringbench.orders import parse_placement
-
-            parse_placement(twin.placement, self.world, strategy.group_size(self.world))
-
     @property
-    def ring(self) -> list[int]:
-        return ring_of(self.order, self.placement, self.world, self.strategy)
+    def case(self) -> Case:
+        """The measured case of the same axes, with kernel ``simulated`` (its record row and its id)."""
+        return Case(workload=self.workload, kernel=SIMULATED_KERNEL, backward=self.backward)
 
     @property
     def case_id(self) -> str:
         """The id ``ringbench run`` gives the same axes, with kernel ``simulated``."""
-        return self.axes_case().case_id
-
-    def axes_case(self) -> Case:
-        return Case(world=self.world, seq=self.seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
-                    dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=self.order,
-                    kernel=SIMULATED_KERNEL, backward=self.backward, strategy=self.strategy,
-                    placement=self.placement, docs=self.docs)  # fmt: skip
+        return self.case.case_id
 
     def parsed_faults(self) -> list[Fault]:
         return [parse_fault(spec) for spec in self.faults]
@@ -175,7 +129,7 @@ class SimCase:
         """Bytes of one K/V block (``kv``) or one dK/dV accumulator (``dkv``, fp32; fp64 for fp64 inputs)."""
         local = self.seq // self.world
         size = DTYPE_BYTES[self.dtype] if lane == "kv" else (8 if self.dtype == "float64" else 4)
-        return 2 * self.batch * (self.kv_heads or self.heads) * local * self.head_dim * size
+        return 2 * self.batch * self.key_value_heads * local * self.head_dim * size
 
     @property
     def legacy_mask(self) -> bool:
@@ -473,13 +427,13 @@ def cases_like(run, iterations: int | None = None) -> list[SimCase]:
         if str(row.get("mask")) in ("unknown", "nan", "None"):
             raise UsageError(f"like={str(run.path)!r}: the record does not say which mask its attention used (an "
                              "imported trace); simulate its cases with --mask and --seq instead of --like")  # fmt: skip
-        cases.append(SimCase(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
-                             head_dim=int(row["head_dim"]), batch=int(row["batch"]), dtype=str(row["dtype"]),
-                             mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
-                             order=str(row["order"]), backward=bool(row["backward"]),
-                             iterations=iterations or int(row.get("iters") or 1), faults=faults,
-                             gflops=rate, floor_ms=floor, docs=str(row.get("docs") or "none"),
-                             kernel=str(row.get("kernel") or ""), **_strategy_of(row)))  # fmt: skip
+        workload = Workload(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
+                            head_dim=int(row["head_dim"]), batch=int(row["batch"]), dtype=str(row["dtype"]),
+                            mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
+                            order=str(row["order"]), docs=str(row.get("docs") or "none"), **_strategy_of(row))  # fmt: skip
+        cases.append(SimCase(workload=workload, backward=bool(row["backward"]),
+                             iterations=iterations or int(row.get("iters") or 1), faults=faults, gflops=rate,
+                             floor_ms=floor, kernel=str(row.get("kernel") or "")))  # fmt: skip
     if not cases:
         raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
     return cases

@@ -26,6 +26,7 @@ from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
 from ringbench.record.schema import CASE_COLUMNS
 from ringbench.record.store import RunData
+from ringbench.scenario.workload import Workload
 from ringbench.simulate.case import DTYPE_BYTES, Cluster, SimCase
 from ringbench.simulate.costs import Costs, LinkCost
 from ringbench.simulate.simulated_record import run_data, simulate_case, write_run
@@ -133,10 +134,20 @@ class SimConfig:
         order = "-".join(map(str, self.ring))
         parts = 2 * self.world if self.layout == "zigzag" else self.world
         seq = max(parts, self.seq // parts * parts)
-        return SimCase(world=self.world, seq=seq, heads=self.heads, head_dim=self.head_dim, batch=self.batch,
-                       dtype=self.dtype, mask=self.mask, layout=self.layout, buffer=self.buffer, order=order,
-                       backward=self.backward, iterations=self.iterations, seed=self.seed * 7919 + repeat,
-                       faults=tuple(self.faults()))  # fmt: skip
+        workload = Workload(
+            world=self.world,
+            seq=seq,
+            heads=self.heads,
+            head_dim=self.head_dim,
+            batch=self.batch,
+            dtype=self.dtype,
+            mask=self.mask,
+            layout=self.layout,
+            buffer=self.buffer,
+            order=order,
+        )
+        return SimCase(workload=workload, backward=self.backward, iterations=self.iterations,
+                       seed=self.seed * 7919 + repeat, faults=tuple(self.faults()))  # fmt: skip
 
 
 def _costs(cfg: SimConfig, case: SimCase) -> Costs:

@@ -103,9 +103,7 @@ def _twin_table(case, costs: Costs, phase: str, count: int, heads_share: float) 
 
 def _ring_twin(case, count: int):
     """The case as a plain ring of ``count`` ranks (same sequence, mask, layout and documents)."""
-    from dataclasses import replace
-
-    return replace(case, world=count, strategy="ring", placement="", order="identity", faults=(),
+    return case.replace(world=count, strategy="ring", placement="", order="identity", faults=(),
                    buffer="double" if case.buffer not in ("sync", "double") else case.buffer)  # fmt: skip
 
 

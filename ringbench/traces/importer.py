@@ -33,7 +33,9 @@ from ringbench.errors import UsageError
 from ringbench.record import store
 from ringbench.record.folder import new_run_dir
 from ringbench.record.meta import write_meta
+from ringbench.record.rows import case_row
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.scenario.workload import Case, Workload
 from ringbench.traces.arrow_memory import system_allocator
 from ringbench.traces.assemble import assemble
 from ringbench.traces.clocks import align_clocks
@@ -78,17 +80,25 @@ def _common_iterations(ranks: list[RankImport]) -> tuple[list[str], list[str]]:
     return kept, dropped
 
 
-def _case(shape: dict, world: int, ring: list[int], backward: bool, kernel: str) -> dict:
-    axes = dict(
+# What a trace says of its case, in the order its id digests them (ids stay stable across versions).
+_ID_AXES = ("world", "seq", "heads", "head_dim", "batch", "dtype", "mask", "layout", "buffer", "order", "kernel",
+            "backward")  # fmt: skip
+# What a trace does not say: null in the record, read as the defaults (record/schema.py CASE_DEFAULTS, ring, ...).
+_UNSAID = dict.fromkeys(("impl", "strategy", "placement", "docs", "layers"))
+
+
+def _case(shape: dict, world: int, ring: list[int], backward: bool, kernel: str) -> tuple[Case, str]:
+    """The imported ring as a case (its mask, layout and buffer unknown) and the case's id."""
+    workload = Workload(
         world=world, seq=int(shape.get("local_seq", 0)) * world or -1, heads=int(shape.get("heads", -1)),
         head_dim=int(shape.get("head_dim", -1)), batch=int(shape.get("batch", -1)),
         dtype=str(shape.get("dtype", "unknown") or "unknown"), mask="unknown", layout="unknown", buffer="unknown",
-        order="-".join(map(str, ring)), kernel=kernel, backward=backward,
+        order="-".join(map(str, ring)),
     )  # fmt: skip
-    slug = "import-" + "-".join(f"{v}" for v in axes.values())
-    digest = hashlib.sha1(slug.encode()).hexdigest()[:6]
-    case_id = f"import-w{world}-s{axes['seq']}-h{axes['heads']}x{axes['head_dim']}-{axes['dtype']}-{digest}"
-    return axes | {"case_id": case_id, "ring": axes["order"]}
+    case = Case(workload=workload, kernel=kernel, backward=backward)
+    axes = case.axes()
+    digest = hashlib.sha1(("import-" + "-".join(f"{axes[name]}" for name in _ID_AXES)).encode()).hexdigest()[:6]
+    return case, f"import-w{world}-s{case.seq}-h{case.heads}x{case.head_dim}-{case.dtype}-{digest}"
 
 
 def _kernel_label(ranks: list[RankImport]) -> str:
@@ -189,10 +199,10 @@ def _reconstruct(paths, iteration_marker, compute_patterns, command, progress, w
     if len(labels) < MIN_ITERATIONS:
         notes.append(_few_iterations(len(labels), run_meta))
     backward = any(r.backward_starts for r in ranks)
-    case = _case(ranks[0].shape, world, ring, backward, _kernel_label(ranks))
-    events = events_frame(built.rows, case["case_id"], built.origin_ns)
+    case, case_id = _case(ranks[0].shape, world, ring, backward, _kernel_label(ranks))
+    events = events_frame(built.rows, case_id, built.origin_ns)
     emulated = any(r.emulated for r in ranks) or bool(run_meta.get("emulated", False))
-    cases = _case_table(events, case, emulated)
+    cases = _case_table(events, case, case_id, emulated)
     meta = _meta(ranks, world, ring, ring_method, clock, labels, command, iteration_marker, compute_patterns, notes,
                  built, run_meta, emulated)  # fmt: skip
     total = sum(r.file.size_bytes for r in ranks)
@@ -269,15 +279,15 @@ def import_traces(
                         notes=rebuilt.notes)  # fmt: skip
 
 
-def _case_table(events: pd.DataFrame, case: dict, emulated: bool) -> pd.DataFrame:
+def _case_table(events: pd.DataFrame, case: Case, case_id: str, emulated: bool) -> pd.DataFrame:
     from ringbench.figures.metrics import CASE_FIGURES, case_figures
 
-    sizes = pd.DataFrame([{"case_id": case["case_id"], "batch": case["batch"], "seq": case["seq"]}])
+    sizes = pd.DataFrame([{"case_id": case_id, "batch": case.batch, "seq": case.seq}])
     figures = case_figures(events, sizes)
     figures = figures.iloc[0] if len(figures) else pd.Series(dtype=float)
-    row = {name: case.get(name) for name in CASE_COLUMNS if name in case}
+    row = case_row(case, 0, case_id=case_id, **_UNSAID)
     row |= {name: float(figures.get(name, np.nan)) for name in CASE_FIGURES}
-    row |= dict(repeat=0, emulated=emulated, faults="", iters=int(events["iteration"].nunique()), warmup=0,
+    row |= dict(emulated=emulated, faults="", iters=int(events["iteration"].nunique()), warmup=0,
                 fwd_max_abs_err=np.nan, bwd_max_abs_err=np.nan, passed=True, status="ok", peak_mem_mb=np.nan,
                 saturated_blocks=0, emulated_blocks=0, emulated_gflops=np.nan,
                 check_note="not checked: imported from profiler traces")  # fmt: skip

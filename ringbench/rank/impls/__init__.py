@@ -2,14 +2,14 @@
 
     from ringbench.rank.impls import get_adapter, adapter_names
     adapter = get_adapter("torch-ring:alltoall")   # or ringbench, ring-attention-pytorch, my_pkg.ring:attention
-    adapter.check(workload, "cpu")                 # one line (UsageError) when it cannot run here
+    adapter.check(case, "cpu")                     # one line (UsageError) when it cannot run the scenario's Case here
 
 The interface is ringbench/rank/impls/base.py; the per-rank call the runner makes is ringbench/rank/impls/rank.py.
 """
 
 from __future__ import annotations
 
-from ringbench.rank.impls.base import Adapter, AttentionFn, Support, Workload
+from ringbench.rank.impls.base import Adapter, AttentionFn, Support
 from ringbench.rank.impls.builtin import (
     RingAttentionPytorchAdapter,
     RingbenchAdapter,
@@ -45,4 +45,4 @@ def get_adapter(name: str) -> Adapter:
     return _BUILTIN[name]() if name in _BUILTIN else UserAdapter(name)
 
 
-__all__ = ["DEFAULT_IMPL", "Adapter", "AttentionFn", "Support", "Workload", "adapter_names", "get_adapter"]
+__all__ = ["DEFAULT_IMPL", "Adapter", "AttentionFn", "Support", "adapter_names", "get_adapter"]

@@ -4,17 +4,18 @@ An adapter says what it supports (``Support``), which shard layout it expects (a
 rows each rank holds, see ringbench/engine/layout.py), whether it can run here (``missing``: one line, or None), and
 builds a per-case attention function:
 
-    fn = adapter.prepare(workload, group=group, device=device)  # once per case, outside the timed loop
-    out = fn(q, k, v)        # q, k, v: (B, H, S/N, D) this rank's shards in adapter.layout(workload) order
+    fn = adapter.prepare(case, group=group, device=device)  # once per case, outside the timed loop
+    out = fn(q, k, v)        # q, k, v: (B, H, S/N, D) this rank's shards in adapter.layout(case) order
     grads = torch.autograd.grad(out, (q, k, v), dout)           # backward through autograd
     fn.close()
 
 ``out`` is (B, H, S/N, D) in q's dtype, the rows of this rank's queries; gradients flow to q, k, v. Inputs come
-from ringbench.engine.inputs.rank_shards(layout=adapter.layout(workload)) and the output and gradients are checked
+from ringbench.engine.inputs.rank_shards(layout=adapter.layout(case)) and the output and gradients are checked
 against float64 by ringbench.engine.reference.check_errors, exactly as for ringbench's own engine.
 
-A *workload* is any object with the case axes as attributes (world, seq, heads, head_dim, batch, dtype, mask,
-layout, buffer, order, kernel, backward): a ringbench Case, or ``Workload`` below.
+A *case* is the scenario's ``Case`` (ringbench.scenario.scenario): a ``Workload`` (its axes read as the case's own:
+world, seq, heads, head_dim, batch, dtype, mask, layout, buffer, order, ...) with the kernel, the implementation and
+the backward switch.
 """
 
 from __future__ import annotations
@@ -23,24 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ringbench.errors import UsageError
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Workload:
-    """One point of a sweep, for adapters (the same axes as ringbench.scenario.scenario.Case)."""
-
-    world: int = 4
-    seq: int = 4096
-    heads: int = 4
-    head_dim: int = 64
-    batch: int = 1
-    dtype: str = "float32"
-    mask: str = "causal"
-    layout: str = "zigzag"
-    buffer: str = "double"
-    order: str = "identity"
-    kernel: str = "torch"
-    backward: bool = True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,21 +37,23 @@ class Support:
     backward: bool = True
     notes: str = ""
 
-    def problems(self, workload, device_type: str) -> list[str]:
+    def problems(self, case, device_type: str) -> list[str]:
         found = []
-        allowed = self.layouts.get(workload.mask)
+        allowed = self.layouts.get(case.mask)
         if allowed is None:
-            found.append(f"mask={workload.mask!r} (supported: {', '.join(self.layouts)})")
-        elif workload.layout not in allowed:
-            found.append(f"layout={workload.layout!r} with mask {workload.mask!r} (supported: {', '.join(allowed)})")
-        if workload.dtype not in self.dtypes:
-            found.append(f"dtype={workload.dtype!r} (supported: {', '.join(self.dtypes)})")
+            found.append(f"mask={case.mask!r} (supported: {', '.join(self.layouts)})")
+        elif case.layout not in allowed:
+            found.append(f"layout={case.layout!r} with mask {case.mask!r} (supported: {', '.join(allowed)})")
+        if case.dtype not in self.dtypes:
+            found.append(f"dtype={case.dtype!r} (supported: {', '.join(self.dtypes)})")
         if device_type not in self.devices:
             found.append(f"device {device_type!r} (supported: {', '.join(self.devices)})")
-        if "*" not in self.orders and str(getattr(workload, "order", "identity")) not in self.orders:
-            found.append(f"order={workload.order!r} (supported: {', '.join(self.orders)})")
-        if getattr(workload, "backward", False) and not self.backward:
+        if "*" not in self.orders and case.order not in self.orders:
+            found.append(f"order={case.order!r} (supported: {', '.join(self.orders)})")
+        if case.backward and not self.backward:
             found.append("backward (forward only)")
+        if case.key_value_heads != case.heads:
+            found.append(f"kv_heads={case.kv_heads!r} (K and V of as many heads as the queries' {case.heads})")
         return found
 
 
@@ -103,24 +88,24 @@ class Adapter:
     def missing(self, device_type: str = "cpu") -> str | None:
         return None
 
-    def layout(self, workload) -> str:
-        """The shard layout this adapter expects for ``workload`` (ringbench layout name)."""
-        return workload.layout
+    def layout(self, case) -> str:
+        """The shard layout this adapter expects for ``case`` (ringbench layout name)."""
+        return case.layout
 
-    def check(self, workload, device_type: str) -> None:
-        """UsageError with one line when this adapter cannot run ``workload`` here."""
+    def check(self, case, device_type: str) -> None:
+        """UsageError with one line when this adapter cannot run ``case`` here."""
         reason = self.missing(device_type)
         if reason:
             raise UsageError(f"impl={self.name!r} cannot run here: {reason}")
-        problems = self.support.problems(workload, device_type)
+        problems = self.support.problems(case, device_type)
         if problems:
             raise UsageError(f"impl={self.name!r} does not support {'; '.join(problems)}")
 
-    def prepare(self, workload, *, group=None, device=None, recorder=None) -> AttentionFn:
-        self.check(workload, getattr(device, "type", "cpu"))
-        return self.build(workload, group=group, device=device, recorder=recorder)
+    def prepare(self, case, *, group=None, device=None, recorder=None) -> AttentionFn:
+        self.check(case, getattr(device, "type", "cpu"))
+        return self.build(case, group=group, device=device, recorder=recorder)
 
-    def build(self, workload, *, group, device, recorder) -> AttentionFn:
+    def build(self, case, *, group, device, recorder) -> AttentionFn:
         raise NotImplementedError
 
     def describe(self) -> dict:
@@ -142,4 +127,4 @@ def flash_layout(tensor):
     return tensor.transpose(1, 2)
 
 
-__all__ = ["Adapter", "AttentionFn", "Support", "Workload", "flash_layout", "world_group"]
+__all__ = ["Adapter", "AttentionFn", "Support", "flash_layout", "world_group"]

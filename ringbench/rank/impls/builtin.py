@@ -3,7 +3,7 @@
 Peers are optional (``pip install ringbench[peers]``), imported only when used; one that is absent, or needs
 CUDA on a machine without it, gives one line saying so (``missing``).
 
-* ``ringbench``: ringbench.engine.api.ring_attention with the workload's mask, layout, buffer, order and kernel.
+* ``ringbench``: ringbench.engine.api.ring_attention with the case's mask, layout, buffer, order and kernel.
 * ``ring-attention-pytorch`` (lucidrains): ``ring_flash_attn(q, k, v, causal=..., ring_reduce_col=True,
   striped_ring_attn=...)``, tensors (B, L, H, D); contiguous or striped shards; one bucket per rank (its striped
   mask is exact only then); the default process group only (it caches rank and world size per process).
@@ -37,11 +37,10 @@ class RingbenchAdapter(Adapter):
     description = "ringbench's own ring engine (ringbench.engine.api.ring_attention)"
     support = Support(layouts={m: ALL_LAYOUTS for m in ("none", "causal", "causal-naive")}, orders=("*",))
 
-    def build(self, workload, *, group, device, recorder) -> AttentionFn:
+    def build(self, case, *, group, device, recorder) -> AttentionFn:
         from ringbench.engine.api import ring_attention
 
-        options = dict(mask=workload.mask, layout=workload.layout, buffer=getattr(workload, "buffer", "double"),
-                       order=getattr(workload, "order", "identity"), kernel=getattr(workload, "kernel", "torch"),
+        options = dict(mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order, kernel=case.kernel,
                        group=group, recorder=recorder)  # fmt: skip
         return AttentionFn(call=lambda q, k, v: ring_attention(q, k, v, **options))
 
@@ -66,23 +65,23 @@ class RingAttentionPytorchAdapter(Adapter):
     def missing(self, device_type: str = "cpu") -> str | None:
         return _installed("ring_attention_pytorch", "ring-attention-pytorch")
 
-    def check(self, workload, device_type: str) -> None:
-        super().check(workload, device_type)
+    def check(self, case, device_type: str) -> None:
+        super().check(case, device_type)
         import torch.distributed as dist
 
-        if dist.is_initialized() and dist.get_world_size() != workload.world:
-            raise UsageError(f"impl={self.name!r} runs on the default process group only (world {workload.world})")
+        if dist.is_initialized() and dist.get_world_size() != case.world:
+            raise UsageError(f"impl={self.name!r} runs on the default process group only (world {case.world})")
 
-    def build(self, workload, *, group, device, recorder) -> AttentionFn:
+    def build(self, case, *, group, device, recorder) -> AttentionFn:
         from ring_attention_pytorch import ring_flash_attn
 
-        striped = workload.layout == "striped"
-        local = workload.seq // workload.world
+        striped = case.layout == "striped"
+        local = case.seq // case.world
 
         def call(q, k, v):
-            out = ring_flash_attn(flash_layout(q), flash_layout(k), flash_layout(v), causal=workload.mask == "causal",
-                                  bucket_size=local, ring_reduce_col=workload.world > 1, striped_ring_attn=striped,
-                                  ring_size=workload.world)  # fmt: skip
+            out = ring_flash_attn(flash_layout(q), flash_layout(k), flash_layout(v), causal=case.mask == "causal",
+                                  bucket_size=local, ring_reduce_col=case.world > 1, striped_ring_attn=striped,
+                                  ring_size=case.world)  # fmt: skip
             return flash_layout(out)  # (B, L, H, D) -> (B, H, L, D)
 
         return AttentionFn(call=call)
@@ -104,10 +103,10 @@ class RingFlashAttnAdapter(Adapter):
             return "ring-flash-attn runs on CUDA only (flash-attn kernels); this machine has no CUDA device"
         return _installed("ring_flash_attn", "ring-flash-attn")
 
-    def build(self, workload, *, group, device, recorder) -> AttentionFn:
+    def build(self, case, *, group, device, recorder) -> AttentionFn:
         module = importlib.import_module("ring_flash_attn")
-        function = getattr(module, RING_FLASH_FUNCTIONS[workload.layout])
-        causal = workload.mask == "causal"
+        function = getattr(module, RING_FLASH_FUNCTIONS[case.layout])
+        causal = case.mask == "causal"
 
         def call(q, k, v):
             out = function(flash_layout(q), flash_layout(k), flash_layout(v), causal=causal, group=group)
@@ -128,22 +127,22 @@ class TransformerEngineAdapter(Adapter):
             return "transformer-engine runs on CUDA only; this machine has no CUDA device"
         return _installed("transformer_engine.pytorch", "transformer-engine")
 
-    def build(self, workload, *, group, device, recorder) -> AttentionFn:
+    def build(self, case, *, group, device, recorder) -> AttentionFn:
         import torch.distributed as dist
         import transformer_engine.pytorch as te
 
         process_group = world_group(group)
         stream = torch.cuda.Stream()
         attention = te.DotProductAttention(
-            num_attention_heads=workload.heads, kv_channels=workload.head_dim, qkv_format="bshd",
-            attn_mask_type="causal" if workload.mask == "causal" else "no_mask", cp_group=process_group,
+            num_attention_heads=case.heads, kv_channels=case.head_dim, qkv_format="bshd",
+            attn_mask_type="causal" if case.mask == "causal" else "no_mask", cp_group=process_group,
             cp_global_ranks=dist.get_process_group_ranks(process_group), cp_stream=stream, cp_comm_type="p2p",
         )  # fmt: skip
 
         def call(q, k, v):
             out = attention(flash_layout(q), flash_layout(k), flash_layout(v))  # (B, L, H * D)
             batch, local = q.shape[0], q.shape[2]
-            return out.view(batch, local, workload.heads, workload.head_dim).transpose(1, 2)
+            return out.view(batch, local, case.heads, case.head_dim).transpose(1, 2)
 
         return AttentionFn(call=call)
 
@@ -183,9 +182,9 @@ class UserAdapter(Adapter):
             return str(exc)
         return None
 
-    def build(self, workload, *, group, device, recorder) -> AttentionFn:
+    def build(self, case, *, group, device, recorder) -> AttentionFn:
         function = self._load()
-        return AttentionFn(call=lambda q, k, v: function(q, k, v, mask=workload.mask, layout=workload.layout,
+        return AttentionFn(call=lambda q, k, v: function(q, k, v, mask=case.mask, layout=case.layout,
                                                          group=group))  # fmt: skip
 
 

@@ -50,7 +50,7 @@ def _row(iteration: int, phase: str, rank: int, position: int, start: int, end: 
 
 
 def run_impl_case(
-    impl: str, workload, *, rank: int, world: int, device=None, group=None, iters: int = 10, warmup: int = 2,
+    impl: str, case, *, rank: int, world: int, device=None, group=None, iters: int = 10, warmup: int = 2,
     seed: int = 0, check: bool = True, check_budget_s: float | None = 60.0, profile_path: Path | None = None,
     recorder=None, before_iteration=None,
 ) -> dict:  # fmt: skip
@@ -63,13 +63,13 @@ def run_impl_case(
 
     device = torch.device(device) if device is not None else torch.device("cpu")
     adapter = get_adapter(impl)
-    fn = adapter.prepare(workload, group=group, device=device, recorder=recorder)
-    layout = adapter.layout(workload)
+    fn = adapter.prepare(case, group=group, device=device, recorder=recorder)
+    layout = adapter.layout(case)
     memory_method = reset_peak(device)
-    inputs = dict(seed=seed, batch=workload.batch, heads=workload.heads, head_dim=workload.head_dim,
-                  seq=workload.seq, dtype=workload.dtype, layout=layout, world=world, rank=rank)  # fmt: skip
+    inputs = dict(seed=seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
+                  seq=case.seq, dtype=case.dtype, layout=layout, world=world, rank=rank)  # fmt: skip
     q, k, v, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
-    backward = bool(getattr(workload, "backward", True))
+    backward = bool(case.backward)
     q, k, v = (t.requires_grad_(backward) for t in (q, k, v))
     rows, out, grads = [], None, None
     capture = ProfileCapture(profile_path, device) if profile_path is not None else contextlib.nullcontext()
@@ -106,7 +106,7 @@ def run_impl_case(
               "check_note": "", "peak_mem_mb": peak_mb(device), "memory_method": memory_method,
               "profile": str(profile_path) if profile_path is not None else None, "layout": layout}  # fmt: skip
     if check and out is not None:
-        checked = check_errors(out=out.detach(), grads=grads, mask=workload.mask, **inputs, device=device,
+        checked = check_errors(out=out.detach(), grads=grads, mask=case.mask, **inputs, device=device,
                                budget_s=check_budget_s)  # fmt: skip
         result.update(fwd_err=checked.fwd_err, bwd_err=checked.bwd_err, check_note=checked.note)
     return result

@@ -172,18 +172,18 @@ class TorchRingAdapter(Adapter):
     def missing(self, device_type: str = "cpu") -> str | None:
         return _private()[1]
 
-    def check(self, workload, device_type: str) -> None:
-        super().check(workload, device_type)
-        if device_type == "cuda" and workload.dtype == "float64":  # flash and memory-efficient: 16/32-bit only
+    def check(self, case, device_type: str) -> None:
+        super().check(case, device_type)
+        if device_type == "cuda" and case.dtype == "float64":  # flash and memory-efficient: 16/32-bit only
             raise UsageError(f"impl={self.name!r} does not support dtype='float64' on CUDA (its CUDA attention "
                              "ops take float32, bfloat16, float16)")  # fmt: skip
 
-    def build(self, workload, *, group, device, recorder) -> AttentionFn:
+    def build(self, case, *, group, device, recorder) -> AttentionFn:
         module, _ = _private()
         process_group = world_group(group)
-        causal = workload.mask == "causal"
-        load_balance = causal and workload.layout == "zigzag"
-        scale = workload.head_dim**-0.5
+        causal = case.mask == "causal"
+        load_balance = causal and case.layout == "zigzag"
+        scale = case.head_dim**-0.5
 
         def call(q, k, v):
             return _TorchRing.apply(q, k, v, module, process_group, causal, self.rotate, load_balance, scale)
