@@ -36,15 +36,24 @@ def child(config: dict) -> dict:
     """One rank's inputs (and check) in this process; returns its peak RSS in MB."""
     import torch
 
-    from ringbench.engine.inputs import rank_shards
+    from ringbench.engine.inputs import ShardSpec, rank_shards
     from ringbench.engine.layout import shard
     from ringbench.engine.reference import check_errors
 
     torch.set_num_threads(1)  # as a local rank runs (ringbench.run.launch)
     torch.zeros(64, 64) @ torch.zeros(64, 64)  # warm-up: thread pools and allocator exist before the floor
     floor = _rss_mb()
-    shape = dict(batch=config["batch"], heads=config["heads"], head_dim=config["head_dim"])
-    case = dict(seq=config["seq"], dtype=config["dtype"], layout=config["layout"], world=config["world"], rank=0)
+    inputs = ShardSpec(
+        seed=1,
+        batch=config["batch"],
+        heads=config["heads"],
+        head_dim=config["head_dim"],
+        seq=config["seq"],
+        dtype=config["dtype"],
+        layout=config["layout"],
+        world=config["world"],
+        rank=0,
+    )
     dtype = getattr(torch, config["dtype"])
     started = time.perf_counter()
     if config["approach"] == "old":  # what runner.py did: the full tensors on every rank, then the shard
@@ -53,12 +62,11 @@ def child(config: dict) -> dict:
         full = [torch.randn(full_shape, generator=generator).to(dtype) for _ in range(4)]  # (B, H, S, D)
         shards = [shard(t, config["layout"], config["world"], 0) for t in full]  # q, k, v, dout
     else:
-        shards = rank_shards(seed=1, **shape, **case)  # q, k, v, dout: (B, H, S/N, D) each
+        shards = rank_shards(inputs)  # q, k, v, dout: (B, H, S/N, D) each
     mode = "-"
     if config["check"]:
         out, dq, dk, dv = (torch.zeros_like(shards[0]) for _ in range(4))  # what the ring hands the check
-        result = check_errors(out=out, grads=(dq, dk, dv), seed=1, mask=config["mask"], budget_s=config["budget_s"],
-                              **shape, **case)  # fmt: skip
+        result = check_errors(out, (dq, dk, dv), inputs, config["mask"], budget_s=config["budget_s"])
         mode = (
             "full"
             if not result.sampled

@@ -52,7 +52,8 @@ def _reference(q, k, v, dout, mask: str, docs: str, head_chunk: int):
 
 
 def _one(name: str, spec, device, shape, dry: bool) -> None:
-    from ringbench.engine.strategy import attention, build_strategy_context
+    from ringbench.engine.api import attention, build_context
+    from ringbench.engine.spec import AttentionSpec
     from ringbench.vocab import TOLERANCE
 
     strategy, mask, buffer, kernel, docs = spec
@@ -64,7 +65,7 @@ def _one(name: str, spec, device, shape, dry: bool) -> None:
                                  dtype=torch.bfloat16) for _ in range(4))  # fmt: skip
     started = time.perf_counter()
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    ctx = build_strategy_context(*leaves, strategy=strategy, mask=mask, buffer=buffer, kernel=kernel, docs=docs)
+    ctx = build_context(*leaves, AttentionSpec(strategy=strategy, mask=mask, buffer=buffer, kernel=kernel, docs=docs))
     out = attention(*leaves, context=ctx)
     grads = torch.autograd.grad(out, leaves, dout)
     seconds = time.perf_counter() - started

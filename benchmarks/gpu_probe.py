@@ -231,6 +231,7 @@ def _one_rank_group(device: torch.device, folder: Path):
 
 def sync_debug(device: torch.device, dry: bool) -> None:
     from ringbench.engine.api import build_context, ring_attention
+    from ringbench.engine.spec import AttentionSpec, Runtime
     from ringbench.engine.timeline import timeline_for
     from ringbench.kernels import get_kernel
     from ringbench.rank.injection import RankFaults
@@ -257,8 +258,13 @@ def sync_debug(device: torch.device, dry: bool) -> None:
     for name, mask, layout in configs:
         recorder = RunRecorder(0, 0, None, RankFaults(rank=0), trace=True, timeline=timeline)
         kernel = get_kernel(name)
-        ctx = build_context(q, k, v, mask=mask, layout=layout, buffer="double", kernel=kernel, recorder=recorder,
-                            timeline=timeline, loopback=True, link_delay=delay)  # fmt: skip
+        ctx = build_context(
+            q,
+            k,
+            v,
+            AttentionSpec(mask=mask, layout=layout, buffer="double", kernel=kernel),
+            Runtime(recorder=recorder, timeline=timeline, loopback=True, link_delay=delay),
+        )
         try:
             for iteration in (0, 1):  # the first compiles, fills the caches, makes NCCL's communicator
                 recorder.iteration = iteration
@@ -357,6 +363,7 @@ def overlap_check(device: torch.device, out: Path, dry: bool) -> None:
     from gpu_timing import edge_residuals, overlap, profiled_edges, recorded_edges, step_kernels
 
     from ringbench.engine.api import build_context, ring_attention
+    from ringbench.engine.spec import AttentionSpec, Runtime
     from ringbench.engine.timeline import timeline_for
     from ringbench.kernels import BlockMask, MaskKind, get_kernel, spin
     from ringbench.markers import step_marker
@@ -387,9 +394,10 @@ def overlap_check(device: torch.device, out: Path, dry: bool) -> None:
     for name, settings in cases.items():
         recorder = RunRecorder(0, 0, None, RankFaults(rank=0), trace=True, timeline=timeline)
         kernel = get_kernel(settings["kernel"])
-        ctx = build_context(q, k, v, mask="none", layout="contiguous", buffer=settings["buffer"], kernel=kernel,
-                            recorder=recorder, timeline=timeline, loopback=True,
-                            link_delay=settings["link_delay"])  # fmt: skip
+        ctx = build_context(q, k, v, AttentionSpec(mask="none", layout="contiguous", buffer=settings["buffer"],
+                                                   kernel=kernel),
+                            Runtime(recorder=recorder, timeline=timeline, loopback=True,
+                                    link_delay=settings["link_delay"]))  # fmt: skip
         path = out / f"overlap-{name}.json.gz"
         try:
             with torch.no_grad():

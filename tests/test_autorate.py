@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ringbench.engine.api import build_context
+from ringbench.engine.spec import AttentionSpec
 from ringbench.kernels.base import block_flops
 from ringbench.rank import autorate
 
@@ -16,7 +17,7 @@ from ringbench.rank import autorate
 def _context(seq: int = 64):
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, seq, 16, generator=generator) for _ in range(3))
-    return build_context(q, k, v, mask="causal", layout="contiguous", buffer="sync"), q, k, v
+    return build_context(q, k, v, AttentionSpec(mask="causal", layout="contiguous", buffer="sync")), q, k, v
 
 
 def test_rate_keeps_margin_times_the_arithmetic_plus_the_cpu_slack(monkeypatch):

@@ -15,8 +15,9 @@ import torch
 
 from ringbench.analysis.channels import shared_channels
 from ringbench.engine import alltoall, api, comm, pgroups
+from ringbench.engine import spec as engine_spec
 from ringbench.engine.recorder import ListRecorder
-from ringbench.engine.strategy import attention, build_strategy_context
+from ringbench.engine.spec import AttentionSpec, Runtime
 from ringbench.engine.timeline import StreamTimeline
 from ringbench.run.launch import launch_local
 from tests.fake_streams import FakeRuntime
@@ -39,10 +40,10 @@ def _run_configs(worker_ctx, policy: str) -> list[dict]:
         q, k, v = (torch.randn(1, 4, 8, 8, generator=generator).requires_grad_() for _ in range(3))
         recorder = ListRecorder(rank, rank)
         recorder.iteration = 0
-        ctx = build_strategy_context(q, k, v, strategy=strategy, mask=mask, buffer=buffer, recorder=recorder,
-                                     link_delay=lambda src, dst, nbytes: 0.005, groups=policy)  # fmt: skip
+        spec = AttentionSpec(strategy=strategy, mask=mask, buffer=buffer, groups=policy)
+        ctx = api.build_context(q, k, v, spec, Runtime(recorder=recorder, link_delay=lambda src, dst, nbytes: 0.005))
         try:
-            out = attention(q, k, v, context=ctx)
+            out = api.attention(q, k, v, context=ctx)
             torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
         finally:
             api.close_context(ctx)
@@ -164,7 +165,7 @@ def _nccl_rank(monkeypatch, rank: int, strategy: str, buffer: str = "double"):
     every exchange's (group, lane) as it was posted, with the exchanges in flight at that moment."""
     runtime = _Runtime()
     fake = _FakeNcclDist(rank, 8, runtime)
-    for module in (api, pgroups, comm, alltoall):
+    for module in (engine_spec, pgroups, comm, alltoall):
         monkeypatch.setattr(module, "dist", fake)
     pgroups.forget()
     inflight, clashes, widest = [], [], [0]
@@ -189,9 +190,9 @@ def _nccl_rank(monkeypatch, rank: int, strategy: str, buffer: str = "double"):
     tracked("post", "wait", comm.RingComm)
     tracked("post_all_to_all", "wait_all_to_all", alltoall.PeerComm)
     q, k, v = (torch.randn(1, 8, 4, 8).requires_grad_() for _ in range(3))
-    ctx = build_strategy_context(q, k, v, strategy=strategy, mask="causal", buffer=buffer,
-                                 timeline=StreamTimeline(runtime))  # fmt: skip
-    out = attention(q, k, v, context=ctx)
+    spec = AttentionSpec(strategy=strategy, mask="causal", buffer=buffer)
+    ctx = api.build_context(q, k, v, spec, Runtime(timeline=StreamTimeline(runtime)))
+    out = api.attention(q, k, v, context=ctx)
     torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
     api.close_context(ctx)
     pgroups.forget()

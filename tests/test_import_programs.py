@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from cli_helpers import invoke
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from ringbench.engine.inputs import rank_shards
+from ringbench.engine.inputs import ShardSpec, rank_shards
 from ringbench.rank.impls.rank import run_impl_case
 from ringbench.record.store import load_run
 from ringbench.run.launch import launch_local
@@ -36,8 +36,8 @@ def _hand_ring(worker_ctx, folder: str, iters: int, slow_rank: int, slow_ms: flo
     range named PAD; ``annotated=False``: a bare sleep no op records); rank ``late_src`` posts its receive in
     time but its send ``late_ms`` late."""
     rank, world = worker_ctx.env.rank, worker_ctx.env.world
-    q, k, v, _ = rank_shards(seed=0, batch=1, heads=2, head_dim=32, seq=256 * world, dtype="float32",
-                             layout="contiguous", world=world, rank=rank)  # fmt: skip
+    shard = ShardSpec(seed=0, batch=1, heads=2, head_dim=32, seq=256 * world, dtype="float32", world=world, rank=rank)
+    q, k, v, _ = rank_shards(shard)
     succ, pred = (rank + 1) % world, (rank - 1) % world
     steps = schedule(wait=0, warmup=1, active=iters, repeat=1)
     path = str(Path(folder) / f"rank{rank}.json")

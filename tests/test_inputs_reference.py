@@ -12,18 +12,22 @@ from torch.utils._pytree import tree_leaves
 
 from ringbench.engine import reference
 from ringbench.engine.api import reference_attention
-from ringbench.engine.inputs import chunk_seed, rank_shards, token_block
+from ringbench.engine.inputs import ShardSpec, chunk_seed, rank_shards, token_block
 from ringbench.engine.layout import token_positions, unshard
 from ringbench.engine.reference import check_errors, rank_reference
 from ringbench.errors import UsageError
 
 SHAPE = dict(batch=2, heads=3, head_dim=5)  # odd on purpose
 SEQ = 600  # not a multiple of CHUNK_TOKENS; divisible by 2N for N = 1..4 (zigzag)
-SMALL = dict(tile=64, group=128)  # several tiles and groups even at this size
+SMALL = dict(sizes=(64, 128))  # several tiles and groups even at this size
+
+
+def _shard(seed: int = 11, seq: int = SEQ, dtype="float32", **where) -> ShardSpec:
+    return ShardSpec(seed=seed, seq=seq, dtype=dtype, **(SHAPE | where))
 
 
 def _global(name: str, seq: int = SEQ, dtype="float32", seed: int = 11) -> torch.Tensor:
-    return token_block(seed=seed, name=name, lo=0, hi=seq, dtype=dtype, **SHAPE)  # (B, H, S, D) float64
+    return token_block(_shard(seed, seq, dtype), name, 0, seq)  # (B, H, S, D) float64
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag", "striped"])
@@ -31,10 +35,7 @@ def _global(name: str, seq: int = SEQ, dtype="float32", seed: int = 11) -> torch
 def test_shards_reassemble_to_the_same_global_tensors_for_any_world(layout, dtype):
     want = [_global(name, dtype=dtype) for name in ("q", "k", "v", "dout")]
     for world in (1, 2, 3, 4):
-        per_rank = [
-            rank_shards(seed=11, seq=SEQ, dtype=dtype, layout=layout, world=world, rank=rank, **SHAPE)
-            for rank in range(world)
-        ]
+        per_rank = [rank_shards(_shard(dtype=dtype, layout=layout, world=world, rank=rank)) for rank in range(world)]
         for index, expected in enumerate(want):
             shards = [tensors[index] for tensors in per_rank]
             assert shards[0].dtype == getattr(torch, dtype) and shards[0].shape == (2, 3, SEQ // world, 5)
@@ -45,7 +46,7 @@ def test_shards_reassemble_to_the_same_global_tensors_for_any_world(layout, dtyp
 
 def test_tokens_depend_on_seed_name_and_position_only():
     whole = _global("k", seq=SEQ)
-    part = token_block(seed=11, name="k", lo=250, hi=530, dtype="float32", **SHAPE)  # straddles two chunk edges
+    part = token_block(_shard(), "k", 250, 530)  # straddles two chunk edges
     assert torch.equal(part, whole[:, :, 250:530])
     assert not torch.equal(_global("q"), whole) and not torch.equal(_global("k", seed=12), whole)
     assert chunk_seed(1, "q", 0) == 8527110569793928754  # stable across processes and Python versions
@@ -54,11 +55,11 @@ def test_tokens_depend_on_seed_name_and_position_only():
 
 def test_bad_arguments_name_the_field():
     with pytest.raises(UsageError, match="dtype='int8'"):
-        rank_shards(seed=0, seq=8, dtype="int8", layout="contiguous", world=1, rank=0, **SHAPE)
+        rank_shards(_shard(seed=0, seq=8, dtype="int8"))
     with pytest.raises(UsageError, match="rank=2"):
-        rank_shards(seed=0, seq=8, dtype="float32", layout="contiguous", world=2, rank=2, **SHAPE)
+        rank_shards(_shard(seed=0, seq=8, world=2, rank=2))
     with pytest.raises(UsageError, match="lo, hi"):
-        token_block(seed=0, name="q", lo=5, hi=5, dtype="float32", **SHAPE)
+        token_block(_shard(seed=0), "q", 5, 5)
 
 
 def _textbook(q, k, v, causal):
@@ -77,8 +78,7 @@ def test_streaming_reference_matches_full_float64_attention(mask):
     grads = torch.autograd.grad(out, (q, k, v), dout)  # autograd: independent of the hand-derived backward
     for layout, world in (("contiguous", 3), ("zigzag", 2), ("striped", 3)):
         for rank in range(world):
-            ref = rank_reference(seed=11, seq=SEQ, dtype="bfloat16", mask=mask, layout=layout, world=world,
-                                 rank=rank, **SHAPE, **SMALL)  # fmt: skip
+            ref = rank_reference(_shard(dtype="bfloat16", layout=layout, world=world, rank=rank), mask, **SMALL)
             rows = token_positions(layout, SEQ, world, rank)
             for got, want in zip((ref.out, ref.dq, ref.dk, ref.dv), (out, *grads), strict=True):
                 assert (got - want[:, :, rows]).abs().max().item() < 1e-12, (layout, world, rank)
@@ -87,12 +87,12 @@ def test_streaming_reference_matches_full_float64_attention(mask):
 def _ring_like(layout="zigzag", world=2, rank=1, mask="causal", seq=SEQ, **shape):
     """The exact answers in float32, as a perfect ring would return them."""
     shape = shape or SHAPE
-    ref = rank_reference(seed=5, seq=seq, dtype="float32", mask=mask, layout=layout, world=world, rank=rank,
-                         **shape, **SMALL)  # fmt: skip
+    ref = rank_reference(ShardSpec(seed=5, seq=seq, dtype="float32", layout=layout, world=world, rank=rank, **shape),
+                         mask, **SMALL)  # fmt: skip
     return ref.out.float(), [g.float() for g in (ref.dq, ref.dk, ref.dv)]
 
 
-CASE = dict(seed=5, seq=SEQ, dtype="float32", mask="causal", layout="zigzag", world=2, rank=1, **SHAPE, **SMALL)
+CASE = dict(shard=_shard(seed=5, layout="zigzag", world=2, rank=1), mask="causal", **SMALL)
 
 
 def test_check_errors_measures_the_difference():
@@ -169,8 +169,8 @@ def test_reference_memory_is_o_of_rows_not_of_sequence():
     for world, seq in ((2, 1024), (8, 4096)):  # the same 512 rows per rank, 4x the sequence
         out, grads = (torch.zeros(1, 2, 512, 16), [torch.zeros(1, 2, 512, 16)] * 3)
         with _TorchAllocations() as allocations:
-            check_errors(out=out, grads=grads, seed=1, seq=seq, dtype="float32", mask="causal", layout="striped",
-                         world=world, rank=world - 1, **shape, **SMALL)  # fmt: skip
+            shard = ShardSpec(seed=1, seq=seq, dtype="float32", layout="striped", world=world, rank=world - 1, **shape)
+            check_errors(out, grads, shard, "causal", **SMALL)
         peaks[seq] = allocations.peak
         # Nothing larger than one float64 tensor of the rank's rows, (B, H, S/N, D): no (S x D), no (S x S).
         assert allocations.largest <= 1 * 2 * 512 * 16 * 8, (seq, allocations.largest)

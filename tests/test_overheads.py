@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ringbench.engine.api import build_context, ring_attention
 from ringbench.engine.merge import merge_into
 from ringbench.engine.recorder import ListRecorder
+from ringbench.engine.spec import AttentionSpec, Runtime
 from ringbench.engine.timeline import StreamTimeline
 from ringbench.kernels.torch_sdpa import TorchSdpaKernel, _bmhk
 
@@ -52,8 +53,8 @@ def test_the_merge_is_six_elementwise_kernels_in_place_and_exact():
 
 
 def _iterate(timeline: StreamTimeline, recorder: ListRecorder, q, k, v, dout) -> None:
-    ctx = build_context(q, k, v, mask="causal", layout="zigzag", buffer="double", timeline=timeline,
-                        recorder=recorder)  # fmt: skip
+    spec = AttentionSpec(mask="causal", layout="zigzag", buffer="double")
+    ctx = build_context(q, k, v, spec, Runtime(timeline=timeline, recorder=recorder))
     timeline.begin_iteration()
     out = ring_attention(q, k, v, context=ctx)
     torch.autograd.grad(out, (q, k, v), dout)

@@ -4,9 +4,9 @@ the ring does), partial results stay in fp32 between rotations, and a ring witho
 import pytest
 import torch
 
-from ringbench.engine.api import build_context
+from ringbench.engine.api import attention, build_context
 from ringbench.engine.ring import _Rotation, ring_backward, ring_forward
-from ringbench.engine.strategy import attention, build_strategy_context
+from ringbench.engine.spec import AttentionSpec
 from ringbench.kernels.torch_sdpa import TorchSdpaKernel
 
 
@@ -34,7 +34,7 @@ class CountingKernel(TorchSdpaKernel):
 def test_a_strategys_backward_prepares_out_and_dout_once_per_call(strategy):
     kernel = CountingKernel()
     q, k, v = (torch.randn(1, 2, 32, 8, requires_grad=True) for _ in range(3))
-    ctx = build_strategy_context(q, k, v, strategy=strategy, mask="causal-naive", kernel=kernel)
+    ctx = build_context(q, k, v, AttentionSpec(strategy=strategy, mask="causal-naive", kernel=kernel))
     out = attention(q, k, v, context=ctx)
     torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
     assert kernel.prepared == 1
@@ -43,7 +43,7 @@ def test_a_strategys_backward_prepares_out_and_dout_once_per_call(strategy):
 
 def test_partial_results_can_stay_in_the_statistics_dtype():
     q, k, v = (torch.randn(1, 2, 16, 8, dtype=torch.bfloat16) for _ in range(3))
-    ctx = build_context(q, k, v, mask="causal")
+    ctx = build_context(q, k, v, AttentionSpec(mask="causal"))
     out, lse = ring_forward(q, k, v, ctx, keep_acc=True)
     assert out.dtype == torch.float32 and lse.dtype == torch.float32
     assert ring_forward(q, k, v, ctx)[0].dtype == torch.bfloat16
@@ -82,7 +82,7 @@ def test_a_jit_kernel_runs_each_block_variant_once_before_timing(strategy, mask)
 
     kernel = CompilingKernel()
     q, k, v = (torch.randn(1, 2, 32, 8) for _ in range(3))
-    ctx = build_strategy_context(q, k, v, strategy=strategy, mask=mask, docs="lengths:20,12", kernel=kernel)
+    ctx = build_context(q, k, v, AttentionSpec(strategy=strategy, mask=mask, docs="lengths:20,12", kernel=kernel))
     ran = warm(ctx, q)
     assert ran >= 1 and kernel.forwards == ran and compiles(kernel)
     assert not compiles(EmulatedKernel(10.0)) and warm(build_context(q, k, v), q) == 0  # torch's: nothing to do

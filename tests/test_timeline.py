@@ -18,6 +18,7 @@ from ringbench.engine.api import build_context, reference_attention, ring_attent
 from ringbench.engine.comm import RingComm, RingStall
 from ringbench.engine.layout import shard
 from ringbench.engine.recorder import ListRecorder
+from ringbench.engine.spec import AttentionSpec, Runtime
 from ringbench.engine.timeline import CudaRuntime, HostTimeline, StreamTimeline, timeline_for
 from ringbench.kernels.spin import calibrate, spin
 from ringbench.run.launch import launch_local
@@ -71,8 +72,8 @@ def _ring_on_streams(worker_ctx, buffer: str, layout: str, device_timeline: bool
     timeline = timeline_for(env.device) if device_timeline else StreamTimeline(runtime)
     recorder = ListRecorder(rank, rank, timeline=timeline)
     recorder.iteration = 0
-    ctx = build_context(q, k, v, mask="causal", layout=layout, buffer=buffer, timeline=timeline, recorder=recorder,
-                        loopback=world == 1)  # fmt: skip
+    ctx = build_context(q, k, v, AttentionSpec(mask="causal", layout=layout, buffer=buffer),
+                        Runtime(timeline=timeline, recorder=recorder, loopback=world == 1))  # fmt: skip
     start = timeline.begin_iteration()
     syncs_before = runtime.syncs
     if env.device.type == "cuda":

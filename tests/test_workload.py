@@ -20,6 +20,7 @@ SHAPE = {"world", "seq", "heads", "head_dim", "batch", "dtype"}
 NOT_A_CASE = {
     "Scenario": "a sweep: a list of values per axis, whose cartesian product makes the cases",
     "SimConfig": "a ring at given times for tests (simulate/given.py): it states its case as a Workload",
+    "ShardSpec": "one rank's input tensors in the engine, below the scenario: made from a workload by ShardSpec.of",
 }
 
 

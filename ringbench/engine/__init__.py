@@ -3,11 +3,13 @@
 Owns the shards (``layout``), the mask plan of every (query segment, key segment) pair (``plan``), the fp32
 (out, lse) merge (``merge``), where spans get their times (``timeline``: the host clock on CPU, stream events on a
 GPU), the one class that moves blocks between neighbours (``comm``), the ring loops forward and backward (``ring``),
-the recorder interface the loops call (``recorder``: no-op by default), the public ``ring_attention`` (``api``), and
-the exactness side of the ring: inputs from (seed, token chunk) (``inputs``) and float64 attention (``reference``).
+the recorder interface the loops call (``recorder``: no-op by default), what a rank computes and where it runs
+(``spec``: ``AttentionSpec``, ``Runtime``), the one context builder and the public ``attention`` with its ring alias
+``ring_attention`` (``api``), and the exactness side of the ring: inputs from (seed, token chunk) (``inputs``:
+``ShardSpec``) and float64 attention (``reference``).
 Strategies beyond one ring, made of those pieces (docs/strategies.md): groups of ranks and the plan of a block of
 several shards (``groups``), the ring loops over sub-rings (``subring``), the all-to-all (``alltoall``), Ulysses and
-the hybrid (``ulysses``), the double ring (``double_ring``), and one call for every strategy (``strategy``).
+the hybrid (``ulysses``), the double ring (``double_ring``), and their contexts and autograd call (``strategy``).
 
 May import: the vocabulary (``ringbench.errors``, ``vocab``, ``fmt``, ``orders``, ``markers``) and the kernels.
 Never the record, a run, the figures or an analysis: the ring knows nothing of timing storage.

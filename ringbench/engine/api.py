@@ -1,7 +1,10 @@
-"""Public API: ``ring_attention`` (autograd-capable), usable inside any torch.distributed program.
+"""Public API: ``attention`` for every strategy and its ring alias ``ring_attention`` (both autograd-capable),
+usable inside any torch.distributed program; ``build_context``, the one builder of a rank's context.
 
-    from ringbench import ring_attention, shard, unshard
+    from ringbench import AttentionSpec, Runtime, attention, ring_attention, shard, unshard
     q_l = shard(q, layout="zigzag", world=N, rank=r)                 # (B, H, S, D) -> (B, H, S/N, D)
+    out_l = attention(q_l, k_l, v_l, spec=AttentionSpec(mask="causal", layout="zigzag", strategy="hybrid:2"),
+                      runtime=Runtime(group=None))
     out_l = ring_attention(q_l, k_l, v_l, mask="causal", layout="zigzag",
                            buffer="double", order="identity", group=None)
     out = unshard([out_0, ..., out_N_minus_1], layout="zigzag")      # list in rank order -> (B, H, S, D)
@@ -20,100 +23,68 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
+from ringbench.engine import reference
 from ringbench.engine.comm import RingComm
 from ringbench.engine.layout import as_layout, check_divisible, resolve_layout
 from ringbench.engine.masks import mask_rule
 from ringbench.engine.pgroups import channel, resolve_policy, ring_partition
 from ringbench.engine.recorder import NullRecorder
-from ringbench.engine.reference import attention
 from ringbench.engine.ring import RingContext, ring_backward, ring_forward
+from ringbench.engine.spec import AttentionSpec, Runtime, check_tensors, group_world_rank, split_options
+from ringbench.engine.strategy import delay_collectives, grouped_attention, grouped_context
 from ringbench.engine.timeline import timeline_for
-from ringbench.errors import UsageError, bad_value
 from ringbench.kernels import get_kernel
 from ringbench.orders import parse_order, validate_ring
 from ringbench.vocab import Buffer
 
-
-def _group_world_rank(group) -> tuple[int, int]:
-    if not dist.is_available() or not dist.is_initialized():
-        if group is not None:
-            raise UsageError("group is given but torch.distributed is not initialized; call init_process_group first")
-        return 1, 0
-    return dist.get_world_size(group), dist.get_rank(group)
+RING_KEYWORDS = ("mask", "layout", "buffer", "order", "group", "kernel", "scale", "timeout_s", "recorder", "docs")
 
 
-def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise bad_value(f"{name}.shape", shape, "a 4-D tensor (batch, heads, local_seq, head_dim)")
-        if not t.is_floating_point():
-            raise bad_value(f"{name}.dtype", str(t.dtype), "a floating-point dtype")
-    if k.shape != v.shape:
-        raise bad_value("v.shape", tuple(v.shape), f"the shape of k, {tuple(k.shape)}")
-    if q.shape != k.shape:
-        raise bad_value("k.shape", tuple(k.shape), f"the shape of q, {tuple(q.shape)} (same heads and local length)")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise bad_value("k.dtype/v.dtype", f"{k.dtype}/{v.dtype}", f"q's dtype, {q.dtype}")
-    if not (q.device == k.device == v.device):
-        raise bad_value("k.device/v.device", f"{k.device}/{v.device}", f"q's device, {q.device}")
+def build_context(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec | None = None,
+                  runtime: Runtime | None = None):  # fmt: skip
+    """Validate everything once and build this rank's context for ``spec`` (ringbench/engine/spec.py) on
+    ``runtime``: a RingContext (and its communicators) for ``ring`` and ``allgather``, a StrategyContext for the
+    grouped strategies (ringbench/engine/strategy.py). Emulated links carry the all-gather baseline's collectives
+    too."""
+    spec = spec if spec is not None else AttentionSpec()
+    runtime = runtime if runtime is not None else Runtime()
+    check_tensors(q, k, v)
+    if spec.grouped:
+        return grouped_context(q, k, v, spec, runtime)
+    ctx = _ring_context(q, spec, runtime)
+    if ctx.buffer is Buffer.ALLGATHER and ctx.comm is not None and runtime.link_delay is not None:
+        delay_collectives(ctx, runtime.link_delay, k)
+    return ctx
 
 
-def build_context(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    mask="causal",
-    layout="contiguous",
-    buffer="double",
-    order="identity",
-    group=None,
-    kernel="torch",
-    scale: float | None = None,
-    timeout_s: float = 60.0,
-    recorder=None,
-    link_delay=None,
-    timeline=None,
-    loopback: bool = False,
-    on_stall=None,
-    docs="none",
-    layer: int = 0,
-    groups: str = "auto",
-) -> RingContext:
-    """Validate everything once and build the per-rank ring context (and its communicator).
-
-    ``timeline``: where spans get their times (ringbench.engine.timeline.timeline_for(device) picks it; the host clock
-    when None). ``loopback``: a 1-rank ring still exchanges its block with itself (the one-device transfer test).
-    ``mask``: a mode name or a MaskRule; ``docs``: the docs spec of a document mask. ``layer``: the attention layer
-    the context runs (recorded with its spans). ``groups``: ``auto``, ``own`` or ``shared`` -- whether the K/V
-    rotation and the backward's dK/dV each get a process group of their own (ringbench/engine/pgroups.py).
-    """
-    _check_tensors(q, k, v)
-    layout, buffer = as_layout(layout), Buffer.parse(buffer, "buffer")
-    world, rank = _group_world_rank(group)
-    ring = parse_order(order, world) if isinstance(order, str) else validate_ring(order, world)
+def _ring_context(q: torch.Tensor, spec: AttentionSpec, runtime: Runtime) -> RingContext:
+    """The ring's context (``ring``, ``allgather``): its plan, kernel and communicators -- the K/V rotation and the
+    backward's dK/dV, each on a process group of its own unless ``spec.groups`` says shared
+    (ringbench/engine/pgroups.py)."""
+    layout, buffer = as_layout(spec.layout), Buffer.parse(spec.buffer, "buffer")
+    group = runtime.group
+    world, rank = group_world_rank(group)
+    order = spec.order
+    ring = parse_order(order, world) if isinstance(order, str) else validate_ring(list(order), world)
     seq = q.shape[-2] * world
     check_divisible(layout, seq, world)
-    rule = mask_rule(mask, docs, seq)
+    rule = mask_rule(spec.mask, spec.docs, seq)
     layout = resolve_layout(layout, seq, world, rule)  # doc-balanced: refuses a mask without documents
-    block_kernel = get_kernel(kernel)
+    block_kernel = get_kernel(spec.kernel)
     block_kernel.check(q.shape[-1], q.dtype, q.device)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    recorder = recorder if recorder is not None else NullRecorder()
-    timeline = timeline if timeline is not None else timeline_for(q.device)
-    loopback = bool(loopback) and world == 1
+    scale = 1.0 / math.sqrt(q.shape[-1]) if spec.scale is None else spec.scale
+    recorder = runtime.recorder if runtime.recorder is not None else NullRecorder()
+    timeline = runtime.timeline if runtime.timeline is not None else timeline_for(q.device)
+    loopback = bool(runtime.loopback) and world == 1
     comm = back_comm = dkv_comm = None
     if world > 1 or loopback:
-        policy = resolve_policy(groups, group, world)
-        options = dict(timeout_s=timeout_s, watch=recorder.enabled, link_delay=link_delay, timeline=timeline,
-                       on_stall=on_stall)  # fmt: skip
+        policy = resolve_policy(spec.groups, group, world)
+        options = dict(timeout_s=runtime.timeout_s, watch=recorder.enabled, link_delay=runtime.link_delay,
+                       timeline=timeline, on_stall=runtime.on_stall)  # fmt: skip
 
         def on(role: str):
-            return channel(group, role, ring_partition(world), rank, timeout_s=timeout_s, policy=policy)
+            return channel(group, role, ring_partition(world), rank, timeout_s=runtime.timeout_s, policy=policy)
 
         comm = RingComm(ring, rank, group, loopback=loopback, channel=on("ring-kv"), **options)
         if buffer.short and world > 1:  # dK/dV go home to the predecessor: the same ring, reversed
@@ -130,12 +101,12 @@ def build_context(
         kernel=block_kernel,
         scale=float(scale),
         group=group,
-        timeout_s=timeout_s,
+        timeout_s=runtime.timeout_s,
         recorder=recorder,
         timeline=timeline,
         comm=comm,
         loopback=loopback,
-        layer=int(layer),
+        layer=int(spec.layer),
         back_comm=back_comm,
         dkv_comm=dkv_comm,
     )
@@ -187,47 +158,42 @@ class _RingAttention(torch.autograd.Function):
         return dq, dk, dv, None, None
 
 
-def ring_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    mask: str = "causal",
-    layout: str = "contiguous",
-    buffer: str = "double",
-    order: str | list[int] = "identity",
-    group=None,
-    kernel: str = "torch",
-    scale: float | None = None,
-    timeout_s: float = 60.0,
-    recorder=None,
-    return_lse: bool = False,
-    context: RingContext | None = None,
-    docs: str = "none",
-):
-    """Exact attention of this rank's queries against the whole sequence's keys, by a ring over ``group``.
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec | None = None,
+              runtime: Runtime | None = None, *, context=None):  # fmt: skip
+    """Exact attention of this rank's queries against the whole sequence, by any strategy: ring, allgather,
+    ulysses, hybrid:U or double-ring:W (``spec``; ringbench/engine/spec.py), over ``runtime``'s process group.
 
-    q, k, v: (B, H, S/N, D), this rank's tokens under ``layout`` (see ringbench.shard). Returns the output rows
-    for those tokens, (B, H, S/N, D) in q's dtype; with ``return_lse`` also the log-sum-exp (B, H, S/N) in fp32
-    (fp64 for fp64 inputs). ``context`` reuses a context built by ``build_context`` (benchmarks do this so that
-    validation and planning stay out of the timed loop).
+    q, k, v: (B, H, S/N, D), this rank's tokens under ``spec.layout`` (see ringbench.shard); the output rows of
+    those tokens, (B, H, S/N, D) in q's dtype, autograd-capable. A strategy changes who computes what and which
+    links carry it, never the result. ``context`` reuses one built by ``build_context`` (benchmarks do this so that
+    validation and planning stay out of the timed loop); without it the call builds one and closes it when done.
     """
     owned = context is None
-    ctx = context or build_context(
-        q,
-        k,
-        v,
-        mask=mask,
-        layout=layout,
-        buffer=buffer,
-        order=order,
-        group=group,
-        kernel=kernel,
-        scale=scale,
-        timeout_s=timeout_s,
-        recorder=recorder,
-        docs=docs,
-    )
+    if owned:
+        context = build_context(q, k, v, spec, runtime)
+    if isinstance(context, RingContext):
+        return _ring_call(q, k, v, context, owned=owned, return_lse=False)
+    return grouped_attention(q, k, v, context, owned=owned)
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, return_lse: bool = False,
+                   context: RingContext | None = None, **options):  # fmt: skip
+    """The ring (or the all-gather baseline): ``attention`` with the keywords of ringbench's first API -- mask,
+    layout, buffer, order, group, kernel, scale, timeout_s, recorder, docs.
+
+    Returns the output rows (B, H, S/N, D) in q's dtype; with ``return_lse`` also the log-sum-exp (B, H, S/N) in
+    fp32 (fp64 for fp64 inputs). ``context`` reuses a ring context built by ``build_context``.
+    """
+    unknown = sorted(set(options) - set(RING_KEYWORDS))
+    if unknown:
+        raise TypeError(f"ring_attention() got an unexpected keyword argument {unknown[0]!r}")
+    owned = context is None
+    if owned:
+        context = build_context(q, k, v, *split_options("ring_attention", options))
+    return _ring_call(q, k, v, context, owned=owned, return_lse=return_lse)
+
+
+def _ring_call(q, k, v, ctx: RingContext, *, owned: bool, return_lse: bool):
     ctx.owns_comm = owned
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = _RingAttention.apply(q, k, v, ctx, return_lse)
@@ -250,4 +216,4 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=
     implementation (the same math the run's streaming check uses).
     """
     rule = mask_rule(mask, docs, q.shape[-2])
-    return attention(q, k, v, rule=rule, scale=scale)
+    return reference.attention(q, k, v, rule=rule, scale=scale)

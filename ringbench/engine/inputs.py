@@ -18,6 +18,7 @@ its tokens), which costs time O(S) but never more than one chunk of memory beyon
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import torch
 
@@ -56,35 +57,66 @@ def chunk_seed(seed: int, name: str, chunk: int) -> int:
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
-def chunk_values(*, seed: int, name: str, chunk: int, batch: int, heads: int, head_dim: int, dtype) -> torch.Tensor:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardSpec:
+    """One rank's shard of the benchmark inputs: the tensors' values (seed, shape, dtype) and which tokens the rank
+    holds (layout, world, rank). ``rank_shards`` makes it; the float64 reference regenerates any token of it."""
+
+    seed: int
+    batch: int
+    heads: int
+    head_dim: int
+    seq: int
+    """Tokens of the whole sequence S."""
+    dtype: object
+    """float64, float32, bfloat16, float16: a name or the torch.dtype."""
+    layout: object = "contiguous"
+    """A layout name or a resolved doc-balanced layout (ringbench.engine.layout)."""
+    world: int = 1
+    rank: int = 0
+
+    def __post_init__(self) -> None:
+        _check_shape(batch=self.batch, heads=self.heads, head_dim=self.head_dim, seq=self.seq, world=self.world)
+        parse_dtype(self.dtype)
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 0 <= self.rank < self.world:
+            raise bad_value("rank", self.rank, f"an integer in [0, {self.world})")
+
+    @classmethod
+    def of(cls, workload, *, seed: int, rank: int, layout=None) -> ShardSpec:
+        """The shard of ``rank`` of a workload (anything with batch, heads, head_dim, seq, dtype, layout, world: a
+        scenario's Case); ``layout``: the resolved layout in its place (doc-balanced)."""
+        return cls(seed=seed, batch=workload.batch, heads=workload.heads, head_dim=workload.head_dim,
+                   seq=workload.seq, dtype=workload.dtype, layout=workload.layout if layout is None else layout,
+                   world=workload.world, rank=rank)  # fmt: skip
+
+
+def chunk_values(shard: ShardSpec, name: str, chunk: int) -> torch.Tensor:
     """Tokens [chunk * CHUNK_TOKENS, (chunk + 1) * CHUNK_TOKENS) of one tensor: (B, H, CHUNK_TOKENS, D) in dtype."""
-    generator = torch.Generator().manual_seed(chunk_seed(seed, name, chunk))
-    values = torch.randn((batch, heads, CHUNK_TOKENS, head_dim), generator=generator)  # (B, H, C, D) float32
-    return values.to(parse_dtype(dtype))
+    generator = torch.Generator().manual_seed(chunk_seed(shard.seed, name, chunk))
+    values = torch.randn((shard.batch, shard.heads, CHUNK_TOKENS, shard.head_dim), generator=generator)  # float32
+    return values.to(parse_dtype(shard.dtype))
 
 
-def token_rows(
-    *, seed: int, name: str, positions: torch.Tensor, batch: int, heads: int, head_dim: int, dtype, float64=False
-) -> torch.Tensor:
+def token_rows(shard: ShardSpec, name: str, positions: torch.Tensor, *, float64: bool = False) -> torch.Tensor:
     """The rows of tensor ``name`` at the global token ``positions`` (any order, no repeats), on the CPU.
 
-    Returns (B, H, len(positions), D) in ``dtype`` (or the same values widened to float64 with ``float64``). The
-    positions are visited in sorted order, so each chunk is generated once and only one chunk is alive at a time.
+    Returns (B, H, len(positions), D) in the shard's dtype (or the same values widened to float64 with
+    ``float64``). The positions are visited in sorted order, so each chunk is generated once and only one chunk is
+    alive at a time.
     """
     _check_name(name)
-    _check_shape(batch=batch, heads=heads, head_dim=head_dim)
-    dtype = parse_dtype(dtype)
+    dtype = parse_dtype(shard.dtype)
     positions = torch.as_tensor(positions, dtype=torch.long).cpu()
     if positions.numel() and int(positions.min()) < 0:
         raise bad_value("positions", int(positions.min()), "token positions >= 0")
-    rows = torch.empty((batch, heads, positions.numel(), head_dim), dtype=torch.float64 if float64 else dtype)
+    rows = torch.empty((shard.batch, shard.heads, positions.numel(), shard.head_dim),
+                       dtype=torch.float64 if float64 else dtype)  # fmt: skip
     order = torch.argsort(positions, stable=True)  # local rows by ascending position
     ordered = positions[order]
     chunks, counts = torch.unique_consecutive(ordered // CHUNK_TOKENS, return_counts=True)
     start = 0
     for chunk, count in zip(chunks.tolist(), counts.tolist(), strict=True):
-        values = chunk_values(seed=seed, name=name, chunk=chunk, batch=batch, heads=heads, head_dim=head_dim,
-                              dtype=dtype)  # fmt: skip
+        values = chunk_values(shard, name, chunk)
         local = order[start : start + count]
         offsets = ordered[start : start + count] - chunk * CHUNK_TOKENS
         first, last = int(offsets[0]), int(offsets[-1])
@@ -98,47 +130,38 @@ def token_rows(
     return rows
 
 
-def token_block(
-    *, seed: int, name: str, batch: int, heads: int, head_dim: int, lo: int, hi: int, dtype, device=None
-) -> torch.Tensor:
+def token_block(shard: ShardSpec, name: str, lo: int, hi: int, device=None) -> torch.Tensor:
     """Global tokens [lo, hi) of tensor ``name`` as float64 (B, H, hi - lo, D) on ``device`` (default CPU).
 
-    The values are those of ``rank_shards`` (case dtype) widened exactly to float64; for the streaming reference.
+    The values are those of ``rank_shards`` (the shard's dtype) widened exactly to float64; for the streaming
+    reference.
     """
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
         raise bad_value("lo, hi", (lo, hi), "integers with 0 <= lo < hi")
     _check_name(name)
-    _check_shape(batch=batch, heads=heads, head_dim=head_dim)
-    block = torch.empty((batch, heads, hi - lo, head_dim), dtype=torch.float64)  # (B, H, hi - lo, D)
+    block = torch.empty((shard.batch, shard.heads, hi - lo, shard.head_dim), dtype=torch.float64)  # (B, H, hi-lo, D)
     for chunk in range(lo // CHUNK_TOKENS, (hi - 1) // CHUNK_TOKENS + 1):
         base = chunk * CHUNK_TOKENS
         first, last = max(lo, base), min(hi, base + CHUNK_TOKENS)
-        values = chunk_values(seed=seed, name=name, chunk=chunk, batch=batch, heads=heads, head_dim=head_dim,
-                              dtype=dtype)  # fmt: skip
+        values = chunk_values(shard, name, chunk)
         block[:, :, first - lo : last - lo] = values[:, :, first - base : last - base]
     return block.to(device) if device is not None else block
 
 
-def rank_shards(
-    *, seed: int, batch: int, heads: int, head_dim: int, seq: int, dtype, layout, world: int, rank: int, device=None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """This rank's (q, k, v, dout), each (B, H, S/N, D) in the case ``dtype`` on ``device``.
+def rank_shards(shard: ShardSpec, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """This rank's (q, k, v, dout), each (B, H, S/N, D) in the shard's dtype on ``device``.
 
     Rows are in the local-row order of ``ringbench.engine.layout.token_positions(layout, seq, world, rank)``, so the
     shards of all ranks reassemble (``unshard``) to the same global tensors for any N and layout. Built on the CPU
     chunk by chunk (peak O(S/N + chunk)) and moved to ``device`` once. The tensors do not require grad.
     """
-    _check_shape(batch=batch, heads=heads, head_dim=head_dim, seq=seq, world=world)
-    if not (isinstance(rank, int) and 0 <= rank < world):
-        raise bad_value("rank", rank, f"an integer in [0, {world})")
-    positions = token_positions(layout, seq, world, rank)  # (S/N,) global positions of the local rows
+    positions = token_positions(shard.layout, shard.seq, shard.world, shard.rank)  # (S/N,) the local rows' tokens
     shards = []
     for name in TENSOR_NAMES:
-        rows = token_rows(seed=seed, name=name, positions=positions, batch=batch, heads=heads, head_dim=head_dim,
-                          dtype=dtype)  # fmt: skip  # (B, H, S/N, D)
+        rows = token_rows(shard, name, positions)  # (B, H, S/N, D)
         shards.append(rows.to(device) if device is not None else rows)
     q, k, v, dout = shards
     return q, k, v, dout
 
 
-__all__ = ["CHUNK_TOKENS", "TENSOR_NAMES", "chunk_values", "rank_shards", "token_block", "token_rows"]
+__all__ = ["CHUNK_TOKENS", "TENSOR_NAMES", "ShardSpec", "chunk_values", "rank_shards", "token_block", "token_rows"]

@@ -14,6 +14,10 @@ import math
 
 from ringbench.engine.timeline import HostTimeline
 
+# The optional columns of a span and what a span without them records.
+SPAN_COLUMNS = {"src": -1, "dst": -1, "nbytes": 0, "block": -1, "pair": "", "flops": 0.0, "nccl": None, "exchange": "",
+                "layer": 0, "group": ""}  # fmt: skip
+
 
 class LayerRecorder:
     """A recorder's view for one attention layer: every span recorded through it carries ``layer`` (a strategy's
@@ -60,15 +64,20 @@ class ListRecorder(NullRecorder):
         self.timeline = timeline if timeline is not None else HostTimeline()
         self._resolved = 0  # rows before this index hold nanoseconds
 
-    def span(self, *, phase, step, kind, start, end, src=-1, dst=-1, nbytes=0, block=-1, pair="", flops=0.0, nccl=None,
-             exchange="", layer=0, group=""):  # fmt: skip
-        """``nccl``: a callable giving NCCL's own duration of the exchange in ms once it completed (or None).
-        ``exchange``: what a send / recv / wait moved when the strategy says so (``kv``, ``dkv``, ``qkv``, ...);
-        "" lets the record infer it (the ring's K/V and dK/dV). ``layer``: the attention layer of the iteration the
-        span belongs to (0 for a one-layer model). ``group``: the channel (process group) an exchange used, as
-        ringbench/engine/pgroups.py labels it ("" for spans that are no exchange)."""
+    def span(self, *, phase, step, kind, start, end, **columns):
+        """One span: its phase, ring step, kind and start / end marks, and the optional ``columns`` of
+        SPAN_COLUMNS (the peer ranks, bytes, block, pair class, FLOPs, ...). ``nccl``: a callable giving NCCL's own
+        duration of the exchange in ms once it completed (or None). ``exchange``: what a send / recv / wait moved
+        when the strategy says so (``kv``, ``dkv``, ``qkv``, ...); "" lets the record infer it (the ring's K/V and
+        dK/dV). ``layer``: the attention layer of the iteration the span belongs to (0 for a one-layer model).
+        ``group``: the channel (process group) an exchange used, as ringbench/engine/pgroups.py labels it ("" for
+        spans that are no exchange)."""
+        unknown = set(columns) - set(SPAN_COLUMNS)
+        if unknown:
+            raise TypeError(f"span() got an unexpected keyword argument {sorted(unknown)[0]!r}")
         if self.iteration < 0:
             return
+        extra = SPAN_COLUMNS | columns
         self.rows.append(
             {
                 "iteration": self.iteration,
@@ -79,16 +88,16 @@ class ListRecorder(NullRecorder):
                 "kind": kind,
                 "start_ns": start,
                 "end_ns": end,
-                "src": src,
-                "dst": dst,
-                "bytes": nbytes,
-                "block": block,
-                "pair": pair,
-                "flops": flops,
-                "nccl_ms": nccl,
-                "exchange": exchange,
-                "layer": layer,
-                "comm_group": group,
+                "src": extra["src"],
+                "dst": extra["dst"],
+                "bytes": extra["nbytes"],
+                "block": extra["block"],
+                "pair": extra["pair"],
+                "flops": extra["flops"],
+                "nccl_ms": extra["nccl"],
+                "exchange": extra["exchange"],
+                "layer": extra["layer"],
+                "comm_group": extra["group"],
             }
         )
 

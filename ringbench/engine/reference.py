@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.engine.inputs import CHUNK_TOKENS, token_block, token_rows
+from ringbench.engine.inputs import CHUNK_TOKENS, ShardSpec, token_block, token_rows
 from ringbench.engine.layout import token_positions
 from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.errors import bad_value
@@ -201,33 +201,31 @@ class RankReference:
     dv: torch.Tensor | None
 
 
-def rank_reference(
-    *, seed, batch, heads, head_dim, seq, dtype, mask, layout, world, rank, device=None, backward=True,
-    key_grads=True, rows=None, tile=None, group=None, tick=None, docs="none",
-) -> RankReference:  # fmt: skip
-    """The float64 out, lse, dq of a rank's query rows and dk, dv of its key rows (inputs of ringbench.engine.inputs).
+def rank_reference(shard: ShardSpec, mask, *, device=None, backward=True, key_grads=True, rows=None, sizes=None,
+                   tick=None) -> RankReference:  # fmt: skip
+    """The float64 out, lse, dq of a rank's query rows and dk, dv of its key rows (the inputs of ``shard``,
+    ringbench.engine.inputs).
 
-    ``mask``: a mode name or a MaskRule (which carries the documents; else ``docs``, a docs spec). ``rows``: local
-    row indices to restrict out/lse/dq to (then dk, dv are not computed). ``key_grads=False`` skips dk, dv (their
-    full-sequence sweep is most of the cost). ``tile``/``group``: score tile and query group sizes in tokens
-    (defaults: ``default_sizes``).
+    ``mask``: a mode name or a MaskRule (which carries the documents of a document mask). ``rows``: local row
+    indices to restrict out/lse/dq to (then dk, dv are not computed). ``key_grads=False`` skips dk, dv (their
+    full-sequence sweep is most of the cost). ``sizes``: (score tile, query group) in tokens (default:
+    ``default_sizes``).
     """
-    rule = mask_rule(mask, docs, seq)
+    seq = shard.seq
+    rule = mask_rule(mask, "none", seq)
     device = torch.device(device) if device is not None else torch.device("cpu")
-    plan_tile, plan_group = _sizes(device, batch * heads, tile, group)
-    scale = head_dim**-0.5
-    gen = dict(seed=seed, batch=batch, heads=heads, head_dim=head_dim, dtype=dtype)
-    positions = token_positions(layout, seq, world, rank, rule)  # (R,) CPU
+    plan_tile, plan_group = _sizes(device, shard.batch * shard.heads, sizes)
+    scale = shard.head_dim**-0.5
+    positions = token_positions(shard.layout, seq, shard.world, shard.rank, rule)  # (R,) CPU
     q_positions = positions if rows is None else positions[torch.as_tensor(rows, dtype=torch.long)]
 
     def local(name: str, where: torch.Tensor) -> torch.Tensor:
-        return token_rows(name=name, positions=where, float64=True, **gen).to(device)  # (B, H, R, D)
+        return token_rows(shard, name, where, float64=True).to(device)  # (B, H, R, D)
 
     def key_tiles(lo: int, hi: int):
         for block in _tiles_of(lo, min(hi, seq), plan_tile, device):
             a, b = block.rows.start, block.rows.stop
-            yield block, token_block(name="k", lo=a, hi=b, device=device, **gen), \
-                token_block(name="v", lo=a, hi=b, device=device, **gen)  # fmt: skip
+            yield block, token_block(shard, "k", a, b, device), token_block(shard, "v", a, b, device)
 
     common = dict(scale=scale)
     with torch.no_grad():
@@ -248,7 +246,7 @@ def rank_reference(
         first, last = rule.query_range(int(positions.min()), int(positions.max()))  # queries that see our keys
         for step, lo in enumerate(range(first // plan_group * plan_group, last, plan_group)):
             hi = min(lo + plan_group, last)
-            q_g, dout_g = (token_block(name=n, lo=lo, hi=hi, device=device, **gen) for n in ("q", "dout"))
+            q_g, dout_g = (token_block(shard, n, lo, hi, device) for n in ("q", "dout"))
             g_blocks = blocks(torch.arange(lo, hi), plan_tile, device, rule)
             out_g, lse_g = attend_rows(q_g, g_blocks, key_tiles, **common)  # (B, H, G, D), (B, H, G)
             delta_g = (dout_g * out_g).sum(-1)
@@ -276,7 +274,8 @@ def default_sizes(device, batch_heads: int) -> tuple[int, int]:
     return tile, 16 * tile
 
 
-def _sizes(device, batch_heads: int, tile, group) -> tuple[int, int]:
+def _sizes(device, batch_heads: int, sizes) -> tuple[int, int]:
+    tile, group = sizes if sizes is not None else (None, None)
     tile = default_sizes(device, batch_heads)[0] if tile is None else tile
     group = 16 * tile if group is None and isinstance(tile, int) else group
     for field, value in (("tile", tile), ("group", group)):
@@ -303,8 +302,8 @@ def _unit_costs(device, batch_heads: int, head_dim: int, tile: int, dtype) -> tu
         sync()
         best = best if attempt == 0 else min(best, time.perf_counter() - start)
     start = time.perf_counter()
-    token_block(seed=0, name="k", batch=1, heads=batch_heads, head_dim=head_dim, lo=0, hi=CHUNK_TOKENS,
-                dtype=dtype, device=device)  # fmt: skip
+    chunk = ShardSpec(seed=0, batch=1, heads=batch_heads, head_dim=head_dim, seq=CHUNK_TOKENS, dtype=dtype)
+    token_block(chunk, "k", 0, CHUNK_TOKENS, device)
     sync()
     return best / 2, (time.perf_counter() - start) / CHUNK_TOKENS
 
@@ -370,33 +369,33 @@ def _error(got: torch.Tensor, want: torch.Tensor, rows: torch.Tensor | None) -> 
     return _worst(err, _nonfinite(got.detach()))
 
 
-def check_errors(
-    *, out, grads, seed, batch, heads, head_dim, seq, dtype, mask, layout, world, rank, device=None,
-    budget_s=None, tick=None, tile=None, group=None, docs="none",
-) -> CheckResult:  # fmt: skip
+def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=None, tick=None,
+                 sizes=None) -> CheckResult:  # fmt: skip
     """Compare the ring's ``out`` and ``grads`` = (dq, dk, dv) (this rank's local rows, (B, H, S/N, D), any dtype
     and device; grads None for a forward-only case) with the float64 reference, computed on ``device`` (default:
-    out's device) from the same (seed, ...) that ringbench.engine.inputs.rank_shards used.
+    out's device) from the ``shard`` ringbench.engine.inputs.rank_shards made. ``mask``: a mode name or a MaskRule;
+    ``sizes``: as ``rank_reference`` takes them.
 
     With ``budget_s`` (seconds), the full check's cost is estimated from a quick timing on the device; beyond the
     budget it drops dk, dv (their full-sequence sweep) and, if still too slow, checks out and dq on an evenly
     spaced sample of rows. NaN anywhere in out or grads still makes the error NaN.
     """
     device = torch.device(device) if device is not None else out.device
-    rule = mask_rule(mask, docs, seq)
+    seq, batch_heads = shard.seq, shard.batch * shard.heads
+    rule = mask_rule(mask, "none", seq)
     causal = rule.causal or rule.documents  # the cost estimate: a document mask sees no more than causal would
-    positions = token_positions(layout, seq, world, rank, rule)
+    positions = token_positions(shard.layout, seq, shard.world, shard.rank, rule)
     total = positions.numel()
-    expected = (batch, heads, total, head_dim)
+    expected = (shard.batch, shard.heads, total, shard.head_dim)
     for name, got in zip(("out", "dq", "dk", "dv"), (out, *(grads or ())), strict=False):
         if tuple(got.shape) != expected:
             raise bad_value(f"{name}.shape", tuple(got.shape), f"{expected} (this rank's rows)")
     backward = grads is not None
-    plan_tile, plan_group = _sizes(device, batch * heads, tile, group)
+    plan_tile, plan_group = _sizes(device, batch_heads, sizes)
     rows, key_grads, estimated, note = None, backward, math.nan, ""
     if budget_s is not None:
         units = estimate_units(positions, seq=seq, causal=causal, tile=plan_tile, group=plan_group)
-        unit_s, token_s = _unit_costs(device, batch * heads, head_dim, plan_tile, dtype)
+        unit_s, token_s = _unit_costs(device, batch_heads, shard.head_dim, plan_tile, shard.dtype)
         stages = ("fwd", "dq", "dkdv") if backward else ("fwd",)
         cost = {s: SAFETY * (units[s] * unit_s + units[f"tokens_{s}"] * token_s) for s in stages}
         estimated = sum(cost.values())
@@ -412,11 +411,8 @@ def check_errors(
             what = "out, dq" if backward else "out"
             note = (f"sampled: {what} on {count} of {total} rows (evenly spaced){'; dk, dv not checked' if backward else ''}"
                     f": the full check (est. {estimated:.3g} s) exceeds budget_s={budget_s:g}")  # fmt: skip
-    ref = rank_reference(
-        seed=seed, batch=batch, heads=heads, head_dim=head_dim, seq=seq, dtype=dtype, mask=rule, layout=layout,
-        world=world, rank=rank, device=device, backward=backward, key_grads=key_grads, rows=rows, tile=plan_tile,
-        group=plan_group, tick=tick,
-    )  # fmt: skip
+    ref = rank_reference(shard, rule, device=device, backward=backward, key_grads=key_grads, rows=rows,
+                         sizes=(plan_tile, plan_group), tick=tick)  # fmt: skip
     fwd_err = _error(out, ref.out, rows)
     names: tuple[str, ...] = ()
     bwd_err = math.nan

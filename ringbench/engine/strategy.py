@@ -1,8 +1,9 @@
-"""Every strategy behind one call: ``attention`` runs ring, ulysses, hybrid:U, double-ring:W or allgather.
+"""The grouped strategies (ulysses, hybrid:U, double-ring:W): their context and their autograd call, behind
+ringbench.engine.api's one builder and one call for every strategy.
 
-    ctx = build_strategy_context(q_l, k_l, v_l, strategy="hybrid:2", placement="heads-first", mask="causal",
-                                 layout="zigzag", buffer="double")
-    out_l = attention(q_l, k_l, v_l, context=ctx)        # autograd-capable; shards in and out as ring_attention's
+    spec = AttentionSpec(strategy="hybrid:2", placement="heads-first", mask="causal", layout="zigzag")
+    ctx = build_context(q_l, k_l, v_l, spec)             # ringbench.engine.api: this module's grouped_context
+    out_l = attention(q_l, k_l, v_l, context=ctx)        # autograd-capable; shards in and out as the ring's
 
 Shards are the same for every strategy (``ringbench.shard`` under the layout), and so are the outputs and the
 gradients: a strategy changes who computes what and which links carry it, never the result. ``ring`` and
@@ -23,7 +24,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ringbench.engine.alltoall import PeerComm
-from ringbench.engine.api import _check_tensors, _group_world_rank, build_context, ring_attention
 from ringbench.engine.comm import RingComm
 from ringbench.engine.groups import Groups
 from ringbench.engine.layout import as_layout, check_divisible, resolve_layout
@@ -31,6 +31,7 @@ from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.engine.pgroups import channel, resolve_policy
 from ringbench.engine.recorder import LayerRecorder, NullRecorder
 from ringbench.engine.ring import RingContext
+from ringbench.engine.spec import AttentionSpec, Runtime, group_world_rank
 from ringbench.engine.subring import GroupRingContext, StepRecorder
 from ringbench.engine.timeline import timeline_for
 from ringbench.errors import UsageError
@@ -51,7 +52,7 @@ def bind_flows(link_delay, flows):
     return delay
 
 
-def _delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
+def delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
     """Emulated links carry the all-gather baseline's traffic too: each collective is held, after it completed
     over the local transport, for the time the ring algorithm takes over the emulated links -- an all-gather
     N - 1 rounds of one block over the ring's slowest hop, an all-reduce of N blocks 2 (N - 1) rounds of one
@@ -202,85 +203,53 @@ class StrategyContext:
         return self._inner
 
 
-def build_strategy_context(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    strategy="ring",
-    placement: str | list[int] = "heads-first",
-    mask="causal",
-    layout="contiguous",
-    buffer="double",
-    order="identity",
-    group=None,
-    kernel="torch",
-    scale: float | None = None,
-    timeout_s: float = 60.0,
-    recorder=None,
-    link_delay=None,
-    timeline=None,
-    loopback: bool = False,
-    on_stall=None,
-    docs="none",
-    layer: int = 0,
-    groups: str = "auto",
-):
-    """Validate once and build the rank's context: a RingContext for ``ring`` / ``allgather``, else a
-    StrategyContext with its communicators. ``placement``: a spec (ringbench.orders.parse_placement) or the ranks
-    in placement order. ``mask``, ``docs``, ``layout``, ``layer`` and ``groups`` as ``build_context`` takes them:
-    every mask the plan can express applies to every strategy (a Ulysses block is plain attention over the full
-    sequence); every ring and all-to-all group exchanges on a process group of its own (``groups``;
-    ringbench/engine/pgroups.py)."""
-    strategy = Strategy.parse(strategy, "strategy")
-    if strategy.ordered:
-        if strategy.kind == "allgather":
-            buffer = "allgather"
-        ctx = build_context(q, k, v, mask=mask, layout=layout, buffer=buffer, order=order, group=group, kernel=kernel,
-                            scale=scale, timeout_s=timeout_s, recorder=recorder, link_delay=link_delay,
-                            timeline=timeline, loopback=loopback, on_stall=on_stall, docs=docs,
-                            layer=layer, groups=groups)  # fmt: skip
-        if ctx.buffer is Buffer.ALLGATHER and ctx.comm is not None and link_delay is not None:
-            _delay_collectives(ctx, link_delay, k)
-        return ctx
-    _check_tensors(q, k, v)
-    layout, buffer = as_layout(layout), Buffer.parse(buffer, "buffer")
+def grouped_context(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec,
+                    runtime: Runtime) -> StrategyContext:  # fmt: skip
+    """The context of a grouped strategy (ulysses, hybrid:U, double-ring:W): the grouped branch of
+    ringbench.engine.api.build_context, which has checked the tensors. Every mask the plan can express applies to
+    every strategy (a Ulysses block is plain attention over the full sequence); every ring and all-to-all group
+    exchanges on a process group of its own (``spec.groups``; ringbench/engine/pgroups.py)."""
+    strategy = Strategy.parse(spec.strategy, "strategy")
+    layout, buffer = as_layout(spec.layout), Buffer.parse(spec.buffer, "buffer")
     if buffer.short:
         raise UsageError(f"buffer={buffer.value!r} is not allowed with strategy={strategy.spec!r}; expected sync or "
                          "double (the short ring is the ring's: it stops where the window is covered)")  # fmt: skip
     if buffer is Buffer.ALLGATHER:
         raise UsageError(f"buffer='allgather' is not allowed with strategy={strategy.spec!r}; expected sync or double "
                          "(allgather is a strategy of its own)")  # fmt: skip
-    world, rank = _group_world_rank(group)
+    group = runtime.group
+    world, rank = group_world_rank(group)
     strategy.check(world, q.shape[1])
     size = strategy.group_size(world)
-    ranks = parse_placement(placement, world, size) if isinstance(placement, str) else placement
+    placement = spec.placement
+    ranks = parse_placement(placement, world, size) if isinstance(placement, str) else list(placement)
     from ringbench.orders import validate_ring
 
-    policy = resolve_policy(groups, group, world)
+    policy = resolve_policy(spec.groups, group, world)
     placed = Groups(tuple(validate_ring(ranks, world, "placement")), size)
     seq = q.shape[-2] * world
     check_divisible(layout, seq, world)
-    mask = mask_rule(mask, docs, seq)
+    mask = mask_rule(spec.mask, spec.docs, seq)
     layout = resolve_layout(layout, seq, world, mask)
-    block_kernel = get_kernel(kernel)
+    block_kernel = get_kernel(spec.kernel)
     block_kernel.check(q.shape[-1], q.dtype, q.device)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    recorder = recorder if recorder is not None else NullRecorder()
-    if layer:
-        recorder = LayerRecorder(recorder, layer)
-    timeline = timeline if timeline is not None else timeline_for(q.device)
-    comms = _strategy_comms(strategy, placed, rank, group, policy, timeout_s=timeout_s, link_delay=link_delay,
-                            watch=recorder.enabled, timeline=timeline, on_stall=on_stall)  # fmt: skip
+    scale = 1.0 / math.sqrt(q.shape[-1]) if spec.scale is None else float(spec.scale)
+    recorder = runtime.recorder if runtime.recorder is not None else NullRecorder()
+    if spec.layer:
+        recorder = LayerRecorder(recorder, spec.layer)
+    timeline = runtime.timeline if runtime.timeline is not None else timeline_for(q.device)
+    comms = _strategy_comms(strategy, placed, rank, group, policy, runtime, watch=recorder.enabled, timeline=timeline)
     return StrategyContext(strategy=strategy, mask=mask, layout=layout, buffer=buffer, groups=placed, rank=rank,
                            seq=seq, heads=q.shape[1], kernel=block_kernel, scale=scale, group=group,
-                           timeout_s=timeout_s, recorder=recorder, timeline=timeline, **comms)  # fmt: skip
+                           timeout_s=runtime.timeout_s, recorder=recorder, timeline=timeline, **comms)  # fmt: skip
 
 
-def _strategy_comms(strategy: Strategy, groups: Groups, rank: int, group, policy: str, *, timeout_s: float,
-                    link_delay, **options) -> dict:  # fmt: skip
+def _strategy_comms(strategy: Strategy, groups: Groups, rank: int, group, policy: str, runtime: Runtime,
+                    **options) -> dict:  # fmt: skip
     """The communicators of a grouped strategy, each on a process group of its own (ringbench/engine/pgroups.py),
     made in the same order on every rank: the all-to-all group, then each ring's K/V and dK/dV."""
+    timeout_s, link_delay = runtime.timeout_s, runtime.link_delay
+    options["on_stall"] = runtime.on_stall
 
     def on(role: str, partition):
         return channel(group, role, partition, rank, timeout_s=timeout_s, policy=policy)
@@ -341,22 +310,11 @@ class _StrategyAttention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, context, **options):
-    """Exact attention of this rank's query shard by the context's strategy; (B, H, S/N, D) in and out.
-
-    ``context``: from ``build_strategy_context`` (or ``options`` to build one for this call)."""
-    if context is None:
-        context = build_strategy_context(q, k, v, **options)
-        context.owns_comm = True
-        owned = True
-    else:
-        owned = False
-    if isinstance(context, RingContext):
-        try:
-            return ring_attention(q, k, v, context=context)
-        finally:  # a ring built for this call: its watchers end here (with autograd, at the process's end)
-            if owned and not torch.is_grad_enabled() and context.comm is not None:
-                context.comm.close()
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: StrategyContext, *,
+                      owned: bool):  # fmt: skip
+    """A grouped strategy's attention of this rank's query shard (ringbench.engine.api.attention calls it);
+    ``owned``: the context was built for this call, its communicators close when it is done."""
+    context.owns_comm = owned
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _StrategyAttention.apply(q, k, v, context)
     try:
@@ -373,4 +331,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, context, **o
             context.comm.close()
 
 
-__all__ = ["CommSet", "StrategyContext", "attention", "bind_flows", "build_strategy_context"]
+__all__ = ["CommSet", "StrategyContext", "bind_flows", "delay_collectives", "grouped_attention", "grouped_context"]

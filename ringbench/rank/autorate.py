@@ -186,8 +186,9 @@ def calibrate_auto(session, cases, settings) -> AutoModel | None:
     the ring of each distinct layer mask (the strategies run the ring's rate). Collective: every rank calls it.
     """
     from ringbench.engine.api import build_context, close_context
-    from ringbench.engine.inputs import rank_shards
+    from ringbench.engine.inputs import ShardSpec, rank_shards
     from ringbench.engine.layout import resolve_layout
+    from ringbench.engine.spec import AttentionSpec, Runtime
     from ringbench.kernels import get_kernel
     from ringbench.rank.layer_checks import layer_rules
 
@@ -205,13 +206,12 @@ def calibrate_auto(session, cases, settings) -> AutoModel | None:
         env = session.env
         rules = layer_rules(case)
         layout = resolve_layout(case.layout, case.seq, env.world, tuple(rules))
-        q, k, v, _ = rank_shards(seed=settings.seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
-                                 seq=case.seq, dtype=case.dtype, layout=layout, world=env.world, rank=env.rank,
-                                 device=env.device)  # fmt: skip
+        shard = ShardSpec.of(case, seed=settings.seed, rank=env.rank, layout=layout)
+        q, k, v, _ = rank_shards(shard, device=env.device)
         needs = []
         for rule in dict.fromkeys(rules):  # each distinct mask once, in layer order
-            ctx = build_context(q, k, v, mask=rule, layout=layout, buffer="sync", order=case.ring, kernel="torch",
-                                timeout_s=settings.timeout, timeline=session.timeline)  # fmt: skip
+            spec = AttentionSpec(mask=rule, layout=layout, buffer="sync", order=case.ring, kernel="torch")
+            ctx = build_context(q, k, v, spec, Runtime(timeout_s=settings.timeout, timeline=session.timeline))
             try:
                 session.ops.barrier()
                 with torch.no_grad():

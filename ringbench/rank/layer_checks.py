@@ -13,9 +13,9 @@ def layer_rules(case) -> list:
     return [mask_rule(mask, case.docs, case.seq) for mask in case.layer_masks]
 
 
-def check_layers(rules, outs, grads, inputs: dict, device, budget_s: float, tick):
-    """The float64 check of every layer (each distinct mask once: layers with one mask compute the same), the
-    worst errors over them, and the budget shared out."""
+def check_layers(rules, outs, grads, shard, device, budget_s: float, tick):
+    """The float64 check of every layer (each distinct mask once: layers with one mask compute the same) of this
+    rank's ``shard`` (ringbench.engine.inputs.ShardSpec), the worst errors over them, and the budget shared out."""
     from ringbench.engine.reference import CheckResult, check_errors
 
     first = {}
@@ -24,7 +24,7 @@ def check_layers(rules, outs, grads, inputs: dict, device, budget_s: float, tick
     results = []
     for rule, layer in first.items():
         layer_grads = grads[layer] if grads is not None else None
-        results.append(check_errors(out=outs[layer].detach(), grads=layer_grads, mask=rule, **inputs, device=device,
+        results.append(check_errors(outs[layer].detach(), layer_grads, shard, rule, device=device,
                                     budget_s=budget_s / len(first), tick=tick))  # fmt: skip
     if len(results) == 1:
         return results[0]

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from ringbench.engine.api import close_context
+from ringbench.engine.api import attention, build_context, close_context
 from ringbench.engine.comm import RingStall
-from ringbench.engine.inputs import rank_shards
+from ringbench.engine.inputs import ShardSpec, rank_shards
 from ringbench.engine.layout import resolve_layout
 from ringbench.engine.recorder import ListRecorder
-from ringbench.engine.strategy import attention, build_strategy_context
+from ringbench.engine.spec import AttentionSpec, Runtime
 from ringbench.engine.timeline import timeline_for
 from ringbench.engine.warm import compiles, warm
 from ringbench.errors import UsageError, bad_value
@@ -164,7 +164,7 @@ class _CaseSetup:
 
     faults: RankFaults
     rules: list
-    inputs: dict
+    shard: ShardSpec
     q0: torch.Tensor
     dout: torch.Tensor
     leaves: list
@@ -213,22 +213,20 @@ def _set_up(case: Case, session: RankSession, settings: RunSettings, progress) -
     layout = resolve_layout(case.layout, case.seq, world, tuple(rules))
     # This rank's shards only, made on its device from (seed, token chunk): O(S/N) memory, the same global
     # tensors whatever the world size or layout.
-    inputs = {"seed": settings.seed, "batch": case.batch, "heads": case.heads, "head_dim": case.head_dim,
-              "seq": case.seq, "dtype": case.dtype, "layout": layout, "world": world, "rank": rank}  # fmt: skip
-    q0, k0, v0, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
+    shard = ShardSpec.of(case, seed=settings.seed, rank=rank, layout=layout)
+    q0, k0, v0, dout = rank_shards(shard, device=device)  # (B, H, S/N, D) each
     # Each layer attends over the same tokens through leaves of its own (views, no copies), so its gradients
     # stay apart for the check; autograd runs the layers' backward rings in reverse order.
     leaves = [tuple(t.detach().requires_grad_(case.backward) for t in (q0, k0, v0)) for _ in rules]
     ring = case.ring
     recorder = RunRecorder(rank, ring.index(rank), progress, faults, trace=settings.trace, timeline=timeline)
     kernel = faults.wrap_kernel(get_kernel(case.kernel))
-    contexts = [
-        build_strategy_context(*leaves[layer], strategy=case.strategy, placement=ring if case.placement else
-                               "heads-first", mask=rule, layout=layout, buffer=case.buffer, order=ring, kernel=kernel,
-                               timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(),
-                               timeline=timeline, loopback=settings.loopback, on_stall=session.on_stall, layer=layer)
-        for layer, rule in enumerate(rules)
-    ]  # fmt: skip
+    runtime = Runtime(timeout_s=settings.timeout, recorder=recorder, link_delay=faults.link_delay(), timeline=timeline,
+                      loopback=settings.loopback, on_stall=session.on_stall)  # fmt: skip
+    spec = AttentionSpec(strategy=case.strategy, placement=ring if case.placement else "heads-first", layout=layout,
+                         buffer=case.buffer, order=ring, kernel=kernel)  # fmt: skip
+    contexts = [build_context(*leaves[layer], dataclasses.replace(spec, mask=rule, layer=layer), runtime)
+                for layer, rule in enumerate(rules)]  # fmt: skip
     if compiles(kernel):  # a JIT kernel compiles here, rank by rank, not inside the first (timed) iterations
         for layer_ctx in contexts:
             warm(layer_ctx, q0)
@@ -241,7 +239,7 @@ def _set_up(case: Case, session: RankSession, settings: RunSettings, progress) -
         for layer_ctx in contexts:
             layer_ctx.kernel = kernel
     check_pacing(kernel, contexts, leaves[0][0], settings.timeout, case.backward)
-    return _CaseSetup(faults=faults, rules=rules, inputs=inputs, q0=q0, dout=dout, leaves=leaves, recorder=recorder,
+    return _CaseSetup(faults=faults, rules=rules, shard=shard, q0=q0, dout=dout, leaves=leaves, recorder=recorder,
                       kernel=kernel, contexts=contexts, emulated_gflops=emulated_gflops,
                       memory_method=memory_method)  # fmt: skip
 
@@ -297,7 +295,7 @@ def _report(case: Case, setup: _CaseSetup, session: RankSession, settings: RunSe
     check = None
     if settings.check:
         tick = (lambda chunk: progress.set_step("check", chunk)) if progress is not None else None
-        check = check_layers(setup.rules, outs, grads, setup.inputs, device, settings.check_budget_s, tick)
+        check = check_layers(setup.rules, outs, grads, setup.shard, device, settings.check_budget_s, tick)
     rows = setup.recorder.rows
     clock = _on_reference_clock(rows, session, origin, settings)
     for row in rows:

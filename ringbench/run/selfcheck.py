@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.engine.api import close_context, reference_attention
+from ringbench.engine.api import attention, build_context, close_context, reference_attention
 from ringbench.engine.layout import shard
 from ringbench.engine.masks import mask_rule
-from ringbench.engine.strategy import attention, build_strategy_context
+from ringbench.engine.spec import AttentionSpec, Runtime
 from ringbench.fmt import ring_text
 from ringbench.scenario.workload import Workload, reads_workload
 from ringbench.vocab import TOLERANCE
@@ -180,19 +180,9 @@ def check_case(case: CheckCase, rank: int = 0, group=None, device=None) -> tuple
         return shard(t, case.layout, world, rank, rule=rule)
 
     q_l, k_l, v_l = (local(t).to(dtype).requires_grad_() for t in (q, k, v))
-    ctx = build_strategy_context(
-        q_l,
-        k_l,
-        v_l,
-        strategy=case.strategy,
-        placement=case.placement or "heads-first",
-        mask=rule,
-        layout=case.layout,
-        buffer=case.buffer,
-        order=case.order,
-        group=group,
-        kernel=case.kernel,
-    )
+    spec = AttentionSpec(strategy=case.strategy, placement=case.placement or "heads-first", mask=rule,
+                         layout=case.layout, buffer=case.buffer, order=case.order, kernel=case.kernel)  # fmt: skip
+    ctx = build_context(q_l, k_l, v_l, spec, Runtime(group=group))
     out = attention(q_l, k_l, v_l, context=ctx)
     grads = torch.autograd.grad(out, (q_l, k_l, v_l), local(grad).to(dtype))
     fwd_err = (out.double() - local(ref.detach())).abs().max().item()

@@ -56,7 +56,7 @@ def run_impl_case(
 ) -> dict:  # fmt: skip
     """Run one case of adapter ``impl`` on this rank (see the module doc); ``before_iteration(i)``: a hook
     called before each iteration (warm-up ones negative), e.g. for progress reports."""
-    from ringbench.engine.inputs import rank_shards
+    from ringbench.engine.inputs import ShardSpec, rank_shards
     from ringbench.engine.reference import check_errors
     from ringbench.rank.memory import peak_mb, reset_peak
     from ringbench.rank.profiling import ProfileCapture
@@ -66,9 +66,9 @@ def run_impl_case(
     fn = adapter.prepare(case, group=group, device=device, recorder=recorder)
     layout = adapter.layout(case)
     memory_method = reset_peak(device)
-    inputs = dict(seed=seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim,
-                  seq=case.seq, dtype=case.dtype, layout=layout, world=world, rank=rank)  # fmt: skip
-    q, k, v, dout = rank_shards(**inputs, device=device)  # (B, H, S/N, D) each
+    shard = ShardSpec(seed=seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim, seq=case.seq,
+                      dtype=case.dtype, layout=layout, world=world, rank=rank)  # fmt: skip
+    q, k, v, dout = rank_shards(shard, device=device)  # (B, H, S/N, D) each
     backward = bool(case.backward)
     q, k, v = (t.requires_grad_(backward) for t in (q, k, v))
     rows, out, grads = [], None, None
@@ -106,8 +106,7 @@ def run_impl_case(
               "check_note": "", "peak_mem_mb": peak_mb(device), "memory_method": memory_method,
               "profile": str(profile_path) if profile_path is not None else None, "layout": layout}  # fmt: skip
     if check and out is not None:
-        checked = check_errors(out=out.detach(), grads=grads, mask=case.mask, **inputs, device=device,
-                               budget_s=check_budget_s)  # fmt: skip
+        checked = check_errors(out.detach(), grads, shard, case.mask, device=device, budget_s=check_budget_s)
         result.update(fwd_err=checked.fwd_err, bwd_err=checked.bwd_err, check_note=checked.note)
     return result
 
