@@ -18,7 +18,7 @@ every group of it, in sorted order, and keeps its own. Groups are kept for the p
 partition): a sweep's cases reuse them. NCCL groups get high-priority streams (``is_high_priority_stream``) and the
 same timeout rule as the world group (``group_timeout``).
 
-Policy (``groups`` of build_context / build_strategy_context): ``own`` (the rule above), ``shared`` (every ring on
+Policy (``groups`` of the AttentionSpec, engine/spec.py): ``own`` (the rule above), ``shared`` (every ring on
 the given group, as before), ``auto`` (own when the given group spans the world; shared otherwise: a sub-group's
 ranks cannot make groups without the rest of the world entering too). A shared channel is recorded as such.
 """

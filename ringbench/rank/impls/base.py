@@ -10,7 +10,7 @@ builds a per-case attention function:
     fn.close()
 
 ``out`` is (B, H, S/N, D) in q's dtype, the rows of this rank's queries; gradients flow to q, k, v. Inputs come
-from ringbench.engine.inputs.rank_shards(layout=adapter.layout(case)) and the output and gradients are checked
+from ringbench.engine.inputs.rank_shards (a ShardSpec in adapter.layout(case)) and the output and gradients are checked
 against float64 by ringbench.engine.reference.check_errors, exactly as for ringbench's own engine.
 
 A *case* is the scenario's ``Case`` (ringbench.scenario.scenario): a ``Workload`` (its axes read as the case's own:
