@@ -48,9 +48,10 @@ class FakeStream:
         self.name = name
         self.priority = priority
         self.waited_events: list[FakeEvent] = []
+        self.waited_streams: list[FakeStream] = []
 
     def wait_stream(self, other: FakeStream) -> None:
-        pass  # program order on the host already orders the fake streams
+        self.waited_streams.append(other)  # program order on the host already orders the fake streams
 
     def wait_event(self, event: FakeEvent) -> None:
         self.waited_events.append(event)
@@ -70,7 +71,8 @@ class FakeRuntime:
         self.events_made = 0
         self.syncs = 0
         self._lock = threading.Lock()
-        self.compute = FakeStream("compute")
+        self.compute = FakeStream("compute")  # the default stream
+        self._current = threading.local()  # like CUDA's, the current stream is per thread
 
     def bind_thread(self) -> None:
         self.bound_threads.add(threading.get_ident())
@@ -84,7 +86,7 @@ class FakeRuntime:
             self.syncs += 1
 
     def current_stream(self) -> FakeStream:
-        return self.compute
+        return getattr(self._current, "stream", None) or self.compute
 
     def new_stream(self, priority: int) -> FakeStream:
         return FakeStream("comm", priority)
@@ -93,8 +95,15 @@ class FakeRuntime:
         self.events_made += 1
         return FakeEvent(self, self.events_made - 1)
 
+    @contextlib.contextmanager
     def stream(self, stream: FakeStream):
-        return contextlib.nullcontext()
+        """Make ``stream`` the current one inside (``torch.cuda.stream``)."""
+        saved = getattr(self._current, "stream", None)
+        self._current.stream = stream
+        try:
+            yield
+        finally:
+            self._current.stream = saved
 
     def synchronize(self) -> None:
         self.count_sync()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from fake_streams import FakeRuntime
+from fake_streams import FakeRuntime, FakeStream
 
 from ringbench.engine.api import build_context, reference_attention, ring_attention
 from ringbench.engine.comm import RingComm, RingStall
@@ -212,3 +212,77 @@ def test_cuda_marks_time_the_device_not_the_launch():
 def test_one_rank_nccl_loopback_ring_on_the_device_timeline(buffer):
     results = launch_local(1, _ring_on_streams, (buffer, "contiguous", True), timeout_s=120, device="cuda")
     _assert_ordered_spans(results, buffer, 1)
+
+
+def test_the_compute_stream_is_the_callers_current_one_not_the_one_at_construction():
+    runtime = FakeRuntime(lag_ms=0.0)
+    timeline = StreamTimeline(runtime)  # built while the default stream is current
+    side = FakeStream("side")
+    timeline.begin_iteration()
+    with runtime.stream(side):
+        assert timeline.compute is side
+        compute_mark = timeline.mark()
+        timeline.comm_after_compute("comm:ring-kv:0-1")
+        with timeline.on_comm("comm:ring-kv:0-1"):
+            end = timeline.mark("comm:ring-kv:0-1")
+        timeline.compute_after(end)
+    assert compute_mark.stream is side and end.stream is timeline.lanes["comm:ring-kv:0-1"]
+    assert timeline.lanes["comm:ring-kv:0-1"].waited_streams == [side] and side.waited_events == [end]
+    assert runtime.compute.waited_events == [] and timeline.compute is runtime.compute  # back on the default
+
+
+def _reused_under_a_side_stream(worker_ctx):
+    """One context, built on the default stream, called on it and then under a side stream (as FSDP and Megatron
+    call attention): each call's compute marks, waits and comm-lane orderings act on the stream it ran on."""
+    env = worker_ctx.env
+    world, rank = env.world, env.rank
+    generator = torch.Generator().manual_seed(9)
+    full = [torch.randn(1, 2, 8 * world, 4, generator=generator, dtype=torch.float64) for _ in range(4)]
+    q, k, v, dout = (shard(t, "zigzag", world, rank) for t in full)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    runtime = FakeRuntime(lag_ms=0.5)
+    timeline = StreamTimeline(runtime)
+    recorder = ListRecorder(rank, rank, timeline=timeline)
+    ctx = build_context(q, k, v, mask="causal", layout="zigzag", buffer="double", timeline=timeline, recorder=recorder)
+    reference = [t.detach().clone().requires_grad_() for t in full[:3]]
+    ref_out = reference_attention(*reference, mask="causal")
+    ref_grads = torch.autograd.grad(ref_out, reference, full[3])
+    want = [shard(t.detach(), "zigzag", world, rank) for t in (ref_out, *ref_grads)]
+    report = {}
+    for iteration, stream in enumerate((runtime.compute, FakeStream("side"))):
+        lanes = list(timeline.lanes.values())
+        before = {id(s): (len(s.waited_events), len(s.waited_streams)) for s in (runtime.compute, *lanes)}
+        recorder.iteration = iteration
+        with runtime.stream(stream):
+            timeline.begin_iteration()
+            out = ring_attention(q, k, v, context=ctx)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        marks = list(timeline._events)
+        ctx.comm.settle(10.0)
+        ctx.dkv.settle(10.0)
+        assert timeline.settle(10.0) == []
+        recorder.finish_iteration()
+        lanes = list(timeline.lanes.values())
+        lane_marks = {id(m) for m in marks if m.stream in lanes}
+        compute_marks = [m for m in marks if m.stream not in lanes]
+        waited = stream.waited_events[before[id(runtime.compute)][0] if stream is runtime.compute else 0 :]
+        received = [row for row in recorder.rows if row["iteration"] == iteration and row["kind"] == "recv"]
+        new_lane_waits = [s for lane in lanes for s in lane.waited_streams[before.get(id(lane), (0, 0))[1] :]]
+        report[iteration] = {
+            "errors": [(a - b).abs().max().item() for a, b in zip((out, *grads), want, strict=True)],
+            "compute_marks_on_stream": all(m.stream is stream for m in compute_marks) and len(compute_marks) > 2,
+            "waited_every_transfer": len(waited) == len(received) > 0 and all(id(e) in lane_marks for e in waited),
+            "lanes_waited_on_stream": bool(new_lane_waits) and all(s is stream for s in new_lane_waits),
+            "default_untouched": stream is runtime.compute
+            or len(runtime.compute.waited_events) == before[id(runtime.compute)][0],
+        }
+    ctx.comm.close()
+    ctx.dkv.close()
+    return report
+
+
+def test_a_context_reused_under_another_current_stream_orders_its_work_on_that_stream():
+    for rank, report in enumerate(launch_local(2, _reused_under_a_side_stream, timeout_s=60)):
+        for iteration, facts in report.items():
+            assert max(facts.pop("errors")) < 1e-12, (rank, iteration)
+            assert all(facts.values()), (rank, iteration, facts)

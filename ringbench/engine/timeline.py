@@ -9,10 +9,14 @@ them into nanoseconds on the run's host clock only after the iteration. Two time
 ``StreamTimeline`` (a GPU). The host only enqueues; the device runs the work later, on streams. A mark is an
 event recorded on the stream that runs the work, so it fires when the *device* reaches that point:
 
-  * compute runs on the current stream; each exchange is posted from a dedicated high-priority comm stream that
-    first waits for the compute stream (the block to send is ready), so NCCL's own stream (which waits for the
-    stream that posts) starts the transfer only then; ``work.wait()`` on the comm stream orders the comm stream
-    after the transfer, and a mark there is the transfer's end on the device clock;
+  * compute runs on the current stream, resolved at each use, never kept from construction: a context built once
+    and called later under another current stream (FSDP's or Megatron's side streams, ``torch.cuda.stream(s)``)
+    launches its kernels on that stream, so its marks and waits must act on that stream too, or the kernels would
+    read receive buffers before their transfers ended; each exchange is posted from a dedicated high-priority comm
+    stream that first waits for the compute stream (the block to send is ready), so NCCL's own stream (which waits
+    for the stream that posts) starts the transfer only then; ``work.wait()`` on the comm stream orders the comm
+    stream after the transfer, and a mark there is the transfer's end on the device clock (autograd runs the
+    backward on the forward's stream, so both phases resolve the same one);
   * each communicator has a comm lane (a stream) of its own (``comm:<channel>``; ringbench/engine/pgroups.py):
     ``work.wait()`` orders the posting stream after the transfer, so two rings posting from one stream would
     queue each other's transfers (and injected link delays) behind their own however many groups they had;
@@ -133,7 +137,6 @@ class StreamTimeline:
 
     def __init__(self, runtime) -> None:
         self.runtime = runtime
-        self.compute = runtime.current_stream()
         self.comm = runtime.new_stream(self.COMM_PRIORITY)
         self.lanes = {COMM: self.comm}  # comm lane -> its stream (one per communicator, made on first use)
         self._events: list | None = None  # this iteration's marks, in recording order (kept from begin_iteration)
@@ -142,6 +145,11 @@ class StreamTimeline:
         # Events are made once and recorded again every iteration: creating about six per ring step would cost
         # host time inside the measured spans. An iteration's marks are resolved before the next one begins.
         self._pool: list = []
+
+    @property
+    def compute(self):
+        """The stream the ring's kernels run on: the caller's current stream now (module docstring)."""
+        return self.runtime.current_stream()
 
     def _stream(self, lane: str):
         if lane == COMPUTE:
