@@ -24,6 +24,7 @@ already set) before importing triton; Triton reads it when a kernel is decorated
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -44,8 +45,23 @@ HEAD_DIMS = (16, 32, 64, 128)  # tl.arange needs a power of two; tl.dot needs at
 MAX_BLOCK = 64
 
 
+# Plain int arguments that vary between calls of one run: the head count, the block lengths and the mask's row
+# stride or window. Triton would specialise each (an int equal to 1, or divisible by 16, gets a variant of its own),
+# so a check or a warm-up at other heads or lengths than the measured run compiles the same kernel again, seconds
+# each, inside a deadline or a timed iteration. Strides stay specialised: their classes follow HEAD_DIM (16..128).
+RUNTIME_INTS = ("mask_arg", "heads", "q_len", "k_len")
+
+
 def _jit(fn):
     return triton.jit(fn) if triton is not None else fn
+
+
+def _kernel(fn):
+    """A launched kernel: jitted, its RUNTIME_INTS not specialised."""
+    if triton is None:
+        return fn
+    names = [name for name in inspect.signature(fn).parameters if name in RUNTIME_INTS]
+    return triton.jit(fn, do_not_specialize=names)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -158,7 +174,7 @@ def _attn_fwd_inner(
     return acc, l_i, m_i
 
 
-@_jit
+@_kernel
 def _attn_fwd(
     q_ptr,
     k_ptr,
@@ -255,7 +271,7 @@ def _attn_fwd(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@_jit
+@_kernel
 def _attn_bwd_preprocess(
     out_ptr,
     dout_ptr,
@@ -296,7 +312,7 @@ def _load_row_stats(lse_ptr, delta_ptr, offs_m, q_len, ACC_DTYPE: tl.constexpr):
     return lse, delta
 
 
-@_jit
+@_kernel
 def _attn_bwd_dkdv(
     q_ptr,
     k_ptr,
@@ -373,7 +389,7 @@ def _attn_bwd_dkdv(
     tl.store(dv_ptr + tile, dv.to(dv_ptr.dtype.element_ty), mask=row_ok)
 
 
-@_jit
+@_kernel
 def _attn_bwd_dq(
     q_ptr,
     k_ptr,
