@@ -35,18 +35,30 @@ PAD_LABEL = "ringbench:emulated pad"  # the profiler sees the modelled wait unde
 
 
 class Pacer:
-    """Pads blocks to a target duration on the device that runs them, and counts saturated blocks."""
+    """Pads blocks to a target duration on the device that runs them, and counts saturated blocks.
+
+    CUDA: each block's arithmetic is bracketed by two events, taken from a pool and recorded again after ``settle``
+    resolved them (as the stream timeline pools its marks): making two events per block would cost host time
+    inside the compute spans being measured."""
 
     def __init__(self) -> None:
         self.saturated_blocks = 0
         self.blocks = 0
         self._estimate_s: dict[Hashable, float] = {}  # CUDA: the arithmetic's measured time per block shape
         self._pending: list[tuple[Hashable, object, object, float]] = []
+        self._events: list = []  # the pool
+        self._used = 0  # events of the pool recorded since the last settle
+
+    def _event(self):
+        if self._used == len(self._events):
+            self._events.append(torch.cuda.Event(enable_timing=True))
+        self._used += 1
+        return self._events[self._used - 1]
 
     def begin(self, device: torch.device):
         """Mark the start of a block's arithmetic."""
         if device.type == "cuda":
-            event = torch.cuda.Event(enable_timing=True)
+            event = self._event()
             event.record()
             return event
         return time.perf_counter()
@@ -63,7 +75,7 @@ class Pacer:
                 with torch.profiler.record_function(PAD_LABEL):
                     time.sleep(remaining)
             return
-        done = torch.cuda.Event(enable_timing=True)
+        done = self._event()
         done.record()
         self._pending.append((key, begun, done, target_s))
         spin(target_s - self._estimate_s.get(key, 0.0), device)
@@ -75,7 +87,7 @@ class Pacer:
             with torch.profiler.record_function(PAD_LABEL):
                 time.sleep((factor - 1.0) * elapsed)
             return
-        done = torch.cuda.Event(enable_timing=True)
+        done = self._event()
         done.record()
         self._pending.append((key, begun, done, float("inf")))
         spin((factor - 1.0) * self._estimate_s.get(key, 0.0), device)
@@ -88,6 +100,7 @@ class Pacer:
             if elapsed_s > target_s:
                 self.saturated_blocks += 1
         self._pending.clear()
+        self._used = 0  # every pooled event is resolved: record them again
 
     def reset_counts(self) -> None:
         self.saturated_blocks = 0

@@ -29,6 +29,14 @@ def calibrate(device: torch.device, cycles: int = 20_000_000, rounds: int = 3) -
     return _CYCLES_PER_MS[index]
 
 
+def missing() -> str | None:
+    """One line when this torch cannot busy-wait on a GPU (``torch.cuda._sleep`` is private), else None."""
+    if callable(getattr(torch.cuda, "_sleep", None)):
+        return None
+    return (f"torch {torch.__version__} lacks torch.cuda._sleep (the busy-wait that paces emulated compute and link "
+            "delays on a GPU)")  # fmt: skip
+
+
 def cycles_per_ms(device: torch.device) -> float | None:
     """The measured rate for ``device``, or None before ``calibrate``."""
     return _CYCLES_PER_MS.get(torch.device(device).index or 0)
@@ -38,6 +46,10 @@ def spin(seconds: float, device: torch.device, stream=None) -> None:
     """Enqueue ``seconds`` of busy-wait on ``stream`` (the current stream when None); never blocks the host."""
     if seconds <= 0:
         return
+    if missing():
+        from ringbench.errors import UsageError
+
+        raise UsageError(missing())
     rate = cycles_per_ms(device)
     if rate is None:
         rate = calibrate(device)

@@ -211,6 +211,45 @@ def cuda_route(
     return "math"
 
 
+_FUSED_PROBLEM: list[str | None] = []  # the one answer of this process
+
+
+def fused_ops_problem() -> str | None:
+    """None when this torch's fused CUDA attention ops (flash and memory-efficient, forward and backward) take the
+    arguments this module passes, else one line naming the op and what it said. Private aten signatures change
+    between releases; their meta kernels check argument order, types and shapes on meta tensors shaped as the ring
+    passes them (row slices, 16-bit, a partial bias), so the answer needs no GPU. A torch without those meta
+    kernels (NotImplementedError) cannot tell: None."""
+    if _FUSED_PROBLEM:
+        return _FUSED_PROBLEM[0]
+    batch, heads, length, head_dim = 1, 2, 130, 64
+    storage = torch.empty(batch, heads, 2 * length, head_dim, dtype=torch.bfloat16, device="meta")
+    q, k = storage[:, :, :length], storage[:, :, length:]
+    bias = MaskTensors().additive(BlockMask.partial(torch.ones(length, length, dtype=torch.bool).tril()), q.dtype,
+                                  q.device, align=BIAS_ALIGN).expand(batch, heads, length, length)  # fmt: skip
+    calls = {
+        "_scaled_dot_product_flash_attention": lambda: flash_backward(
+            q, q, k, k, *flash_forward(q, k, k, True, 0.1), True, 0.1
+        ),
+        "_scaled_dot_product_efficient_attention": lambda: efficient_backward(
+            q, q, k, k, *efficient_forward(q, k, k, bias, False, 0.1), bias, False, 0.1
+        ),
+    }
+    problem = None
+    for name, call in calls.items():
+        try:
+            call()
+        except NotImplementedError:
+            continue
+        except Exception as exc:  # a changed signature: TypeError or RuntimeError from the schema
+            text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            problem = (f"torch {torch.__version__}'s aten.{name} (forward or backward) does not take ringbench's "
+                       f"arguments ({type(exc).__name__}: {text}); ringbench's calls follow torch 2.13")  # fmt: skip
+            break
+    _FUSED_PROBLEM.append(problem)
+    return problem
+
+
 class TorchSdpaKernel(BlockKernel):
     name = "torch"
 

@@ -296,3 +296,37 @@ def test_blocks_over_one_emulated_hop_take_turns_on_it():
     assert max(ended["kv"], ended["dkv"]) >= 2 * hold_s
     assert min(ended["kv"], ended["dkv"]) < 2 * hold_s <= max(ended["kv"], ended["dkv"])
     assert ended["other hop"] < 2 * hold_s
+
+
+class _Options:
+    def __init__(self) -> None:
+        self.is_high_priority_stream = False
+        self._timeout = None
+
+
+class _OptionsWithoutTimeout:
+    __slots__ = ("group_name", "is_high_priority_stream")  # a torch whose options lack the private _timeout
+
+
+def test_every_nccl_group_is_made_with_options_of_its_own(monkeypatch):
+    """torch writes each group's name, colour and ranks into the options it is given and ProcessGroupNCCL keeps
+    them: a shared object would show every group the last one's."""
+    fake = SimpleNamespace(is_initialized=lambda: True, get_backend=lambda group=None: "nccl",
+                           get_global_rank=lambda group, rank: rank,
+                           distributed_c10d=SimpleNamespace(_get_default_group=lambda: "world"))  # fmt: skip
+    monkeypatch.setattr(pgroups, "dist", fake)
+    for options_class in (_Options, _OptionsWithoutTimeout):
+        made = []
+
+        def new_group(ranks, timeout, pg_options, made=made):
+            pg_options.group_name = f"group {len(made)}"  # what torch does with them
+            made.append(pg_options)
+            return SimpleNamespace(ranks=tuple(ranks))
+
+        pgroups.forget()
+        pgroups.channel(None, "inner-kv", [(0, 1), (2, 3)], 0, timeout_s=10, new_group=new_group,
+                        nccl=SimpleNamespace(Options=options_class))  # fmt: skip
+        assert len(made) == 2 and made[0] is not made[1]
+        assert [o.group_name for o in made] == ["group 0", "group 1"]
+        assert all(o.is_high_priority_stream for o in made)
+    pgroups.forget()

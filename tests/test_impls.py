@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 import types
@@ -81,6 +82,29 @@ def test_torch_ring_without_the_private_api_is_one_line(monkeypatch):
     with pytest.raises(UsageError) as info:
         get_adapter("torch-ring").check(_case(), "cpu")
     assert "lacks _templated_ring_attention" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_torch_ring_with_other_signatures_is_one_line_not_a_type_error(monkeypatch):
+    """A torch whose private ring functions take other parameters (the names exist, the calls would fail with a
+    TypeError inside the run) is refused up front; torch 2.11's and 2.13's signatures are the ones pinned."""
+    from ringbench.rank.impls import torch_ring
+
+    real = importlib.import_module(torch_ring.MODULE)
+    fake = types.ModuleType(torch_ring.MODULE)
+    for name in torch_ring.PINNED:
+        setattr(fake, name, getattr(real, name))
+    assert torch_ring._private()[1] is None  # this torch's signatures are the pinned ones
+
+    def moved(group, op, query, key, value, *, seq_dim=2, **kwargs):  # seq_dim no longer second
+        raise AssertionError("never called")
+
+    fake._templated_ring_attention = moved
+    monkeypatch.setitem(sys.modules, torch_ring.MODULE, fake)
+    with pytest.raises(UsageError) as info:
+        get_adapter("torch-ring").check(Workload(), "cpu")
+    message = str(info.value)
+    assert "lacks the signatures ringbench calls" in message and "_templated_ring_attention(group, op" in message
+    assert "\n" not in message
 
 
 def user_ring(q, k, v, *, mask, layout, group):

@@ -237,6 +237,66 @@ def test_cuda_op_arguments_match_the_schemas_on_meta_tensors():
             assert grad.shape == source.shape and grad.dtype == source.dtype
 
 
+def test_this_torchs_fused_ops_take_ringbenchs_arguments_and_a_changed_one_is_named(monkeypatch):
+    assert torch_sdpa.fused_ops_problem() is None
+    real = torch_sdpa.aten
+
+    class Changed:
+        def __getattr__(self, name):
+            if name == "_scaled_dot_product_efficient_attention_backward":
+
+                def refuse(*args, **kwargs):
+                    raise TypeError("_scaled_dot_product_efficient_attention_backward() missing 1 required argument")
+
+                return refuse
+            return getattr(real, name)
+
+    monkeypatch.setattr(torch_sdpa, "aten", Changed())
+    monkeypatch.setattr(torch_sdpa, "_FUSED_PROBLEM", [])
+    problem = torch_sdpa.fused_ops_problem()
+    assert problem.startswith(f"torch {torch.__version__}'s aten._scaled_dot_product_efficient_attention ")
+    assert "TypeError: _scaled_dot_product_efficient_attention_backward() missing" in problem and "\n" not in problem
+
+
+def test_a_torch_without_the_private_busy_wait_says_so_in_one_line(monkeypatch):
+    from ringbench.kernels import spin
+
+    assert spin.missing() is None
+    monkeypatch.delattr(torch.cuda, "_sleep")
+    assert spin.missing() == (f"torch {torch.__version__} lacks torch.cuda._sleep (the busy-wait that paces emulated "
+                              "compute and link delays on a GPU)")  # fmt: skip
+    with pytest.raises(UsageError, match=r"lacks torch\.cuda\._sleep"):
+        spin.spin(0.001, torch.device("cuda"))
+
+
+def test_emulated_pads_take_their_cuda_events_from_a_pool(monkeypatch):
+    """Two events per block, made once and recorded again after each settle (no event made inside a span)."""
+    from ringbench.kernels import emulated
+
+    made = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            made.append(self)
+            self.recorded = 0
+
+        def record(self, stream=None):
+            self.recorded += 1
+
+        def elapsed_time(self, other):
+            return 0.5
+
+    monkeypatch.setattr(emulated.torch.cuda, "Event", Event)
+    monkeypatch.setattr(emulated, "spin", lambda seconds, device, stream=None: None)
+    pacer, cuda = emulated.Pacer(), torch.device("cuda")
+    for _ in range(3):  # three iterations of two blocks each
+        for block in range(2):
+            pacer.pad_to(cuda, ("block", block), pacer.begin(cuda), 1e-3)
+        pacer.settle()
+    assert len(made) == 4 and all(event.recorded == 3 for event in made)
+    assert pacer.blocks == 6 and pacer.saturated_blocks == 0
+
+
 def test_layouts_handed_to_the_fused_backwards():
     t = torch.randn(2, 4, 10, 8)[:, :, 1:9]  # a row slice
     bmhk = torch_sdpa._bmhk(t)

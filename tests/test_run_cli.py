@@ -48,6 +48,19 @@ def test_run_writes_the_record_and_json(tmp_path):
     assert (run_dir / "cases.csv").read_text().count("\n") == 3
 
 
+def test_a_run_whose_every_case_is_skipped_says_so_without_a_traceback(tmp_path):
+    """Another implementation that cannot run here (CUDA only) is skipped with its reason; when nothing is left,
+    the run says so and its JSON has no case (the GPU check reads 'not checked' from that, never a crash)."""
+    result = _run("--world", "1", "--device", "cpu", "--impl", "ring-flash-attn", *SMALL, "--out", str(tmp_path),
+                  "--json")  # fmt: skip
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert "no case ran: every case was skipped" in result.output
+    document = json.loads(result.stdout[result.stdout.index("{") :])
+    assert document["cases"] == []
+    meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text())
+    assert all("ring-flash-attn" in reason for reason in meta["skipped"].values())
+
+
 def test_no_trace_keeps_iteration_times_only(tmp_path):
     result = _run("--world", "2", *SMALL, "--layout", "zigzag", "--no-trace", "--no-check", "--no-backward",
                   "--out", str(tmp_path))  # fmt: skip

@@ -240,7 +240,10 @@ def _finish(state, out: Output, chosen, emulated: bool, report: bool) -> None:
         if block is not None:  # the report is written: the next step is to read it
             block = dataclasses.replace(block, next_step=f"open {report_dir / 'report.html'}   (trace.json beside "
                                         "it opens in https://ui.perfetto.dev)")  # fmt: skip
-    out.print(summary_table(state.cases, emulated, list(chosen.faults)))
+    if len(state.cases):
+        out.print(summary_table(state.cases, emulated, list(chosen.faults)))
+    else:  # every case was skipped (another implementation that cannot run here): the notes above say why
+        out.note("no case ran: every case was skipped")
     for line in block.lines() if block is not None else []:
         out.print(line)
     out.progress(f"wrote {state.run_dir}/ (events.parquet, cases.parquet, cases.csv, meta.json)")

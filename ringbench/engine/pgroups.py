@@ -61,7 +61,8 @@ def group_options(backend: str, timeout: timedelta, nccl=None) -> dict:
         return {}
     options = nccl.Options()
     options.is_high_priority_stream = True
-    options._timeout = timeout  # the group's own (else torch warns that the timeout argument overrides it)
+    if hasattr(options, "_timeout"):  # private: a torch without it takes the timeout argument alone
+        options._timeout = timeout  # the group's own (else torch warns that the timeout argument overrides it)
     return {"pg_options": options}
 
 
@@ -102,9 +103,11 @@ def channel(base, role: str, partition, rank: int, *, timeout_s: float, policy: 
     if key not in _MADE:
         backend = dist.get_backend(base) if dist.is_initialized() else "gloo"
         timeout = group_timeout(timeout_s, backend)
-        options = group_options(backend, timeout, nccl)
         made = None
         for members in groups:  # every rank, every group, the same order: new_group is collective over the world
+            # Fresh options per group: torch writes the group's name, colour and ranks into the options it is
+            # given, and ProcessGroupNCCL keeps them; one shared object would show every group the last one's.
+            options = group_options(backend, timeout, nccl)
             group = make(ranks=[_global(base, r) for r in members], timeout=timeout, **options)
             if members == mine:
                 made = group

@@ -1,9 +1,10 @@
 """``torch-ring``: torch's own templated ring attention (context parallelism), forward and backward.
 
 It is a private API, pinned here: torch/distributed/tensor/experimental/_context_parallel/_attention.py (torch
-2.13) -- ``_templated_ring_attention``, ``_templated_ring_attention_backward``, ``_cp_options`` (its
-``rotate_method``, ``enable_load_balance``, ``convert_to_f32``) and ``_RotateMethod`` (``ALL_TO_ALL``,
-``ALL_GATHER``). A torch without them gives one line (``missing``), never a traceback.
+2.13; 2.11 has the same) -- ``_templated_ring_attention``, ``_templated_ring_attention_backward`` (the parameters
+passed by position: ``POSITIONAL``), ``_cp_options`` (its ``rotate_method``, ``enable_load_balance``,
+``convert_to_f32``) and ``_RotateMethod`` (``ALL_TO_ALL``, ``ALL_GATHER``). A torch without them, or with other
+signatures, gives one line (``missing``), never a traceback.
 
 The ring rotates K/V with an all-to-all permutation or a single all-gather (``torch-ring:alltoall``,
 ``torch-ring:allgather``; plain ``torch-ring`` is torch's default, all-gather); the backward always rotates the
@@ -30,6 +31,29 @@ from ringbench.rank.impls.base import Adapter, AttentionFn, Support, world_group
 
 MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
 PINNED = ("_templated_ring_attention", "_templated_ring_attention_backward", "_cp_options", "_RotateMethod")
+# The parameters the calls below pass by position, in order (torch 2.11 and 2.13 alike); a signature without them
+# would fail inside the run with a TypeError, so it is refused up front, in one line.
+POSITIONAL = {
+    "_templated_ring_attention": ("group", "seq_dim", "op", "query", "key", "value", "is_causal"),
+    "_templated_ring_attention_backward": ("group", "seq_dim", "op", "grad_out", "grad_out_name", "query", "key",
+                                           "value", "out", "logsumexp", "is_causal"),
+}  # fmt: skip
+
+
+def _signature_problems(module) -> list[str]:
+    import inspect
+
+    problems = []
+    for name, expected in POSITIONAL.items():
+        try:
+            params = list(inspect.signature(getattr(module, name)).parameters.values())
+        except (TypeError, ValueError):  # no signature to read: the call itself will tell
+            continue
+        names = tuple(p.name for p in params[: len(expected)])
+        keywords = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        if names != expected or not keywords:
+            problems.append(f"{name}({', '.join(p.name for p in params)})")
+    return problems
 
 
 def _private():
@@ -47,6 +71,10 @@ def _private():
     absent += [f"_RotateMethod.{n}" for n in ("ALL_TO_ALL", "ALL_GATHER") if not hasattr(methods, n)]
     if absent:
         return None, f"torch {torch.__version__}'s private ring API lacks {', '.join(absent)} (pinned to torch 2.13)"
+    changed = _signature_problems(module)
+    if changed:
+        return None, (f"torch {torch.__version__}'s private ring API lacks the signatures ringbench calls (has "
+                      f"{'; '.join(changed)}; pinned to torch 2.13)")  # fmt: skip
     return module, None
 
 
