@@ -8,7 +8,8 @@ runs on a bare machine's python, before anything is installed).
 so that it sees the machine's torch and triton even when this interpreter is itself a venv (whose packages
 ``--system-site-packages`` would not show); the venv's own site-packages come first. Then it installs, with
 ``pip --no-index --no-deps``, ringbench's wheel and every wheel of the bundle the machine lacks (a distribution
-the machine has at a version the requirement allows is left to the machine). Each wheel's sha256 is checked
+the machine has at a version the requirement's lower bounds allow is left to the machine: a newer pyarrow than the
+bundle's stays, the bundle's upper bound only capped the size of what it carries). Each wheel's sha256 is checked
 against the manifest first; a bundle made for another CPython is refused in one line. A venv already made from
 the same manifest is reused.
 """
@@ -106,15 +107,21 @@ def read_manifest(bundle: Path) -> dict:
     return document
 
 
+def lower_bounds(requirement: str) -> str:
+    """The >= / > / == clauses of a requirement: what the machine's own copy must meet. An upper bound in
+    gpu_bundle.txt caps the size of the wheel the bundle carries (pyarrow below 20), never the machine's newer one."""
+    return ",".join(f"{op}{bound}" for op, bound in re.findall(r"(>=|==|>)\s*([\d.]+)", requirement))
+
+
 def to_install(document: dict) -> tuple[list[dict], list[str]]:
-    """(wheels to install, 'name version' of those the machine already has at an allowed version)."""
+    """(wheels to install, 'name version' of those the machine already has at a version it may keep)."""
     chosen, kept = [], []
     for row in document["wheels"]:
         try:
             have = importlib.metadata.version(row["name"])
         except importlib.metadata.PackageNotFoundError:
             have = None
-        if row["name"] != "ringbench" and have is not None and allows(row.get("requirement", ""), have):
+        if row["name"] != "ringbench" and have is not None and allows(lower_bounds(row.get("requirement", "")), have):
             kept.append(f"{row['name']} {have}")
         else:
             chosen.append(row)

@@ -11,7 +11,8 @@ merge, emulated pads -- is the step's compute), and the busy-waits (``spin_kerne
 link delay on the comm stream, part of the transfer as the recorder sees it).
 
 Figures:
-  overlap    share of the NCCL kernels' time during which a compute kernel ran (0: serialised; 1: hidden);
+  overlap    share of the NCCL kernels' time during which a compute kernel ran (0: serialised; 1: hidden); of a
+             backward step, of its K/V's kernels only (``first_comm``);
   edges      recorder vs profiler for the compute span's start and end and the transfer's start and end, after one
              shift for the whole step (the two clocks differ by a constant: the recorder's anchor); |residual| per
              edge, judged against a tolerance (50 us on a GPU).
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -39,6 +40,16 @@ class StepKernels:
     nccl: list[tuple[int, int, str]] = field(default_factory=list)
     comm_spins: list[tuple[int, int, str]] = field(default_factory=list)  # busy-waits off the compute stream
     compute_stream: int | None = None
+    nccl_by_stream: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # one per communicator
+
+    def first_comm(self) -> StepKernels:
+        """The step with only its first communicator's NCCL kernels (the stream whose first kernel starts first):
+        a backward step's K/V, whose dK/dV travel on a communicator of their own, posted after the step's compute
+        (on one rank nothing computes during them: they are not the overlap being measured)."""
+        if len(self.nccl_by_stream) <= 1:
+            return self
+        first = min(self.nccl_by_stream, key=lambda stream: min(k[0] for k in self.nccl_by_stream[stream]))
+        return replace(self, nccl=self.nccl_by_stream[first], nccl_by_stream={first: self.nccl_by_stream[first]})
 
     @property
     def compute_span(self) -> tuple[int, int] | None:
@@ -81,7 +92,9 @@ def step_kernels(events: pd.DataFrame, marker: str) -> StepKernels:
 
     compute = kernels[kernels["stream"] == stream] if stream is not None else kernels.iloc[0:0]
     others = kernels[(kernels["stream"] != stream) & ~names.str.contains(NCCL) & names.str.contains(SPIN)]
-    return StepKernels(compute=spans(compute), nccl=spans(nccl), comm_spins=spans(others), compute_stream=stream)
+    by_stream = {int(s): spans(frame) for s, frame in nccl.groupby("stream")} if len(nccl) else {}
+    return StepKernels(compute=spans(compute), nccl=spans(nccl), comm_spins=spans(others), compute_stream=stream,
+                       nccl_by_stream=by_stream)  # fmt: skip
 
 
 def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
