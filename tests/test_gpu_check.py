@@ -264,6 +264,11 @@ def test_overlap_is_judged_against_sync_not_against_an_absolute_floor():
     assert not ok and any(f.startswith("bwd: ") and "FAIL" in f for f in facts)
     ok, facts = judge(_phases(sync=0.35, double=0.99, spins=0.99))  # sync that overlaps is a finding too
     assert not ok and any("sync 0.35 (at most 0.2: FAIL)" in fact for fact in facts)
+    short = _phases(sync=0.0, double=0.9, spins=0.9)
+    for phases in short.values():
+        phases["fwd"]["transfer_ms"] = 3.2  # a loopback too fast for the memory to hold a longer block
+    assert not judge(short)[0] and judge(short, memory_bound=True)[0]
+    assert any("under 5 ms: the memory allows no larger block, not judged" in f for f in judge(short, True)[1])
 
 
 def test_a_backward_step_is_judged_on_its_kv_transfer_only():
