@@ -466,6 +466,42 @@ def _attn_bwd_dq(
 # ----------------------------------------------------------------------------------------------------------------
 
 
+@_jit
+def _count_to(out_ptr, n):
+    """The interpreter probe: a loop bounded by a plain int argument, as every kernel above has."""
+    total = 0
+    for _ in range(0, n, 1):
+        total += 1
+    tl.store(out_ptr, total)
+
+
+_INTERPRETER_PROBLEM: list[str | None] = []  # the one answer of this process
+
+
+def interpreter_problem() -> str | None:
+    """One line when this Triton's CPU interpreter cannot run the kernels, else None (also when not interpreted).
+
+    Triton 3.6's interpreter turns an int argument into a 1-element array and reads it back with int(), which
+    NumPy 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars"; Triton 3.9 squeezes it
+    first). Compiled kernels on a GPU are not concerned: the probe runs only under the interpreter."""
+    if not _interpreted():
+        return None
+    if not _INTERPRETER_PROBLEM:
+        out = torch.zeros(1, dtype=torch.int32)
+        try:
+            _count_to[(1,)](out, 3)
+            problem = None if int(out[0]) == 3 else f"counted {int(out[0])} for 3"
+        except Exception as exc:  # the interpreter raises its own error types, wrapping the cause
+            problem = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        if problem is not None:
+            import numpy
+
+            problem = (f"Triton {triton.__version__}'s CPU interpreter cannot run the kernels with NumPy "
+                       f"{numpy.__version__} ({problem}); use a newer Triton (3.9 works) or an older NumPy")  # fmt: skip
+        _INTERPRETER_PROBLEM.append(problem)
+    return _INTERPRETER_PROBLEM[0]
+
+
 def _interpreted() -> bool:
     """True when the kernels above were decorated for the CPU interpreter (TRITON_INTERPRET=1 at import)."""
     return triton is not None and type(_attn_fwd).__name__ == "InterpretedFunction"
@@ -533,6 +569,8 @@ class TritonKernel(BlockKernel):
                     "tensors are on the CPU" if torch.cuda.is_available() else "there is no CUDA device"
                 ) + " and TRITON_INTERPRET=1 was not set when ringbench.kernels.triton_attn was imported"
                 raise UsageError(f"kernel='triton' is not allowed here: {reason}")
+            if interpreter_problem():
+                raise UsageError(f"kernel='triton' is not allowed here: {interpreter_problem()}")
             allowed = self.dtypes
         else:
             raise bad_value("device", str(device), "cuda, or cpu under TRITON_INTERPRET=1, for kernel 'triton'")

@@ -297,6 +297,50 @@ def test_emulated_pads_take_their_cuda_events_from_a_pool(monkeypatch):
     assert pacer.blocks == 6 and pacer.saturated_blocks == 0
 
 
+def test_heads_and_lengths_do_not_make_new_compiled_variants():
+    """Triton's own specialisation of each launched kernel's plain ints gives one key for any head count, block
+    length, window or mask stride (2 heads or 32, 128 tokens or 4095): a pre-compile at one shape serves another."""
+    pytest.importorskip("triton")
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime import jit
+
+    from ringbench.kernels import triton_attn
+
+    specialise = jit.native_specialize_impl
+    for kernel in (triton_attn._attn_fwd, triton_attn._attn_bwd_preprocess, triton_attn._attn_bwd_dkdv,
+                   triton_attn._attn_bwd_dq):  # fmt: skip
+        compiled = kernel if isinstance(kernel, jit.JITFunction) else jit.JITFunction(kernel.fn, **kernel.kwargs)
+        runtime = [p for p in compiled.params if p.name in triton_attn.RUNTIME_INTS]
+        assert {p.name for p in runtime} >= {"heads", "q_len"}, kernel
+        for param in runtime:
+            keys = {specialise(BaseBackend, value, False, not param.do_not_specialize, True)
+                    for value in (1, 2, 16, 32, 128, 130, 4095, 4096)}  # fmt: skip
+            assert len(keys) == 1, (kernel, param.name, keys)
+        strides = [p for p in compiled.params if p.name.startswith("stride_")]
+        assert strides and not any(p.do_not_specialize for p in strides)  # their classes follow HEAD_DIM
+
+
+def test_a_triton_interpreter_that_cannot_run_the_kernels_is_refused_in_one_line(monkeypatch):
+    pytest.importorskip("triton")
+    from ringbench.kernels import triton_attn
+
+    if not triton_attn._interpreted():
+        pytest.skip("the kernels are compiled here")
+    found = triton_attn.interpreter_problem()
+    if found is None:  # this Triton's interpreter works: make it fail as Triton 3.6's does with NumPy 2.4
+        monkeypatch.setattr(triton_attn, "_INTERPRETER_PROBLEM", [])
+
+        def broken(*args, **kwargs):
+            raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+
+        monkeypatch.setattr(triton_attn, "_count_to", {(1,): broken})
+        found = triton_attn.interpreter_problem()
+    assert f"Triton {triton_attn.triton.__version__}'s CPU interpreter cannot run the kernels" in found
+    with pytest.raises(UsageError, match="kernel='triton' is not allowed here: Triton") as info:
+        triton_attn.TritonKernel().check(16, torch.float32, torch.device("cpu"))
+    assert "\n" not in str(info.value)
+
+
 def test_layouts_handed_to_the_fused_backwards():
     t = torch.randn(2, 4, 10, 8)[:, :, 1:9]  # a row slice
     bmhk = torch_sdpa._bmhk(t)

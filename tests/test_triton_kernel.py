@@ -24,6 +24,10 @@ from ringbench.kernels.triton_attn import TritonKernel
 from ringbench.run.selfcheck import CheckCase, check_case
 from ringbench.vocab import TOLERANCE
 
+# A Triton whose CPU interpreter cannot run the kernels here (Triton 3.6 with NumPy 2.4): the kernel refuses in one
+# line (test_kernels.py checks that); nothing below could run.
+pytestmark = pytest.mark.skipif(bool(triton_attn.interpreter_problem()), reason=str(triton_attn.interpreter_problem()))
+
 # (atol, rtol) against the math kernel run on the same inputs, for out and for dq/dk/dv. 16-bit outputs differ by
 # the rounding of the final cast (one ulp of values of order 1) plus the 16-bit P and dS fed to the dots.
 TOLERANCES = {
@@ -272,26 +276,6 @@ def test_registry_and_unavailable(monkeypatch):
     monkeypatch.setattr(triton_attn, "triton", None)
     with pytest.raises(ValueError, match="triton is not installed"):
         kernel.check(16, torch.float32, torch.device("cpu"))
-
-
-def test_heads_and_lengths_do_not_make_new_compiled_variants():
-    """Triton's own specialisation of each launched kernel's plain ints gives one key for any head count, block
-    length, window or mask stride (2 heads or 32, 128 tokens or 4095): a pre-compile at one shape serves another."""
-    from triton.backends.compiler import BaseBackend
-    from triton.runtime import jit
-
-    specialise = jit.native_specialize_impl
-    for kernel in (triton_attn._attn_fwd, triton_attn._attn_bwd_preprocess, triton_attn._attn_bwd_dkdv,
-                   triton_attn._attn_bwd_dq):  # fmt: skip
-        compiled = kernel if isinstance(kernel, jit.JITFunction) else jit.JITFunction(kernel.fn, **kernel.kwargs)
-        runtime = [p for p in compiled.params if p.name in triton_attn.RUNTIME_INTS]
-        assert {p.name for p in runtime} >= {"heads", "q_len"}, kernel
-        for param in runtime:
-            keys = {specialise(BaseBackend, value, False, not param.do_not_specialize, True)
-                    for value in (1, 2, 16, 32, 128, 130, 4095, 4096)}  # fmt: skip
-            assert len(keys) == 1, (kernel, param.name, keys)
-        strides = [p for p in compiled.params if p.name.startswith("stride_")]
-        assert strides and not any(p.do_not_specialize for p in strides)  # their classes follow HEAD_DIM
 
 
 @pytest.mark.gpu
