@@ -38,177 +38,29 @@ failed, 2 without a GPU (unless --dry-run: the dry run exits 0 when every stand-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import re
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_child import Check, Deadline, json_document, killed_fact, ringbench_command, run_child  # noqa: E402
 from gpu_coverage import CHECK_NAMES, coverage_lines  # noqa: E402
+from gpu_runs import (  # noqa: E402
+    GPU_TESTS,
+    check_adapters,
+    check_calibration,
+    check_gpu_tests,
+    check_memory,
+    check_placement,
+)
 
 PROBE = ROOT / "benchmarks" / "gpu_probe.py"
-RESULT = "GPU_CHECK_RESULT "
-# The gpu-marked tests worth the last share: each checks something the checks before it do not, in seconds, on the
-# Triton variants already in the cache (D=128) or on none (Triton's no-host-sync is the timing check's); the full
-# gpu-marked suite (196 tests, many Triton variants to compile) does not fit a lent GPU's minutes. A CPU test collects these ids, so a rename fails there.
-GPU_TESTS = [
-    "tests/test_timeline.py::test_cuda_marks_time_the_device_not_the_launch",
-    "tests/test_timeline.py::test_one_rank_nccl_loopback_ring_on_the_device_timeline[double]",
-    "tests/test_kernels.py::test_torch_kernel_matches_math_on_cuda[dtype1]",  # fp32: the memory-efficient op
-    "tests/test_kernels.py::test_torch_kernel_matches_math_on_cuda[dtype2]",  # bf16: flash
-    "tests/test_torch_kernel_gpu.py::test_flash_attention_is_available",
-    "tests/test_torch_kernel_gpu.py::test_torch_kernel_16bit_multihead[bfloat16-2x4x130x130x64-partial-strict-default]",
-    "tests/test_torch_kernel_gpu.py::test_torch_kernel_16bit_multihead[float16-2x4x96x130x64-full-default]",
-    "tests/test_torch_kernel_gpu.py::test_torch_kernel_16bit_multihead[bfloat16-2x4x128x128x128-causal-efficient]",
-    "tests/test_torch_kernel_gpu.py::test_one_rank_ring_16bit[causal-zigzag-130-bfloat16-torch]",
-    "tests/test_torch_kernel_gpu.py::test_kernel_calls_do_not_synchronise[torch]",
-    "tests/test_triton_kernel.py::TestGpu::test_matches_math_kernel[causal-300-300-128-torch.bfloat16]",
-    "tests/test_triton_kernel.py::TestGpu::test_matches_math_kernel[causal-300-300-128-torch.float32]",
-    "tests/test_triton_kernel.py::TestGpu::test_float64_rejected",
-]
 MULTI_RANK = ("one GPU cannot show multi-rank behaviour (NCCL refuses two ranks on one GPU; see placement): hop "
               "bandwidths, stragglers and ring orders need a node -- run benchmarks/gpu_check.sh --gpus N there")  # fmt: skip
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool | None = None  # None: not checked
-    facts: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    data: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return {"check": self.name, "ok": self.ok, "facts": self.facts, "seconds": round(self.seconds, 1),
-                "data": self.data}  # fmt: skip
-
-
-class Deadline:
-    def __init__(self, budget_s: float) -> None:
-        self.started = time.monotonic()
-        self.budget_s = budget_s
-
-    def left(self) -> float:
-        return self.budget_s - (time.monotonic() - self.started)
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-
-@dataclass
-class Child:
-    code: int | None  # None: killed at its deadline
-    stdout: str
-    stderr: str
-    seconds: float
-
-    @property
-    def results(self) -> list[dict]:
-        found = []
-        for line in self.stdout.splitlines():
-            if line.startswith(RESULT):
-                try:
-                    found.append(json.loads(line[len(RESULT) :]))
-                except json.JSONDecodeError:
-                    continue
-        return found
-
-    def tail(self, lines: int = 2) -> str:
-        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
-        return " ".join(text[-lines:])[:300]
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found[1:]
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the child's process group, 3 s, SIGKILL to it, then to every descendant still alive (a rank
-    that made a group of its own)."""
-    tree = _descendants(proc.pid) if sys.platform.startswith("linux") else []
-    for signum, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(proc.pid, signum)
-        except OSError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    for pid in tree:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=2.0)
-
-
-def run_child(command: list[str], timeout_s: float, env: dict | None = None, cwd: Path | None = None) -> Child:
-    """Run ``command`` in its own session; killed as a group after ``timeout_s``; its output so far is kept.
-
-    It runs outside the checkout (the temporary folder) by default: ``python -m`` puts its working folder first on
-    sys.path, and the checkout's ``ringbench/`` would then shadow the installed package, which alone holds
-    ``ringbench.kernels`` (a bundle's install)."""
-    cwd = cwd if cwd is not None else Path(tempfile.gettempdir())
-    started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    out: list[str] = []
-    err: list[str] = []
-    readers = [threading.Thread(target=lambda s=s, b=b: b.extend(s), daemon=True)
-               for s, b in ((proc.stdout, out), (proc.stderr, err))]  # fmt: skip
-    for reader in readers:
-        reader.start()
-    try:
-        code = proc.wait(timeout=max(1.0, timeout_s))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        code = None
-    for reader in readers:
-        reader.join(timeout=2.0)
-    return Child(code=code, stdout="".join(out), stderr="".join(err), seconds=time.monotonic() - started)
-
-
-def _ringbench(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ringbench", *args]
-
-
-def _json_document(text: str) -> dict:
-    lines = text.splitlines()
-    for index, line in enumerate(lines):
-        if line.startswith("{"):
-            try:
-                return json.loads("\n".join(lines[index:]))
-            except json.JSONDecodeError:
-                continue
-    return {}
-
-
-def _killed(child: Child, limit: float) -> str:
-    return f"not checked: stopped by the deadline after {child.seconds:.0f} s (its share: {limit:.0f} s)"
 
 
 # -- the checks --------------------------------------------------------------------------------------------------
@@ -246,7 +98,7 @@ def device_facts(timeout_s: float = 90.0) -> dict:
     for line in child.stdout.splitlines():
         if line.startswith("GPU_FACTS "):
             return json.loads(line[len("GPU_FACTS ") :])
-    return {"error": _killed(child, timeout_s) if child.code is None else f"exit {child.code}: {child.tail()}"}
+    return {"error": killed_fact(child, timeout_s) if child.code is None else f"exit {child.code}: {child.tail()}"}
 
 
 def check_env(facts: dict, dry: bool, gpus: int) -> Check:
@@ -265,23 +117,6 @@ def check_env(facts: dict, dry: bool, gpus: int) -> Check:
     return check
 
 
-def check_placement(dry: bool, limit: float) -> Check:
-    check = Check("placement")
-    child = run_child(_ringbench("run", "--world", "2", "--device", "cuda", "--seq", "256", "--iters", "1",
-                                 "--no-check"), limit)  # fmt: skip
-    check.seconds = child.seconds
-    if child.code is None:
-        check.facts = [_killed(child, limit)]
-        return check
-    errors = [line for line in child.stderr.splitlines() if line.startswith("error:")]
-    check.ok = child.code == 2 and len(errors) == 1 and "device='cuda' is not allowed" in errors[0] and (
-        "Traceback" not in child.stderr)  # fmt: skip
-    where = "with no GPU (dry run)" if dry else "on one GPU"
-    check.facts = [f"run --world 2 --device cuda {where}: exit {child.code}, "
-                   f"{len(errors)} error line: {errors[-1][:160] if errors else child.tail()}"]  # fmt: skip
-    return check
-
-
 def probe_checks(what: str, dry: bool, limit: float, out: Path, names: list[str], env: dict) -> list[Check]:
     """Run one gpu_probe.py subcommand; one Check per measurement it names (missing ones: not checked)."""
     command = [sys.executable, str(PROBE), what, str(out / f"probe-{what}"), *(["--dry-run"] if dry else [])]
@@ -294,169 +129,12 @@ def probe_checks(what: str, dry: bool, limit: float, out: Path, names: list[str]
         if result is not None:
             check.ok, check.facts, check.data = result["ok"], result["facts"], result.get("data", {})
         elif child.code is None:
-            check.facts = [_killed(child, limit)]
+            check.facts = [killed_fact(child, limit)]
         else:  # the child died before it measured this (a dry run too: its code must run)
             check.ok = False
             check.facts = [f"no result: gpu_probe.py {what} exited {child.code}: {child.tail()}"]
         checks.append(check)
     return checks
-
-
-def check_adapters(dry: bool, limit: float, out: Path) -> Check:
-    check = Check("adapters")
-    shape = ["--seq", "128", "--heads", "1", "--head-dim", "16"] if dry else ["--seq", "4096", "--heads", "16",
-                                                                             "--head-dim", "128"]  # fmt: skip
-    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
-    command = _ringbench("run", "--world", "1", *device, *shape, "--impl", "torch-ring", "--impl", "ring-flash-attn",
-                         "--impl", "transformer-engine", "--dtype", "float32", "--dtype", "bfloat16", "--mask",
-                         "causal", "--layout", "contiguous", "--layout", "zigzag", "--buffer", "double", "--iters", "2",
-                         "--warmup", "1", "--no-trace", "--out", str(out), "--json")  # fmt: skip
-    child = run_child(command, limit)
-    check.seconds = child.seconds
-    if child.code is None:
-        check.facts = [_killed(child, limit)]
-        return check
-    document = _json_document(child.stdout)
-    run_dir = document.get("run_dir")
-    meta = json.loads((Path(run_dir) / "meta.json").read_text()) if run_dir else {}
-    check.ok, check.facts = judge_adapters(child.code, document.get("cases", []), meta, dry, child.tail())
-    return check
-
-
-TORCH_RING_MISSING = "impl='torch-ring' cannot run here: "
-
-
-def judge_adapters(code: int, cases: list[dict], meta: dict, dry: bool, tail: str = "") -> tuple[bool | None, list]:
-    """(ok, facts) of the adapters run. torch-ring must pass in fp32 and bf16; a torch without the private API it
-    pins (the run skips it with the reason) is a version mismatch, not a GPU defect: not checked, never FAIL."""
-    reasons = sorted(set((meta.get("skipped") or {}).values()))
-    unusable = next((r.removeprefix(TORCH_RING_MISSING) for r in reasons if r.startswith(TORCH_RING_MISSING)), None)
-    if code != 0 or (not cases and unusable is None):
-        return False, [f"run exited {code}: {tail}" if code != 0 else f"run exited 0 with no case: {tail}"]
-    where = "CPU (dry run)" if dry else "GPU"
-    facts, ran = [], {}
-    for case in cases:
-        ran.setdefault((case["impl"], case["dtype"]), []).append(case)
-    for (impl, dtype), mine in sorted(ran.items()):
-        errors = [max(c.get("fwd_max_abs_err") or 0, c.get("bwd_max_abs_err") or 0) for c in mine]
-        layouts = ", ".join(sorted({c["layout"] for c in mine}))
-        steps = [c["step_ms"] for c in mine if isinstance(c.get("step_ms"), (int, float))]
-        step = f"step {min(steps):.2f} ms" if steps else "no step time"
-        facts.append(f"{impl} {dtype} on the {where}, world 1 ({layouts}): max |err| {max(errors):.1e}, {step}, "
-                     f"{'pass' if all(c.get('passed') for c in mine) else 'FAIL'}")  # fmt: skip
-    if unusable is not None:
-        facts.append(f"torch-ring not checked ({unusable})")
-    facts += [f"not run: {reason}" for reason in reasons if not reason.startswith(TORCH_RING_MISSING)]
-    if not all(c.get("passed") for c in cases):
-        return False, facts
-    torch_ring = {dtype for impl, dtype in ran if impl == "torch-ring"}
-    ok = True if {"float32", "bfloat16"} <= torch_ring else (None if unusable is not None else False)
-    return (None if ok else ok) if dry else ok, facts
-
-
-def check_memory(dry: bool, limit: float, out: Path) -> Check:
-    check = Check("memory")
-    base = 256 if dry else 16384
-    shape = ["--heads", "2", "--head-dim", "16"] if dry else ["--heads", "32", "--head-dim", "128", "--dtype",
-                                                              "bfloat16"]  # fmt: skip
-    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
-    command = _ringbench("run", "--world", "1", *device, "--seq", str(base), "--seq", str(2 * base), *shape,
-                         "--kernel", "torch", "--mask", "causal", "--layout", "contiguous", "--buffer", "double",
-                         "--iters", "1", "--warmup", "1", "--no-check", "--out", str(out), "--json")  # fmt: skip
-    child = run_child(command, limit)
-    check.seconds = child.seconds
-    if child.code is None:
-        check.facts = [_killed(child, limit)]
-        return check
-    cases = {case["seq"]: case for case in _json_document(child.stdout).get("cases", [])}
-    if child.code != 0 or len(cases) != 2:
-        check.ok = False
-        check.facts = [f"run exited {child.code}: {child.tail()}"]
-        return check
-    run_dir = Path(_json_document(child.stdout)["run_dir"])
-    import pandas as pd
-
-    peaks = pd.read_parquet(run_dir / "cases.parquet").set_index("seq")["peak_mem_mb"]
-    small, large = float(peaks.loc[base]), float(peaks.loc[2 * base])
-    ratio = large / small if small > 0 else float("nan")
-    method = "peak resident set of the rank, dry run on the CPU" if dry else "torch.cuda.max_memory_allocated"
-    dtype = cases[base]["dtype"]
-    check.facts = [f"peak memory ({method}), 1 rank, {dtype} fwd+bwd: S={base}: {small:.0f} MiB, S={2 * base}: "
-                   f"{large:.0f} MiB, ratio {ratio:.2f} (O(S) memory gives about 2, O(S^2) about 4)"]  # fmt: skip
-    check.ok = None if dry else bool(ratio <= 2.5)
-    return check
-
-
-def check_calibration(dry: bool, limit: float, out: Path) -> Check:
-    check = Check("calibration")
-    rate = "2" if dry else "50000"  # GFLOP/s: slow enough that the real arithmetic stays well under the model
-    shape = ["--seq", "512", "--heads", "2", "--head-dim", "32"] if dry else [
-        "--seq", "8192", "--heads", "16", "--head-dim", "128", "--dtype", "bfloat16"]  # fmt: skip
-    device = ["--device", "cpu"] if dry else ["--device", "cuda"]
-    command = _ringbench("run", "--world", "1", "--loopback", *device, *shape, "--kernel", f"emulated:{rate}",
-                         "--buffer", "double", "--mask", "none", "--layout", "contiguous", "--no-check", "--iters",
-                         "4", "--out", str(out), "--json")  # fmt: skip
-    child = run_child(command, limit)
-    check.seconds = child.seconds
-    if child.code is None:
-        check.facts = [_killed(child, limit)]
-        return check
-    document = _json_document(child.stdout)
-    if child.code != 0 or not document.get("run_dir"):
-        check.ok = False
-        check.facts = [f"run exited {child.code}: {child.tail()}"]
-        return check
-    import pandas as pd
-
-    run_dir = Path(document["run_dir"])
-    meta = json.loads((run_dir / "meta.json").read_text())
-    events = pd.read_parquet(run_dir / "events.parquet")
-    compute = events[events["kind"] == "compute"]
-    ratio = ((compute["end_ns"] - compute["start_ns"]) / 1e6 / (compute["flops"] / (float(rate) * 1e9) * 1e3)).median()
-    saturated = next(iter(meta.get("ranks", {}).values()), {}).get("emulation_saturated_blocks")
-    cycles = next((gpu.get("spin_cycles_per_ms") for gpu in meta.get("gpus", [])), None)
-    where = "CPU sleeps (dry run)" if dry else f"GPU spin at {cycles} cycles/ms"
-    check.facts = [f"emulated:{rate} ({where}): measured / modelled compute per block, median {ratio:.3f} over "
-                   f"{len(compute)} blocks; saturated blocks {saturated}"]  # fmt: skip
-    check.ok = bool(0.95 <= ratio <= 1.25 and saturated == 0)
-    if dry:
-        check.ok = None
-    return check
-
-
-_TEST_LINE = re.compile(r"^(tests/\S+::\S+)\s+(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)")
-
-
-def check_gpu_tests(dry: bool, limit: float, env: dict) -> Check:
-    check = Check("gpu-tests")
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-p", "no:cacheprovider", "-o", "addopts=",
-               "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *(str(ROOT / t) for t in GPU_TESTS)]  # fmt: skip
-    # (the check's TRITON_CACHE_DIR: the variants compiled by the checks before are found there)
-    child = run_child(command, limit, env=env)
-    check.seconds = child.seconds
-    outcomes: dict[str, list[str]] = {}
-    for line in child.stdout.splitlines():
-        if match := _TEST_LINE.match(line):
-            outcomes.setdefault(match.group(2), []).append(match.group(1))
-    collected = re.search(r"collected (\d+) items(?: / (\d+) deselected)?", child.stdout)
-    total = int(collected.group(1)) - int(collected.group(2) or 0) if collected else None
-    counts = ", ".join(f"{len(v)} {k.lower()}" for k, v in sorted(outcomes.items())) or "none finished"
-    failed = outcomes.get("FAILED", []) + outcomes.get("ERROR", [])
-    if dry:
-        check.facts = [f"not checked: no GPU (dry run): {total} of the {len(GPU_TESTS)} curated gpu-marked tests "
-                       f"collected, {counts}"]  # fmt: skip
-        check.ok = None if child.code in (0, 5) else False
-        return check
-    done = sum(len(v) for v in outcomes.values())
-    if child.code is None:
-        check.facts = [f"stopped by the deadline after {child.seconds:.0f} s: {counts} of {total} "
-                       f"({total - done if total else '?'} not run)"]  # fmt: skip
-    else:
-        check.facts = [f"{counts} of {total} curated gpu-marked tests in {child.seconds:.0f} s (the check's warm "
-                       "Triton cache)"]  # fmt: skip
-    check.facts += [f"failed: {name}" for name in failed[:8]]
-    check.ok = (not failed) and child.code == 0 if child.code is not None else (False if failed else None)
-    return check
 
 
 # -- a node: --gpus N ----------------------------------------------------------------------------------------------
@@ -476,10 +154,12 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
                                 "--iters", "3", "--warmup", "2", "--profile", "--out", str(out), "--json"),
                       0.8 * limit, env={"TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
     ring.seconds = child.seconds
-    document = _json_document(child.stdout)
+    document = json_document(child.stdout)
     if child.code is None or child.code != 0 or not document.get("cases"):
         ring.ok = None if child.code is None else False
-        ring.facts = [_killed(child, limit) if child.code is None else f"torchrun exited {child.code}: {child.tail()}"]
+        ring.facts = [
+            killed_fact(child, limit) if child.code is None else f"torchrun exited {child.code}: {child.tail()}"
+        ]
         agree.facts = ["not checked: the ring run did not finish"]
         return [ring, agree]
     meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text())
@@ -494,9 +174,9 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
     if left < 10.0:
         agree.facts = [f"not checked: node-ring's share left {max(left, 0):.0f} s for check-timeline (needs 10 s)"]
         return [ring, agree]
-    timeline = run_child(_ringbench("check-timeline", document["run_dir"], "--json"), left)
+    timeline = run_child(ringbench_command("check-timeline", document["run_dir"], "--json"), left)
     agree.seconds = timeline.seconds
-    result = _json_document(timeline.stdout)
+    result = json_document(timeline.stdout)
     kinds = result.get("kinds") or []
     agree.facts = [f"check-timeline: {k['kind']} {k['matched']} pairs, |dstart| median {_ms(k['start_median_ms'])}, "
                    f"|dduration| median {_ms(k['duration_median_ms'])}, overlap recorded/profiled "
@@ -549,10 +229,12 @@ def check_node_probe(gpus: int, dry: bool, limit: float, out: Path) -> Check:
     child = run_child(_torchrun(gpus, "probe", "--world", str(gpus), *device, "--sizes", sizes, "--round-trips", "5",
                                 "--out", str(out), "--json"), limit, env={"OMP_NUM_THREADS": "1"})  # fmt: skip
     check.seconds = child.seconds
-    document = _json_document(child.stdout)
+    document = json_document(child.stdout)
     if child.code != 0 or "latency_us" not in document:
         check.ok = None if child.code is None else False
-        check.facts = [_killed(child, limit) if child.code is None else f"probe exited {child.code}: {child.tail()}"]
+        check.facts = [
+            killed_fact(child, limit) if child.code is None else f"probe exited {child.code}: {child.tail()}"
+        ]
         return check
     latency = [v for row in document["latency_us"] for v in row if v is not None]
     bandwidth = [v for row in document["bandwidth_gbps"] for v in row if v is not None]

@@ -283,7 +283,7 @@ def test_a_backward_step_is_judged_on_its_kv_transfer_only():
 
 
 def test_a_torch_without_the_private_ring_api_reads_not_checked_never_fail():
-    from gpu_check import judge_adapters
+    from gpu_runs import judge_adapters
 
     reason = ("impl='torch-ring' cannot run here: torch 2.11.0's private ring API lacks _templated_ring_attention "
               "(pinned to torch 2.13)")  # fmt: skip
