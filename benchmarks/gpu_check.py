@@ -27,9 +27,9 @@ Checks, in order (benchmarks/gpu_probe.py measures what needs more than a `ringb
 With ``--gpus N`` (torchrun on one node): env, then the ring on N GPUs (sync, double, allgather; checked against
 float64; profiled; `check-timeline`), and the probe's latency / bandwidth matrix.
 
-One global deadline (``--budget``, 420 s): each check's share (PLAN) is at most what is left, keeping the minimum
-of the checks after it; the shares and a start-up reserve add up to the default budget (``--dry-run`` prints
-them). Every child runs in its own process group (session) and is killed as a group -- SIGTERM, then SIGKILL, then
+One global deadline (``--budget``, 420 s): each check gets its share (PLAN) plus what the checks before it left
+unused, as long as the later checks keep theirs, and never more than leaves them their minimums (``share_limit``);
+the shares and a start-up reserve add up to the default budget (``--dry-run`` prints them). Every child runs in its own process group (session) and is killed as a group -- SIGTERM, then SIGKILL, then
 any descendant still alive -- when its time is up. What a killed child had already printed counts. Every summary
 line is a measured fact or says plainly what was not checked. Exit code: 0 when nothing failed, 1 when a check
 failed, 2 without a GPU (unless --dry-run: the dry run exits 0 when every stand-in ran).
@@ -259,6 +259,16 @@ DRY_PLAN = [("placement", 40, 10), ("probes", 100, 30), ("coverage", 90, 20), ("
 KERNEL_CHECKS = ["triton-compile", "correctness-float16", "correctness-bfloat16", "correctness-float32"]
 
 
+def share_limit(plan, index: int, left_s: float) -> float:
+    """The seconds check ``index`` may take with ``left_s`` left: its share plus what the checks before it left
+    unused, as long as every later check keeps its full share; when time is short, its share as far as the later
+    checks' minimums allow (5 s of each kill's grace kept aside)."""
+    _, share, _ = plan[index]
+    later_shares = sum(s for _, s, _ in plan[index + 1 :])
+    later_minimums = sum(m for _, _, m in plan[index + 1 :])
+    return min(left_s - later_minimums - 5.0, max(share, left_s - later_shares - 5.0))
+
+
 def plan_lines(budget_s: float) -> list[str]:
     """The one-GPU plan as the dry run prints it: each check's share, and whether they add up to the budget."""
     shares = sum(share for _, share, _ in PLAN)
@@ -312,9 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = NODE_PLAN if args.gpus > 1 else (DRY_PLAN if dry else PLAN)
     if dry:  # nothing measured, nothing to disturb: the stand-ins run side by side, each within its share
         checks += _run_side_by_side(plan, dry, deadline, out, env, args.gpus)
-    for index, (name, share, minimum) in enumerate(plan if not dry else []):
-        reserve = sum(m for _, _, m in plan[index + 1 :])
-        limit = min(share, deadline.left() - reserve - 5.0)
+    for index, (name, _, minimum) in enumerate(plan if not dry else []):
+        limit = share_limit(plan, index, deadline.left())
         if limit < minimum:
             checks.append(Check(name, facts=[f"not checked: the deadline left {max(limit, 0):.0f} s (needs "
                                              f"{minimum} s)"]))  # fmt: skip

@@ -215,6 +215,17 @@ def test_the_plan_shares_add_up_to_the_budget_and_the_dry_run_says_so():
     assert "is MORE than the budget of 300 s" in plan_lines(300)[1]
 
 
+def test_a_check_that_ends_early_leaves_its_time_to_the_next_and_later_checks_keep_theirs():
+    from gpu_check import share_limit
+
+    plan = [("a", 10, 5), ("b", 20, 5), ("c", 30, 10)]
+    assert share_limit(plan, 0, 65.0) == 10  # on time: its share
+    assert share_limit(plan, 1, 60.0) == 25  # "a" ended 5 s early: "b" may take them, "c" keeps its 30 s
+    assert share_limit(plan, 2, 50.0) == 45  # the last check takes whatever is left
+    assert share_limit(plan, 1, 30.0) == 15  # late: "b" is cut so that "c" keeps its minimum
+    assert share_limit(plan, 1, 18.0) < 5  # too late for "b": not run (below its minimum)
+
+
 def test_children_that_print_more_than_a_pipe_holds_do_not_stall_the_pre_compile(tmp_path):
     from gpu_compile import run_side_by_side
 
