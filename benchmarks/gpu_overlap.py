@@ -123,6 +123,7 @@ def _phase(events, rows: list[dict], phase: str) -> dict:
 def _run(name: str, settings: dict, inputs, device, timeline, out: Path) -> dict:
     """Two unprofiled iterations, then one profiled, forward and backward; the phases of the profiled one."""
     from ringbench.engine.api import build_context, ring_attention
+    from ringbench.engine.spec import AttentionSpec, Runtime
     from ringbench.kernels import get_kernel, spin
     from ringbench.rank.injection import RankFaults
     from ringbench.rank.profiling import ProfileCapture
@@ -132,8 +133,9 @@ def _run(name: str, settings: dict, inputs, device, timeline, out: Path) -> dict
     q, k, v, dout = inputs
     recorder = RunRecorder(0, 0, None, RankFaults(rank=0), trace=True, timeline=timeline)
     kernel = get_kernel(settings["kernel"])
-    ctx = build_context(q, k, v, mask="none", layout="contiguous", buffer=settings["buffer"], kernel=kernel,
-                        recorder=recorder, timeline=timeline, loopback=True, link_delay=settings["link_delay"])  # fmt: skip
+    spec = AttentionSpec(mask="none", layout="contiguous", buffer=settings["buffer"], kernel=kernel)
+    runtime = Runtime(recorder=recorder, timeline=timeline, loopback=True, link_delay=settings["link_delay"])
+    ctx = build_context(q, k, v, spec, runtime)
     path = out / f"overlap-{name}.json.gz"
     try:
         for iteration in (-2, -1, 0):

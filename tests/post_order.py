@@ -317,12 +317,13 @@ class Case:
 
 def run_case(case: Case, world: int, *, local: int = 4, head_dim: int = 1) -> None:
     """One forward and backward of ``case`` on this rank (B=1, H=world heads, ``local`` tokens, no arithmetic)."""
-    from ringbench.engine.api import close_context
-    from ringbench.engine.strategy import attention, build_strategy_context
+    from ringbench.engine.api import attention, build_context, close_context
+    from ringbench.engine.spec import AttentionSpec
 
     q, k, v = (torch.zeros(1, world, local, head_dim, requires_grad=True) for _ in range(3))
-    ctx = build_strategy_context(q, k, v, strategy=case.strategy, mask=case.mask, layout=case.layout,
-                                 buffer=case.buffer, kernel=NoArithmetic(), docs=case.docs, groups="own")  # fmt: skip
+    spec = AttentionSpec(strategy=case.strategy, mask=case.mask, layout=case.layout, buffer=case.buffer,
+                         kernel=NoArithmetic(), docs=case.docs, groups="own")  # fmt: skip
+    ctx = build_context(q, k, v, spec)
     try:
         out = attention(q, k, v, context=ctx)
         torch.autograd.grad(out, (q, k, v), torch.zeros_like(out))

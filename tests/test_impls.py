@@ -101,7 +101,7 @@ def test_torch_ring_with_other_signatures_is_one_line_not_a_type_error(monkeypat
     fake._templated_ring_attention = moved
     monkeypatch.setitem(sys.modules, torch_ring.MODULE, fake)
     with pytest.raises(UsageError) as info:
-        get_adapter("torch-ring").check(Workload(), "cpu")
+        get_adapter("torch-ring").check(_case(), "cpu")
     message = str(info.value)
     assert "lacks the signatures ringbench calls" in message and "_templated_ring_attention(group, op" in message
     assert "\n" not in message

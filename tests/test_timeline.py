@@ -243,7 +243,8 @@ def _reused_under_a_side_stream(worker_ctx):
     runtime = FakeRuntime(lag_ms=0.5)
     timeline = StreamTimeline(runtime)
     recorder = ListRecorder(rank, rank, timeline=timeline)
-    ctx = build_context(q, k, v, mask="causal", layout="zigzag", buffer="double", timeline=timeline, recorder=recorder)
+    spec = AttentionSpec(mask="causal", layout="zigzag", buffer="double")
+    ctx = build_context(q, k, v, spec, Runtime(timeline=timeline, recorder=recorder))
     reference = [t.detach().clone().requires_grad_() for t in full[:3]]
     ref_out = reference_attention(*reference, mask="causal")
     ref_grads = torch.autograd.grad(ref_out, reference, full[3])
