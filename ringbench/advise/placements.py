@@ -32,7 +32,7 @@ def sub_topology(topology: Topology, ranks: list[int]) -> Topology:
     """The devices ``ranks`` (in that order) and the links between them, renumbered 0..len-1."""
     devices = tuple(
         Device(rank=i, host=topology.devices[r].host, local_index=topology.devices[r].local_index,
-               numa_node=topology.devices[r].numa_node, name=topology.devices[r].name)
+               numa_node=topology.devices[r].numa_node, name=topology.devices[r].name, nic=topology.devices[r].nic)
         for i, r in enumerate(ranks)
     )  # fmt: skip
     links = tuple(tuple(None if a == b else topology.links[a][b] for b in ranks) for a in ranks)

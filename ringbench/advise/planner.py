@@ -26,6 +26,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ringbench.errors import UsageError, bad_value
 from ringbench.fmt import number, ring_text
 from ringbench.scenario.workload import Workload, reads_workload
@@ -43,7 +45,7 @@ class PlanRequest:
     """The computation to plan: its shape, mask, documents, layers and layout (the plan chooses the strategy,
     placement, buffer and order: the workload's own are not read)."""
     topology: Path
-    """A topology file (nvidia-smi text or YAML) or a results run directory that recorded one."""
+    """A topology file (nvidia-smi text or YAML) or a results run directory that recorded one (or a Topology)."""
     memory_per_rank_gb: float | None = None
     """Refuse candidates whose predicted attention memory per rank exceeds this (GB = 2**30 bytes)."""
     calibrate_from: Path | tuple[Path, ...] | None = None
@@ -91,8 +93,12 @@ class Candidate:
     exposed_ms: float = math.nan
     memory_mb: float = math.nan
     net_mb: float = 0.0
-    """Bytes per iteration and rank that cross hosts, MiB (predicted)."""
+    """Bytes per iteration and rank that cross hosts (the NET class), MiB (predicted)."""
+    mib_by_class: dict[str, float] = field(default_factory=dict)
+    """Link class -> MiB per iteration and rank over links of that class: the bytes its transfers were priced for."""
     rings: list[dict] = field(default_factory=list)
+    kv_repeat: int = 1
+    """A Ulysses degree above the KV heads: each KV head is held and moved this many times (priced)."""
     refused: str = ""
     why: str = ""
 
@@ -113,6 +119,7 @@ class Candidate:
                 "order": ring_text(self.order) if self.order else None, "layout": self.layout, "buffer": self.buffer,
                 "step_ms": self.step_ms, "fwd_ms": self.fwd_ms, "bwd_ms": self.bwd_ms, "exposed_ms": self.exposed_ms,
                 "exposed_frac": self.exposed_frac, "memory_mb": self.memory_mb, "net_mb_per_rank": self.net_mb,
+                "mib_per_rank_by_class": self.mib_by_class, "kv_repeat": self.kv_repeat,
                 "rings": self.rings, "refused": self.refused, "why": self.why}  # fmt: skip
 
 
@@ -148,10 +155,13 @@ def _divisors(n: int) -> list[int]:
 
 
 def _load(request: PlanRequest):
-    from ringbench.topology import load_topology
+    from ringbench.topology import Topology, load_topology
 
-    path = Path(request.topology)
-    topology = load_topology(path)
+    if isinstance(request.topology, Topology):  # built in Python (tests, sweeps over random clusters)
+        path, topology = Path(request.topology.source or "topology"), request.topology
+    else:
+        path = Path(request.topology)
+        topology = load_topology(path)
     if topology.world < request.world:
         raise UsageError(f"world={request.world} is not allowed with topology {path}: it has {topology.world} "
                          f"devices; expected a world of at most {topology.world}")  # fmt: skip
@@ -162,7 +172,7 @@ def _load(request: PlanRequest):
     emulate = request.emulate_links
     if emulate is None:
         emulate = False
-        if path.is_dir():
+        if isinstance(request.topology, Path | str) and path.is_dir():
             import json
 
             try:
@@ -170,6 +180,25 @@ def _load(request: PlanRequest):
             except (OSError, ValueError):
                 emulate = False
     return topology, emulate
+
+
+def check_network(topology, costs, emulate: bool) -> None:
+    """A plan across hosts needs the network's cost from the user: the topology's NET class cost, measured links
+    between the hosts, or a calibration that measured NET (a catalogue prior of some NIC would price a network the
+    user never described). Emulated links inject the topology's own figures, so they are known."""
+    if emulate or len(topology.hosts) < 2 or "NET" in topology.cost_model.overrides() or "NET" in costs.links:
+        return
+    host = topology.host_ids()
+    objects, codes = topology.link_codes()
+    crossing = codes[host[:, None] != host[None, :]]
+    if all(objects[code].bandwidth_gbps is not None for code in np.unique(crossing)):
+        return  # every link between hosts carries its measured cost
+    raise UsageError(
+        f"topology: {len(topology.hosts)} hosts, but no cost for the network between them (class_costs.NET is "
+        "missing); expected class_costs: {NET: {bandwidth_gbps: 400Gbps, latency_us: 5}} in the topology YAML "
+        "(bandwidth per NIC, a unit such as Gbps or GB/s; nics: says which GPUs share a NIC), measured links "
+        "between the hosts (ringbench probe), or a calibration run that measured NET (--from)"
+    )
 
 
 def resolve_gpu(request: PlanRequest, found: list[str] | None = None):
@@ -294,6 +323,7 @@ def _candidates(request: PlanRequest, topology, masks: tuple[str, ...]) -> tuple
     for candidate in ok:
         strategy = Strategy.parse(candidate.strategy)
         candidate.rings = rings(topology, strategy, candidate.placement, world, candidate.order)
+        candidate.kv_repeat = max(1, strategy.ulysses_degree(world) // kv_heads)
     return ok, refused
 
 
@@ -307,6 +337,8 @@ def _why(loser: Candidate, winner: Candidate) -> str:
                      f"{number(winner.net_mb, ',.1f')}")  # fmt: skip
     if loser.memory_mb > 1.2 * winner.memory_mb:
         parts.append(f"{number(loser.memory_mb / winner.memory_mb, '.1f')}× the memory per rank")
+    if loser.kv_repeat > 1:
+        parts.append(f"K/V heads repeated ×{loser.kv_repeat} (priced: bytes and memory)")
     return f"{loser.label}: " + "; ".join(parts)
 
 
@@ -385,6 +417,7 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
         raise UsageError(f"gpu={gpu.key!r} is not allowed with emulated links: they price a CPU run's transport; "
                          "plan with --real-links for the GPU's links, or drop --gpu")  # fmt: skip
     costs, calibration, prior = _costs(request, gpu)
+    check_network(topology, costs, emulate)
     from ringbench.engine.layout import check_divisible
 
     check_divisible(request.layout, request.seq, request.world)
@@ -416,6 +449,9 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
     notes = []
     if request.kv_heads and request.kv_heads != request.heads:
         notes.append("the engine has no grouped-query attention: the measuring command runs with K, V of all heads")
+    if kept[0].kv_repeat > 1:
+        notes.append(f"the first choice's Ulysses degree exceeds the {request.kv_heads} KV heads: each is repeated "
+                     f"×{kept[0].kv_repeat} (DeepSpeed's rule), priced in its all-to-all bytes and its memory")  # fmt: skip
     priors, measured = [], []
     if prior is not None:
         _, priors = prior.with_calibration(calibration)
@@ -439,6 +475,7 @@ def price_configurations(request: PlanRequest, configs: dict[str, dict], *,
     topology, emulate = _load(request)
     gpu = resolve_gpu(request, found_gpus)
     costs, _, prior = _costs(request, gpu)
+    check_network(topology, costs, emulate)
     if prior is not None:
         topology = prior.price_links(topology)
     cluster = Cluster(topology=topology, emulate_links=emulate)

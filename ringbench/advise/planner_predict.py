@@ -28,17 +28,21 @@ def sim_case(request, candidate, mask: str):
     return SimCase(workload=workload, backward=request.backward)
 
 
-def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray]:
-    """The ring (or all-gather) case on the ring engine, without the walk: phase times and each rank's compute."""
+def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray, dict[str, float]]:
+    """The ring (or all-gather) case on the ring engine, without the walk: phase times, each rank's compute, and
+    the bytes per iteration over each link class (what the engine's exchanges were priced for)."""
     from ringbench.simulate.case import phase_models, start_skew
     from ringbench.simulate.engine import PhaseEngine, Window
     from ringbench.simulate.ring_timeline import simulate_timeline
+    from ringbench.simulate.traffic import ring_traffic
 
     if case.buffer == "allgather":
         timeline = simulate_timeline(case, costs, cluster)
         times = {ph: timeline.phase_end[ph].max(axis=1) - timeline.phase_start[ph].min(axis=1) for ph in case.phases}
         spent = sum(np.asarray(c.compute_ms, float) for cells in (timeline.full or {}).values() for c in cells)
-        return {"step": timeline.iteration_ms, **times}, np.asarray(spent).reshape(case.iterations, -1).max(axis=1)
+        traffic = ring_traffic(timeline.models, cluster.topology, allgather=True)
+        return ({"step": timeline.iteration_ms, **times}, np.asarray(spent).reshape(case.iterations, -1).max(axis=1),
+                traffic)  # fmt: skip
     rng = np.random.default_rng([case.seed, 7])
     models = phase_models(case, costs, cluster, rng)
     origin = start_skew(case, costs, rng)
@@ -53,24 +57,8 @@ def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray]:
         end, _ = engine.finish(state)
         times[phase] = end.max(axis=1) - start.min(axis=1)
         start = end
-    return {"step": start.max(axis=1) - origin.min(axis=1), **times}, spent.max(axis=1)
-
-
-def ring_net_mb(case, topology, order: list[int]) -> float:
-    """Bytes per iteration and rank the ring's messages carry across hosts (MiB, averaged over ranks)."""
-    from ringbench.topology import LinkKind
-
-    if topology is None or case.world < 2:
-        return 0.0
-    crossing = sum(topology.link(order[p], order[(p + 1) % case.world]).kind is LinkKind.NET
-                   for p in range(case.world))  # fmt: skip
-    kv, dkv = case.block_bytes("kv"), case.block_bytes("dkv") if case.backward else 0
-    route = case.route()
-    hops = route.depth if route is not None else case.world - 1
-    per_hop = hops * kv * (2 if case.backward else 1) + (hops + 1) * dkv
-    if case.buffer == "allgather":
-        per_hop = (case.world - 1) * kv + (2 * (case.world - 1) * dkv if case.backward else 0)
-    return crossing * per_hop / case.world / 2**20
+    traffic = ring_traffic(models, cluster.topology)
+    return {"step": start.max(axis=1) - origin.min(axis=1), **times}, spent.max(axis=1), traffic
 
 
 def predict_layer(request, candidate, mask: str, costs, cluster) -> dict:
@@ -80,15 +68,16 @@ def predict_layer(request, candidate, mask: str, costs, cluster) -> dict:
     case = sim_case(request, candidate, mask)
     out = {"memory_mb": predicted_memory_mb(case)}
     if candidate.strategy in ("ring", "allgather"):
-        times, compute = ring_prediction(case, costs, cluster)
-        out["net_mb"] = ring_net_mb(case, cluster.topology, candidate.order or list(range(request.world)))
+        times, compute, traffic = ring_prediction(case, costs, cluster)
     else:
         timeline = simulate_strategy(case, costs, cluster)
         times = {"step": timeline.iteration_ms}
         times.update({ph: timeline.phase_end[ph].max(axis=1) - timeline.phase_start[ph].min(axis=1)
                       for ph in case.phases})  # fmt: skip
         compute = timeline.compute_ms.max(axis=1)
-        out["net_mb"] = timeline.bytes_by_class.get("NET", 0.0) / request.world / 2**20
+        traffic = timeline.bytes_by_class
+    out["mib_by_class"] = {label: nbytes / request.world / 2**20 for label, nbytes in traffic.items()}
+    out["net_mb"] = out["mib_by_class"].get("NET", 0.0)
     step = times["step"]
     out.update(step_ms=float(np.median(step)), fwd_ms=float(np.median(times["fwd"])),
                bwd_ms=float(np.median(times["bwd"])) if "bwd" in times else math.nan,
@@ -100,6 +89,7 @@ def predict(request, candidate, costs, cluster, masks: tuple[str, ...]) -> None:
     """Fill ``candidate``'s predictions: every layer (one mask each), summed; memory: the largest layer's."""
     totals = {"step_ms": 0.0, "fwd_ms": 0.0, "bwd_ms": 0.0, "exposed_ms": 0.0, "net_mb": 0.0}
     memory = 0.0
+    by_class: dict[str, float] = {}
     cache: dict[str, dict] = {}
     for mask in masks:
         layer = cache.get(mask)
@@ -107,10 +97,13 @@ def predict(request, candidate, costs, cluster, masks: tuple[str, ...]) -> None:
             layer = cache[mask] = predict_layer(request, candidate, mask, costs, cluster)
         for name in totals:
             totals[name] += layer[name]
+        for label, mib in layer["mib_by_class"].items():
+            by_class[label] = by_class.get(label, 0.0) + mib
         memory = max(memory, layer["memory_mb"])
+    candidate.mib_by_class = by_class
     candidate.step_ms, candidate.fwd_ms = totals["step_ms"], totals["fwd_ms"]
     candidate.bwd_ms = totals["bwd_ms"] if request.backward else math.nan
     candidate.exposed_ms, candidate.net_mb, candidate.memory_mb = totals["exposed_ms"], totals["net_mb"], memory
 
 
-__all__ = ["predict", "predict_layer", "ring_net_mb", "ring_prediction", "sim_case"]
+__all__ = ["predict", "predict_layer", "ring_prediction", "sim_case"]

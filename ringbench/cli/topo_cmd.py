@@ -85,4 +85,7 @@ def register(app: typer.Typer) -> None:
             raise fail(NVML_HINT, 2)
         out = Output(json=json_output, quiet=quiet, document="topo")
         out.print(link_table(loaded))
-        out.emit({**loaded.to_dict(), "classes": loaded.label_matrix()})
+        if len(loaded.hosts) > 1:
+            out.print(loaded.describe_nics())
+            out.print(loaded.cost_model.describe_net())
+        out.emit({**loaded.to_dict(), "classes": loaded.label_matrix(), "nics": loaded.nic_layout()})

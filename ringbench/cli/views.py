@@ -202,7 +202,8 @@ def render_plan(plan, out) -> None:
               f"{shape}, {request.layout}{'' if request.backward else ', forward only'}")  # fmt: skip
     table = Table(title_justify="left")
     for name, justify in (("#", "right"), ("strategy", "left"), ("placement", "left"), ("step ms", "right"),
-                          ("exposed", "right"), ("MiB/rank", "right"), ("rings", "left")):  # fmt: skip
+                          ("exposed", "right"), ("MiB/rank", "right"), ("traffic MiB/rank", "left"),
+                          ("rings", "left")):  # fmt: skip
         table.add_column(name, justify=justify)
     for index, candidate in enumerate(plan.candidates[:12], start=1):
         placement = "-"
@@ -210,9 +211,11 @@ def render_plan(plan, out) -> None:
             placement = f"{candidate.placement_name} " + "-".join(map(str, candidate.placement))
         name = candidate.strategy + "".join(f" [{x}]" for x in (candidate.buffer, candidate.layout)
                                             if x in ("double-short", "sync-short", "doc-balanced"))  # fmt: skip
+        traffic = ", ".join(f"{label} {number(mib, ',.0f')}" for label, mib in
+                            sorted(candidate.mib_by_class.items(), key=lambda item: -item[1]))  # fmt: skip
         table.add_row(str(index), name, placement, number(candidate.step_ms, ",.2f"),
                       f"{number(100 * candidate.exposed_frac, '.0f')}%", number(candidate.memory_mb, ",.1f"),
-                      "; ".join(_hops(r) for r in candidate.rings))  # fmt: skip
+                      traffic or "-", "; ".join(_hops(r) for r in candidate.rings))  # fmt: skip
     out.print(table)
     if len(plan.candidates) > 12:
         out.print(f"({len(plan.candidates) - 12} more candidates in --json)")

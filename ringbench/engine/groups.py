@@ -14,8 +14,8 @@ each shifted to its rows and columns (``block_plan``), then coalesced: it is the
 so any mask the plan can express applies to every strategy.
 
 ``flows``: the transfers of one exchange on every rank at once, (src, dst) pairs. Emulated links price NIC sharing
-from them (ringbench.scenario.faults: a cross-host transfer shares its host pair's bandwidth with every transfer of the
-exchange between the same two hosts; a transfer inside a host shares its rank's port with the rank's other
+from them (ringbench.topology.linkmodel: a cross-host transfer shares its source and destination NICs with the
+exchange's other transfers through them; a transfer inside a host shares its rank's port with the rank's other
 transfers of the exchange).
 """
 

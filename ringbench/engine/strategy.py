@@ -40,12 +40,15 @@ from ringbench.orders import parse_placement
 from ringbench.vocab import Buffer, Layout, Strategy
 
 
-def bind_flows(link_delay, flows):
-    """The link delay of one exchange: NIC sharing priced from the exchange's transfers on every rank."""
+def bind_flows(link_delay, flows, collective: bool = False):
+    """The link delay of one exchange: NIC sharing priced from the exchange's transfers on every rank
+    (``collective``: an NCCL ring collective's, whose crossing hops draw on all their hosts' NICs)."""
     if link_delay is None or not getattr(link_delay, "accepts_flows", False):
         return link_delay
 
     def delay(src: int, dst: int, nbytes: int) -> float:
+        if collective:
+            return link_delay(src, dst, nbytes, flows=flows, collective=True)
         return link_delay(src, dst, nbytes, flows=flows)
 
     delay.clock = getattr(link_delay, "clock", None)  # the rank's hops take turns across exchanges (comm.py)
@@ -61,7 +64,7 @@ def delay_collectives(ctx: RingContext, link_delay, k: torch.Tensor) -> None:
 
     ring, world = ctx.ring, ctx.world
     flows = tuple((ring[p - 1], ring[p]) for p in range(world))
-    delay = bind_flows(link_delay, flows)
+    delay = bind_flows(link_delay, flows, collective=True)
     block = 2 * k.numel() * k.element_size()  # (2, B, H, L, D): one rank's K and V
     acc = 2 * k.numel() * torch.empty((), dtype=stats_dtype(k.dtype)).element_size()
 

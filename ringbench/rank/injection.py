@@ -61,6 +61,7 @@ class RankFaults:
     link_model: dict | None = None
     ring: tuple[int, ...] = ()
     rng: random.Random = field(init=False, repr=False)
+    _shared: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed * 1009 + self.rank)
@@ -92,10 +93,11 @@ class RankFaults:
             return None
         shares = self._net_shares() if model is not None else {}
 
-        def delay(src: int, dst: int, nbytes: int, flows=None) -> float:
+        def delay(src: int, dst: int, nbytes: int, flows=None, collective: bool = False) -> float:
             extra = 0.0
             if model is not None:  # the topology's cost of the hop, NIC sharing included (topology/linkmodel.py)
-                share = shares.get((src, dst), 1.0) if flows is None else self._flow_sharing(src, dst, flows)
+                share = (shares.get((src, dst), 1.0) if flows is None else
+                         self._flow_sharing(src, dst, flows, collective))  # fmt: skip
                 extra += transfer_us(model["latency_us"][src][dst], model["bandwidth_gbps"][src][dst], nbytes,
                                      share) / 1e6  # fmt: skip
             for fault in links:
@@ -110,31 +112,51 @@ class RankFaults:
             delay.clock = LinkClock()
         return delay
 
+    def _nics(self) -> list[int]:
+        """Each rank's NIC number (records written before NICs were modelled: one NIC per host)."""
+        model = self.link_model
+        if "nics" in model:
+            return list(model["nics"])
+        names: dict[str, int] = {}
+        return [names.setdefault(host, len(names)) for host in model["hosts"]]
+
     def _net_shares(self) -> dict[tuple[int, int], float]:
-        """(src, dst) -> ring hops that cross from src's host to dst's host at once (they share that link)."""
+        """(src, dst) -> the ring's hops that share this hop's NICs at once (ringbench.topology.linkmodel)."""
         from ringbench.topology.linkmodel import net_shares
 
         model, ring = self.link_model, self.ring
         if len(ring) < 2:
             return {}
         hops = list(zip(ring, ring[1:] + ring[:1], strict=True))
-        shares = net_shares(model["hosts"], [bool(model["net"][a][b]) for a, b in hops], ring)
+        shares = net_shares(self._nics(), [bool(model["net"][a][b]) for a, b in hops], ring)
         return {hop: float(share) for hop, share in zip(hops, shares, strict=True)}
 
-    def _flow_sharing(self, src: int, dst: int, flows) -> int:
-        """Transfers of one exchange (``flows``: its (src, dst) pairs on every rank) that share this one's link:
-        across hosts, every transfer of the exchange between the same two hosts (they share that host pair's
-        network link, as the ring's hops do); inside a host, the rank's other transfers of the exchange (they
-        share its port: an all-to-all of U ranks sends U - 1 chunks at once). A ring's exchange gives 1 inside a
-        host, and the hops between the same two hosts across them, as ``_net_shares``."""
-        model = self.link_model
-        hosts, net = model["hosts"], model["net"]
-        if net[src][dst]:
-            pair = (hosts[src], hosts[dst])
-            return max(1, sum(1 for a, b in flows if net[a][b] and (hosts[a], hosts[b]) == pair))
-        out = sum(1 for a, b in flows if a == src and not net[a][b])
-        into = sum(1 for a, b in flows if b == dst and not net[a][b])
-        return max(1, out, into)
+    def _flow_sharing(self, src: int, dst: int, flows, collective: bool = False) -> float:
+        """Transfers of one exchange (``flows``: its (src, dst) pairs on every rank) that share this one's limit,
+        by the one link model's rule (ringbench.topology.linkmodel.exchange_shares): across hosts, the flows
+        through the same source NIC or destination NIC; inside a host, the rank's other flows of the exchange
+        (its port: an all-to-all of U ranks sends U - 1 chunks at once). ``collective``: an NCCL ring collective,
+        whose crossing hops draw on all their hosts' NICs together."""
+        from ringbench.topology.linkmodel import exchange_shares
+
+        key = (src, dst, id(flows), collective)
+        found = self._shared.get(key)
+        if found is not None and found[0] is flows:
+            return found[1]
+        net = self.link_model["net"]
+        pairs = list(flows)
+        fsrc = [a for a, _ in pairs]
+        fdst = [b for _, b in pairs]
+        nics, capacity = self._nics(), None
+        if collective:  # the host's NICs together: each rank's 'NIC' is its host, worth that host's NIC count
+            names: dict[str, int] = {}
+            host = [names.setdefault(h, len(names)) for h in self.link_model["hosts"]]
+            capacity = [len({n for n, h in zip(nics, host, strict=True) if h == index}) for index in range(len(names))]
+            nics = host
+        share = exchange_shares([src], [dst], [bool(net[src][dst])], nics, (fsrc, fdst),
+                                [bool(net[a][b]) for a, b in pairs], capacity=capacity)  # fmt: skip
+        self._shared[key] = (flows, float(share[0]))
+        return float(share[0])
 
     def at_step(self, phase: str, step: int, iteration: int) -> None:
         """Crash or hang here if a fault says so (first timed iteration, forward)."""

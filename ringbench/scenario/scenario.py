@@ -333,24 +333,24 @@ class Scenario:
         return load_topology(path)
 
     def link_model(self) -> dict | None:
-        """Per-pair (latency_us, bandwidth_gbps) for emulated links, or None."""
+        """Per-pair (latency_us, bandwidth_gbps) for emulated links, whether the pair crosses hosts, and each
+        rank's host and NIC (ringbench.topology.linkmodel prices a transfer from them), or None."""
         if not self.emulate_links:
             return None
         topology = self.load_topology()
         world = topology.world
-        from ringbench.topology import LinkKind
-
+        host = topology.host_ids()
         latency = [[0.0] * world for _ in range(world)]
-        net = [[False] * world for _ in range(world)]
         bandwidth = [[1e12] * world for _ in range(world)]
         for src in range(world):
             for dst in range(world):
                 if src != dst:
                     link = topology.link(src, dst)
                     latency[src][dst], bandwidth[src][dst] = topology.cost_model.latency_bandwidth(link)
-                    net[src][dst] = link.kind is LinkKind.NET
+        net = [[bool(host[src] != host[dst]) for dst in range(world)] for src in range(world)]
         hosts = [device.host for device in topology.devices]
-        return {"latency_us": latency, "bandwidth_gbps": bandwidth, "net": net, "hosts": hosts}
+        return {"latency_us": latency, "bandwidth_gbps": bandwidth, "net": net, "hosts": hosts,
+                "nics": [int(nic) for nic in topology.nic_ids()]}  # fmt: skip
 
     def with_overrides(self, **overrides) -> Scenario:
         """CLI flags override the file: empty lists and None mean 'not given'."""

@@ -241,7 +241,8 @@ def _lanes(case: SimCase, costs: Costs, cluster: Cluster, ring: np.ndarray, dire
             name: (cost.latency_us, cost.bandwidth_gbps) for name, cost in costs.links.items() if name != "local"
         }  # fmt: skip
         # the hops the exchange takes: p - 1 -> p, or p + 1 -> p for the short ring's backward (direction -1)
-        links = ring_links(cluster.topology, ring if direction == 1 else ring[::-1], calibrated)
+        links = ring_links(cluster.topology, ring if direction == 1 else ring[::-1], calibrated,
+                           collective=case.buffer == "allgather")  # fmt: skip
     for name in names:
         nbytes = case.block_bytes(name)
         transfer = np.full(world, local.ms(nbytes))

@@ -5,12 +5,13 @@ An exchange is a set of ``flows`` (src, dst) moving on every rank at once. A flo
     latency + bytes x share / bandwidth            (real links)
     local transport, then latency + bytes / (bandwidth / share) as an injected delay   (emulated links)
 
-with ``share`` the number of the exchange's flows that divide its link: across hosts, every flow between the same
-two hosts (their link); inside a host, the rank's other flows (its port), the rule ringbench.scenario.faults applies
-to emulated links. An all-to-all on a topology priced for a GPU (simulate/priors.py: classes with an all-to-all
-bandwidth) shares per class instead: a rank's flows over one class share that class's all-to-all bandwidth, the
-flows through several PCIe bridges (PXB) of one switch tree share the tree's upstream link, and the network flows
-of a device share its NIC (NCCL's all-to-all cannot aggregate a host's NICs).
+with ``share`` the number of the exchange's flows that divide its limit, by the one link model's rule
+(ringbench.topology.linkmodel.exchange_shares, which emulated links apply too): across hosts, the flows through the
+same source NIC or the same destination NIC (the topology says which GPUs share a NIC; the NET class's bandwidth is
+one NIC's); inside a host, the rank's other flows (its port). An all-to-all on a topology priced for a GPU
+(simulate/priors.py: classes with an all-to-all bandwidth) shares the links inside a host per class instead: a
+rank's flows over one class share that class's all-to-all bandwidth, and the flows through several PCIe bridges
+(PXB) of one switch tree share the tree's upstream link.
 
 Every array here is indexed by flow; a topology's links are turned into integer codes once (``LinkArrays``), so a
 1,024-rank all-to-all (a million flows) is a few vector operations, not a million Python calls.
@@ -23,6 +24,7 @@ from collections import Counter
 import numpy as np
 
 from ringbench.simulate.costs import Costs
+from ringbench.topology.linkmodel import exchange_shares
 
 _ARRAYS: dict[int, tuple] = {}
 
@@ -52,8 +54,8 @@ class LinkArrays:
         self.labels = [link.label for link in links]
         self.net_code = kinds.index(LinkKind.NET)
         self.pxb_code = kinds.index(LinkKind.PXB)
-        names = {name: index for index, name in enumerate(dict.fromkeys(d.host for d in topology.devices))}
-        self.host = np.array([names[d.host] for d in topology.devices], np.int64)
+        self.host = topology.host_ids()
+        self.nic = topology.nic_ids()
         pcie = np.isin(self.kind, [kinds.index(LinkKind.PIX), kinds.index(LinkKind.PXB)])
         self.tree = _components(pcie[codes] & ~np.eye(world, dtype=bool))
         self.world = world
@@ -160,34 +162,26 @@ class Prices:
                             alltoall and self.alltoall_by_class)  # fmt: skip
 
     def _shares(self, src, dst, code, flows, by_class: bool) -> np.ndarray:
-        """(P,) how many of the exchange's flows divide each pair's link (module docstring)."""
+        """(P,) how many of the exchange's flows divide each pair's limit (module docstring)."""
         arrays = self.arrays
         fsrc, fdst = flows
         fcode = arrays.codes[fsrc, fdst]
-        out_key, in_key, host_key, by_host = self._keys(fsrc, fdst, fcode, by_class)
-        p_out, p_in, p_host, p_by_host = self._keys(src, dst, code, by_class)
-        share = np.maximum(_lookup(out_key[~by_host], p_out), _lookup(in_key[~by_host], p_in))
-        share = np.where(p_by_host, _lookup(host_key[by_host], p_host), share)
-        return np.maximum(share, 1).astype(float)
+        return exchange_shares(src, dst, arrays.host[src] != arrays.host[dst], arrays.nic, (fsrc, fdst),
+                               arrays.host[fsrc] != arrays.host[fdst], self._ports(src, dst, code, by_class),
+                               self._ports(fsrc, fdst, fcode, by_class))  # fmt: skip
 
-    def _keys(self, src, dst, code, by_class: bool):
-        """Integer keys of what each flow shares: its rank's port (per class), its tree's uplink (PXB), or its
-        host pair's link (NET, unless priced per device)."""
+    def _ports(self, src, dst, code, by_class: bool):
+        """Integer owners of each flow's out and in ports inside a host: its rank (per class in an all-to-all
+        priced per class), or its PCIe switch tree's uplink (PXB flows of such an all-to-all)."""
+        if not by_class:
+            return src, dst
         arrays = self.arrays
         n = arrays.world
         kind = arrays.kind[code]
-        net = kind == arrays.net_code
-        per_device = by_class & np.isfinite(arrays.alltoall[code])
-        by_host = net & ~per_device
-        cls = (kind + 1) if by_class else np.zeros_like(kind)
-        tree = by_class & (kind == arrays.pxb_code)
+        tree = kind == arrays.pxb_code
         out_owner = np.where(tree, n + arrays.tree[src], src)
         in_owner = np.where(tree, n + arrays.tree[dst], dst)
-        out_key = out_owner * 16 + cls
-        in_key = in_owner * 16 + cls + 8 * (2 * n * 16)  # in and out keys never collide
-        hosts = int(arrays.host.max()) + 1
-        host_key = arrays.host[src] * hosts + arrays.host[dst]
-        return out_key, in_key, host_key, by_host
+        return out_owner * 16 + kind + 1, in_owner * 16 + kind + 1
 
 
 def _columns(pairs) -> tuple[np.ndarray, np.ndarray]:
@@ -195,15 +189,6 @@ def _columns(pairs) -> tuple[np.ndarray, np.ndarray]:
         return pairs
     array = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     return array[:, 0], array[:, 1]
-
-
-def _lookup(population: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """How often each of ``keys`` occurs in ``population`` (0 where it does not)."""
-    if not len(population):
-        return np.zeros(len(keys), np.int64)
-    values, counts = np.unique(population, return_counts=True)
-    index = np.clip(np.searchsorted(values, keys), 0, len(values) - 1)
-    return np.where(values[index] == keys, counts[index], 0)
 
 
 __all__ = ["LinkArrays", "Prices", "switch_trees"]

@@ -444,11 +444,14 @@ FORWARD_SHARE = 0.5  # forward only: about half (no dO, no gradients or accumula
 
 
 def predicted_memory_mb(case) -> float:
-    """The peak of the attention's own tensors per rank, inputs included, MiB (PREDICTED; runs count it)."""
-    b = _bytes(case)
-    shards = b["q"] + b["kv"]
+    """The peak of the attention's own tensors per rank, inputs included, MiB (PREDICTED; runs count it). A
+    Ulysses degree above the KV heads holds each KV head repeated (DeepSpeed's rule): its K/V count that many
+    times over, in the all-to-all's copies and the head layout as in the exchange."""
     strategy = Strategy.parse(getattr(case, "strategy", "ring") or "ring")
     kind = "allgather" if case.buffer == "allgather" or strategy.kind == "allgather" else strategy.kind
+    degree = strategy.ulysses_degree(case.world) if kind in ("ulysses", "hybrid") else 1
+    b = _bytes(case, degree)
+    shards = b["q"] + b["kv"]
     peak = SHARD_FACTORS[kind] * shards
     if kind == "allgather":
         peak += case.world * b["kv"] * (1 + b["acc"])  # every rank's K, V and their gradient accumulators

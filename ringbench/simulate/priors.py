@@ -158,9 +158,10 @@ def _link_classes(gpu: Gpu) -> tuple[dict[str, dict[str, float]], list[CostSourc
                           f"{bridge['bandwidth_gbps']:g} GB/s point to point, {bridge['latency_us']:g} us "
                           f"[{pcie['host_bridge_latency_us'].provenance()}], and {bridge['alltoall_gbps']:g} GB/s per GPU "
                           f"in an all-to-all [{pcie['alltoall_host_bridge_gbps'].provenance()}]"))  # fmt: skip
-    out["NET"] = {"latency_us": net["latency_us"].value, "bandwidth_gbps": net["nic_gbps"].value,
-                  "alltoall_gbps": net["nic_gbps"].value}  # fmt: skip
-    sources.append(_prior("link.NET", f"{net['nic_gbps'].value:g} GB/s, {net['latency_us'].value:g} us "
+    # NET: one NIC's bandwidth, in every exchange (an all-to-all across hosts runs at the NIC's rate, shared by
+    # the flows through it; the topology says which GPUs share a NIC)
+    out["NET"] = {"latency_us": net["latency_us"].value, "bandwidth_gbps": net["nic_gbps"].value}
+    sources.append(_prior("link.NET", f"{net['nic_gbps'].value:g} GB/s per NIC, {net['latency_us'].value:g} us "
                           f"[{net['nic_gbps'].provenance()}] (a topology file's NET class costs win)"))  # fmt: skip
     return out, sources
 

@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 from ringbench.errors import UsageError, bad_value
 from ringbench.topology.links import CLASS_HELP, Link, LinkKind
+from ringbench.topology.units import parse_bandwidth
 
 # A typical ring-attention KV block: 8192 tokens x 8 KV heads x 128 dims x (K and V) x 2 bytes (bf16) = 32 MiB.
 DEFAULT_MESSAGE_BYTES = 32 * 1024 * 1024
@@ -105,11 +106,17 @@ class CostModel:
             if not isinstance(value, Mapping) or set(value) - {"latency_us", "bandwidth_gbps", "alltoall_gbps"}:
                 raise bad_value(where, value, "a mapping with latency_us, bandwidth_gbps and/or alltoall_gbps")
             base = costs[kind]
+            given = {name: parse_bandwidth(value[name], f"{where}.{name}") for name in ("bandwidth_gbps",
+                     "alltoall_gbps") if name in value}  # fmt: skip
+            alltoall = given.get("alltoall_gbps", base.alltoall_gbps)
+            if "bandwidth_gbps" in given and "alltoall_gbps" not in given and base.alltoall_gbps is not None:
+                # the class's all-to-all keeps its ratio to the point-to-point bandwidth the file gave
+                alltoall = base.alltoall_gbps * given["bandwidth_gbps"] / base.bandwidth_gbps
             try:
                 costs[kind] = LinkCost(
                     latency_us=value.get("latency_us", base.latency_us),
-                    bandwidth_gbps=value.get("bandwidth_gbps", base.bandwidth_gbps),
-                    alltoall_gbps=value.get("alltoall_gbps", base.alltoall_gbps),
+                    bandwidth_gbps=given.get("bandwidth_gbps", base.bandwidth_gbps),
+                    alltoall_gbps=alltoall,
                 )
             except UsageError as exc:
                 raise UsageError(f"{where}.{exc}") from None
@@ -125,6 +132,14 @@ class CostModel:
                     row["alltoall_gbps"] = cost.alltoall_gbps
                 out[kind.value] = row
         return out
+
+    def describe_net(self) -> str:
+        """One line: the network's cost per NIC, and whether the topology stated it."""
+        net = self.class_costs[LinkKind.NET]
+        stated = "NET" in self.overrides()
+        where = "stated by the topology" if stated else "not stated: the nominal default, a guess; give class_costs.NET"
+        return (f"NET: {net.bandwidth_gbps:g} GB/s ({net.bandwidth_gbps * 8:g} Gb/s) per NIC, {net.latency_us:g} us "
+                f"({where})")  # fmt: skip
 
     def latency_bandwidth(self, link: Link) -> tuple[float, float]:
         """(latency_us, bandwidth_gbps) of a link: its measured values where given, else its class's."""

@@ -1,23 +1,38 @@
-"""The one link model: what the transfers of one ring step cost on a topology, NIC sharing included.
+"""The one link model: what the transfers of one exchange cost on a topology, NIC sharing included.
 
-Every rank of a ring sends its block to its successor at the same time, so all of a ring's hops are busy together.
-Hop p (ring position p sends to p + 1) moving ``nbytes`` takes
+Every transfer of every strategy -- a ring's hops, an all-to-all's chunks, the double ring's outer ring, the
+all-gather's ring steps -- is one *flow* (src, dst) of an *exchange*: the flows that move at once. A flow moving
+``nbytes`` takes
 
     transfer_us = latency_us + nbytes * share / (bandwidth_gbps * 1e3)        (bytes / (GB/s * 1e3) = us)
 
-where ``share`` is the number of the ring's NET hops that cross from the same source host to the same destination
-host: they share that host pair's network link, each at 1/share of its bandwidth. Hops inside a host are priced
-alone (several SYS hops on one socket link, or PCIe switches shared by transfers, are not modelled). The ring step's
-communication is its slowest hop (the next step needs every block in hand).
+with the link's (or its class's) latency and bandwidth, and ``share`` the number of the exchange's flows that
+divide the resource the flow is limited by:
+
+  across hosts (NET)  the NICs: a flow leaves through its source GPU's NIC and enters through its destination
+                      GPU's NIC (``Topology.nic_ids``: which GPUs share a NIC; default one per host); ``share`` is
+                      the larger of the NET flows leaving that source NIC and those entering that destination NIC.
+                      The NET class's bandwidth is one NIC's. An all-to-all across hosts thus shares the host's
+                      NICs; a ring between two hosts with one NIC each puts all its crossing hops on it.
+  inside a host       the rank's port: the larger of the exchange's flows out of its source and into its
+                      destination (a ring: 1; an all-to-all of U: U - 1). ``ports`` may name other owners (an
+                      all-to-all priced per class shares per class, a PCIe switch tree's uplink).
+
+NCCL's ring collectives (the all-gather baseline's gather, its backward's all-reduce) are the exception: they
+run several channels, each crossing between hosts through another NIC, so a collective's crossing hop draws on every
+NIC of its hosts (``collective=True``: the host's NICs together, shared by the collective's crossing hops); its
+point-to-point sends and all-to-alls leave through the GPU's own NIC (NCCL's all-to-all cannot aggregate NICs).
+
+A ring step's communication is its slowest hop (the next step needs every block in hand).
 
 One definition, used by every place that prices a link: the emulated links of a run (`RankFaults.link_delay`), the
-simulator (`simulate/case.py`) and its calibration (the delay a run injected), the report's placement section, and
-`recommend`'s predicted speedup.
+simulator (`simulate/case.py` rings, `simulate/flows.py` every strategy's exchanges) and its calibration (the
+delay a run injected), the report's placement section, and `recommend`'s predicted speedup.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,20 +43,79 @@ def transfer_us(latency_us, bandwidth_gbps, nbytes, share=1):
     return latency_us + nbytes * share / (bandwidth_gbps * 1e3)
 
 
-def net_shares(hosts: Sequence[Hashable], net: Sequence[bool], ring: Sequence[int]) -> np.ndarray:
-    """(N,) per sending position p: how many of the ring's NET hops go from p's host to p+1's host (1 elsewhere).
+def exchange_shares(src, dst, net, nic, flows=None, flow_net=None, ports=None, flow_ports=None,
+                    capacity=None) -> np.ndarray:  # fmt: skip
+    """(P,) how many flows of one exchange divide each pair's limiting resource (the module docstring's rule).
 
-    ``hosts[rank]``: the host of each rank; ``net[p]``: hop p (ring[p] -> ring[p+1]) is a NET link.
+    ``src``, ``dst``: (P,) the pairs priced; ``net``: (P,) bool, the pair crosses hosts; ``nic``: (N,) the NIC
+    number of every rank (``Topology.nic_ids``). ``flows``: (src, dst) arrays of every flow of the exchange (None:
+    the pairs themselves), ``flow_net`` their NET flags. ``ports``/``flow_ports``: ((P,), (P,)) and ((F,), (F,))
+    integer owners of the out and in ports of the non-NET pairs and flows (None: the source and destination rank).
+    ``capacity``: (max nic + 1,) NICs' worth of bandwidth behind each ``nic`` number (a collective: the host's NIC
+    count, with ``nic`` the host), which divides its flows' share (a share below 1: faster than one NIC).
+    """
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    net = np.asarray(net, bool)
+    if flows is None:
+        flows, flow_net, flow_ports = (src, dst), net, ports
+    fsrc, fdst = np.asarray(flows[0], np.int64), np.asarray(flows[1], np.int64)
+    fnet = np.asarray(flow_net, bool)
+    nic = np.asarray(nic, np.int64)
+    top = int(max(nic.max(initial=0), src.max(initial=0), dst.max(initial=0), fsrc.max(initial=0),
+                  fdst.max(initial=0))) + 1  # fmt: skip
+    out_owner, in_owner = (src, dst) if ports is None else ports
+    fout_owner, fin_owner = (fsrc, fdst) if flow_ports is None else flow_ports
+    span = int(max(top, np.max(out_owner, initial=0) + 1, np.max(in_owner, initial=0) + 1,
+                   np.max(fout_owner, initial=0) + 1, np.max(fin_owner, initial=0) + 1))  # fmt: skip
+
+    # keys: a port's owner (non-NET) or a NIC (NET, offset past every owner), egress and ingress apart
+    def keys(a, b, owner_out, owner_in, crosses):
+        out_key = np.where(crosses, span + nic[a], owner_out)
+        in_key = np.where(crosses, span + nic[b], owner_in) + 2 * span
+        return out_key, in_key
+
+    f_out, f_in = keys(fsrc, fdst, np.asarray(fout_owner), np.asarray(fin_owner), fnet)
+    p_out, p_in = keys(src, dst, np.asarray(out_owner), np.asarray(in_owner), net)
+    count_out = np.maximum(_count(f_out, p_out), 1).astype(float)
+    count_in = np.maximum(_count(f_in, p_in), 1).astype(float)
+    if capacity is not None:
+        capacity = np.asarray(capacity, float)
+        count_out = np.where(net, count_out / capacity[nic[src]], count_out)
+        count_in = np.where(net, count_in / capacity[nic[dst]], count_in)
+    return np.maximum(count_out, count_in)
+
+
+def _count(population: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """How often each of ``keys`` occurs in ``population`` (0 where it does not)."""
+    if not len(population):
+        return np.zeros(len(keys), np.int64)
+    values, counts = np.unique(population, return_counts=True)
+    index = np.clip(np.searchsorted(values, keys), 0, len(values) - 1)
+    return np.where(values[index] == keys, counts[index], 0)
+
+
+def net_shares(nic: Sequence[int], net: Sequence[bool], ring: Sequence[int], capacity=None) -> np.ndarray:
+    """(N,) per sending position p: how many of the ring's flows share hop p's limit (NET hops: their NICs'
+    egress and ingress; hops inside a host: 1).
+
+    ``nic[rank]``: the NIC number of each rank (``Topology.nic_ids``); ``net[p]``: hop p (ring[p] -> ring[p+1])
+    crosses hosts; ``capacity``: see ``exchange_shares`` (a collective's hosts' NICs together).
     """
     world = len(ring)
     if world < 2:
         return np.ones(world)
-    names = {name: index for index, name in enumerate(dict.fromkeys(hosts))}
-    host = np.array([names[hosts[int(rank)]] for rank in ring])
-    pair = host * len(names) + np.roll(host, -1)
-    crosses = np.asarray(net, dtype=bool)
-    counts = np.bincount(pair[crosses], minlength=len(names) ** 2)
-    return np.where(crosses, counts[pair], 1).astype(float)
+    src = np.asarray(ring, np.int64)
+    return exchange_shares(src, np.roll(src, -1), np.asarray(net, bool), np.asarray(nic, np.int64),
+                           capacity=capacity)  # fmt: skip
+
+
+def collective_nics(topology) -> tuple[np.ndarray, np.ndarray]:
+    """(nic, capacity) for an NCCL ring collective: every rank's host as its 'NIC', and each host's NIC count."""
+    host, nics = topology.host_ids(), topology.nic_ids()
+    capacity = np.zeros(int(host.max()) + 1)
+    for h in range(len(capacity)):
+        capacity[h] = len(np.unique(nics[host == h]))
+    return host, capacity
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,7 +135,7 @@ class RingLinks:
     net: np.ndarray
     """(N,) bool: the hop crosses between hosts."""
     shares: np.ndarray
-    """(N,) transfers sharing the hop's link in one ring step (1 unless a NET hop shares its host pair's link)."""
+    """(N,) transfers sharing the hop's link in one ring step (1 unless a NET hop shares a NIC)."""
 
     def transfer_us(self, nbytes: float) -> np.ndarray:
         """(N,) microseconds each hop takes to move ``nbytes`` while every hop of the step moves its block."""
@@ -89,15 +163,17 @@ class RingLinks:
 
 
 def ring_links(
-    topology, ring: Sequence[int], class_costs: Mapping[str, tuple[float, float]] | None = None
+    topology,
+    ring: Sequence[int],
+    class_costs: Mapping[str, tuple[float, float]] | None = None,
+    collective: bool = False,
 ) -> RingLinks:
     """The hops of ``ring`` on ``topology`` (a ringbench.topology.Topology with one device per rank).
 
     ``class_costs``: (latency_us, bandwidth_gbps) per class label that replace the topology's for that class (a
     calibration that measured it); other links keep the topology's cost model (measured costs where given).
+    ``collective``: the ring of an NCCL collective, whose crossing hops draw on all their hosts' NICs.
     """
-    from ringbench.topology.links import LinkKind
-
     ring = tuple(int(rank) for rank in ring)
     world = len(ring)
     src = np.asarray(ring, dtype=np.int64)
@@ -116,10 +192,11 @@ def ring_links(
             given = class_costs.get(labels[p]) if class_costs else None
             cost = priced[id(link)] = given if given is not None else topology.cost_model.latency_bandwidth(link)
         latency[p], bandwidth[p] = cost
-    net = np.array([link.kind is LinkKind.NET for link in links])
-    hosts = [device.host for device in topology.devices]
+    host = topology.host_ids()
+    net = host[src] != host[dst]
+    nic, capacity = collective_nics(topology) if collective else (topology.nic_ids(), None)
     return RingLinks(ring=ring, src=src, dst=dst, labels=labels, latency_us=latency, bandwidth_gbps=bandwidth,
-                     net=net, shares=net_shares(hosts, net, ring))  # fmt: skip
+                     net=net, shares=net_shares(nic, net, ring, capacity))  # fmt: skip
 
 
-__all__ = ["RingLinks", "net_shares", "ring_links", "transfer_us"]
+__all__ = ["RingLinks", "collective_nics", "exchange_shares", "net_shares", "ring_links", "transfer_us"]

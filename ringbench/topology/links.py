@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ringbench.errors import UsageError, bad_value
+from ringbench.topology.units import parse_bandwidth
 
 
 class LinkKind(str, Enum):
@@ -146,6 +147,8 @@ class Link:
                 f"{field}.{sorted(unknown)[0]}", value[sorted(unknown)[0]], "class, latency_us, bandwidth_gbps"
             )
         costs = {key: value.get(key) for key in ("latency_us", "bandwidth_gbps")}
+        if costs["bandwidth_gbps"] is not None:
+            costs["bandwidth_gbps"] = parse_bandwidth(costs["bandwidth_gbps"], f"{field}.bandwidth_gbps")
         label = value.get("class")
         try:
             if label is None:

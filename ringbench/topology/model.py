@@ -59,6 +59,9 @@ class Device:
     """NUMA node of the CPUs closest to the device; None when unknown."""
     name: str = ""
     """Free-form label, e.g. ``GPU3`` or the product name."""
+    nic: int | None = None
+    """The NIC (index on its host) that carries the device's traffic to other hosts; GPUs with the same index share
+    it. None: not stated, the default: one NIC per host, shared by all its GPUs (NIC 0)."""
 
     def __post_init__(self) -> None:
         if not _is_int(self.rank) or self.rank < 0:
@@ -69,6 +72,8 @@ class Device:
             raise bad_value("local_index", self.local_index, "an integer >= 0")
         if self.numa_node is not None and (not _is_int(self.numa_node) or self.numa_node < 0):
             raise bad_value("numa_node", self.numa_node, "an integer >= 0 or None")
+        if self.nic is not None and (not _is_int(self.nic) or self.nic < 0):
+            raise bad_value("nic", self.nic, "an integer >= 0 (the NIC's index on its host) or None")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +104,13 @@ class Topology:
                     f"devices[{index}]: host {device.host!r} local_index {device.local_index} is listed twice"
                 )
             seen_slots.add(slot)
+        stated: dict[str, set[bool]] = {}
+        for device in self.devices:
+            stated.setdefault(device.host, set()).add(device.nic is not None)
+        mixed = next((host for host, kinds in stated.items() if len(kinds) > 1), None)
+        if mixed is not None:
+            raise bad_value(f"nics of host {mixed!r}", "stated for some GPUs only",
+                            "a NIC for every GPU of the host, or for none (the default: one NIC per host)")  # fmt: skip
         world = len(self.devices)
         if not isinstance(self.links, tuple) or len(self.links) != world:
             raise UsageError(f"links: expected a {world}x{world} matrix (one row per device), got {_shape(self.links)}")
@@ -131,6 +143,54 @@ class Topology:
         if link is None:
             raise UsageError(f"link {src}->{dst}: a device has no link to itself")
         return link
+
+    def host_ids(self) -> np.ndarray:
+        """(N,) the index of each device's host (hosts in first-appearance order; computed once; read-only)."""
+        return _derived(self, "host_ids", self._host_ids)
+
+    def _host_ids(self) -> np.ndarray:
+        names: dict[str, int] = {}
+        out = np.array([names.setdefault(d.host, len(names)) for d in self.devices], dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    def nic_ids(self) -> np.ndarray:
+        """(N,) a NIC number per device, unique across hosts: devices with the same number share that NIC's
+        bandwidth to other hosts (computed once per topology; read-only)."""
+        return _derived(self, "nic_ids", self._nic_ids)
+
+    def _nic_ids(self) -> np.ndarray:
+        ids: dict[tuple[str, int], int] = {}
+        out = np.array([ids.setdefault((d.host, d.nic or 0), len(ids)) for d in self.devices], dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    def nic_layout(self) -> list[dict]:
+        """Per host: its GPUs (local indices) per NIC and whether the topology stated them (else the default)."""
+        out: dict[str, dict] = {}
+        for device in self.devices:
+            entry = out.setdefault(device.host, {"host": device.host, "stated": device.nic is not None, "nics": {}})
+            entry["nics"].setdefault(device.nic or 0, []).append(device.local_index)
+        return [{"host": e["host"], "stated": e["stated"], "nics": [e["nics"][k] for k in sorted(e["nics"])]}
+                for e in out.values()]  # fmt: skip
+
+    def describe_nics(self) -> str:
+        """One line: the NICs per host and which GPUs share each (the default said so where not stated)."""
+        layout = self.nic_layout()
+        if len(layout) < 2:
+            return "one host: no NIC carries its traffic"
+        shapes = Counter((e["stated"], tuple(map(tuple, e["nics"]))) for e in layout)
+        parts = []
+        for (stated, nics), count in shapes.items():
+            hosts = f"{count} host{'s' * (count != 1)}"
+            if not stated:
+                parts.append(f"{hosts}: 1 NIC each, shared by its {len(nics[0])} GPUs (not stated: the default)")
+            elif all(len(gpus) == 1 for gpus in nics):
+                parts.append(f"{hosts}: {len(nics)} NICs each, one per GPU (rail-optimised)")
+            else:
+                groups = " | ".join(",".join(map(str, gpus)) for gpus in nics)
+                parts.append(f"{hosts}: {len(nics)} NICs each, shared by GPUs {groups}")
+        return "NICs: " + "; ".join(parts) + "; the NET class's bandwidth is per NIC"
 
     def label_matrix(self) -> list[list[str]]:
         """Class labels as `nvidia-smi topo -m` prints them (``X`` on the diagonal)."""
@@ -209,6 +269,7 @@ class Topology:
                     "local_index": device.local_index,
                     "numa_node": device.numa_node,
                     "name": device.name,
+                    **({"nic": device.nic} if device.nic is not None else {}),
                 }
                 for device in self.devices
             ],
@@ -243,6 +304,7 @@ class Topology:
                         local_index=entry.get("local_index", index),
                         numa_node=entry.get("numa_node"),
                         name=str(entry.get("name") or ""),
+                        nic=entry.get("nic"),
                     )
                 )
             except UsageError as exc:

@@ -7,6 +7,7 @@
     intra: PXB                     # default class between GPUs of one host
     cross_numa: SYS                # class between GPUs on different NUMA nodes of one host (default SYS)
     inter: NET                     # class between hosts (default NET)
+    nics: per-gpu                  # optional: the NICs of every host (a host's own `nics` wins), see below
     hosts:
       - name: node                 # with count > 1 the hosts are node0, node1, ..
         count: 2
@@ -20,6 +21,12 @@
     links:                         # explicit overrides, applied last (both directions unless one_way: true)
       - {from: "node0:0", to: "node0:1", class: PIX}
       - {from: 3, to: 4, latency_us: 9.5, bandwidth_gbps: 11.0}   # measured cost; the class stays
+
+Bandwidths take units (``400Gbps``, ``100 Gb/s``, ``12.5GB/s``, ``400Gbit``; ringbench/topology/units.py); a bare
+number is GB/s. The NET class's bandwidth is one NIC's. ``nics`` says which GPUs share a NIC: a count (GPUs split
+into that many consecutive groups, e.g. ``nics: 8`` on 8 GPUs: one NIC per GPU, rail-optimised), ``per-gpu``,
+``per-host`` (one NIC), or the GPUs of each NIC (``nics: [[0, 1, 2, 3], [4, 5, 6, 7]]``, every GPU once). Not
+stated: one NIC per host, shared by all its GPUs (the default; `ringbench topo` says so).
 
 Ranks follow the hosts in order, GPUs in local order. A device is named by its rank or as ``"host:local"``.
 Also accepted: a measured matrix (``latency_us`` and ``bandwidth_gbps``, optional per-rank ``hosts`` names and
@@ -37,9 +44,13 @@ from ringbench.topology.cost import CostModel
 from ringbench.topology.links import Link
 from ringbench.topology.measured import from_probe_matrix
 from ringbench.topology.model import Device, Topology
+from ringbench.topology.units import parse_bandwidth
 
-_TOP_KEYS = {"name", "message_bytes", "class_costs", "intra", "inter", "cross_numa", "hosts", "links", "description"}
-_HOST_KEYS = {"name", "count", "gpus", "intra", "numa", "cross_numa", "matrix"}
+_TOP_KEYS = {"name", "message_bytes", "class_costs", "intra", "inter", "cross_numa", "hosts", "links", "description",
+             "nics"}  # fmt: skip
+_HOST_KEYS = {"name", "count", "gpus", "intra", "numa", "cross_numa", "matrix", "nics"}
+NICS_FORMS = ("a NIC count from 1 to the host's GPUs, per-gpu, per-host, or the GPUs of each NIC as a list of "
+              "lists naming every GPU of the host once (e.g. [[0, 1, 2, 3], [4, 5, 6, 7]])")  # fmt: skip
 _LINK_KEYS = {"from", "to", "class", "latency_us", "bandwidth_gbps", "one_way"}
 _MEASURED_KEYS = {
     "name",
@@ -181,9 +192,14 @@ def _measured_topology(spec: Mapping, source: str) -> Topology:
     hosts = spec.get("hosts")
     if hosts is not None and not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
         raise bad_value(f"{source}: hosts", hosts, "a list of host names, one per rank, for a measured matrix")
+    bandwidth = spec.get("bandwidth_gbps")
+    if isinstance(bandwidth, list) and all(isinstance(row, list) for row in bandwidth):
+        bandwidth = [[cell if i == j or not isinstance(cell, str) else
+                      parse_bandwidth(cell, f"{source}: bandwidth_gbps[{i}][{j}]") for j, cell in enumerate(row)]
+                     for i, row in enumerate(bandwidth)]  # fmt: skip
     return from_probe_matrix(
         spec.get("latency_us"),
-        spec.get("bandwidth_gbps"),
+        bandwidth,
         hosts=hosts,
         classes=spec.get("classes"),
         cost_model=_cost_model(spec, source),
@@ -204,17 +220,46 @@ def _devices(hosts: list, spec: Mapping, source: str) -> tuple[list[Device], lis
         count = _positive_int(entry.get("count", 1), f"{where}.count")
         base = str(entry.get("name") or f"host{index}")
         gpus, numa, block = _host_block(entry, spec, where)
+        nic_of = _nics(entry.get("nics", spec.get("nics")), gpus, f"{where}.nics")
         for copy in range(count):
             host = f"{base}{copy}" if count > 1 else base
             ranks = []
             for local in range(gpus):
                 ranks.append(len(devices))
-                devices.append(Device(rank=len(devices), host=host, local_index=local, numa_node=numa[local]))
+                devices.append(Device(rank=len(devices), host=host, local_index=local, numa_node=numa[local],
+                                      nic=nic_of[local]))  # fmt: skip
             blocks.append((ranks, block))
     seen_hosts = [host for host in dict.fromkeys(device.host for device in devices)]
     if len(seen_hosts) != len(blocks):
         raise UsageError(f"{source}: hosts: two entries give the same host name; names must be unique")
     return devices, blocks
+
+
+def _nics(value: object, gpus: int, field: str) -> list[int | None]:
+    """The NIC of each of a host's ``gpus`` GPUs from its ``nics`` entry (None: not stated, the default)."""
+    if value is None:
+        return [None] * gpus
+    if isinstance(value, str) and value.strip().lower() in ("per-gpu", "per-host"):
+        value = gpus if value.strip().lower() == "per-gpu" else 1
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= gpus:
+            raise bad_value(field, value, NICS_FORMS.replace("the host's GPUs", f"the host's GPUs ({gpus})"))
+        return [local * value // gpus for local in range(gpus)]
+    if not isinstance(value, list) or not value or not all(isinstance(group, list) and group for group in value):
+        raise bad_value(field, value, NICS_FORMS)
+    nic_of: list[int | None] = [None] * gpus
+    for nic, group in enumerate(value):
+        for gpu in group:
+            if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < gpus:
+                raise bad_value(f"{field}[{nic}]", group, f"GPUs of the host, 0..{gpus - 1}")
+            if nic_of[gpu] is not None:
+                raise bad_value(field, value, f"every GPU under one NIC (GPU {gpu} is listed twice)")
+            nic_of[gpu] = nic
+    missing = [gpu for gpu, nic in enumerate(nic_of) if nic is None]
+    if missing:
+        raise bad_value(field, value, f"a NIC for every GPU of the host (GPU{'s' * (len(missing) > 1)} "
+                        f"{', '.join(map(str, missing))} under none)")  # fmt: skip
+    return nic_of
 
 
 def _override(links: _Matrix, entry: object, devices: list[Device], where: str) -> None:
@@ -227,6 +272,8 @@ def _override(links: _Matrix, entry: object, devices: list[Device], where: str) 
     if src == dst:
         raise bad_value(f"{where}.to", entry.get("to"), "a different device than from")
     costs = {key: entry.get(key) for key in ("latency_us", "bandwidth_gbps")}
+    if costs["bandwidth_gbps"] is not None:
+        costs["bandwidth_gbps"] = parse_bandwidth(costs["bandwidth_gbps"], f"{where}.bandwidth_gbps")
     if "class" not in entry and costs == {"latency_us": None, "bandwidth_gbps": None}:
         raise UsageError(f"{where}: give a class and/or latency_us and bandwidth_gbps")
     pairs = [(src, dst)] if entry.get("one_way") else [(src, dst), (dst, src)]
