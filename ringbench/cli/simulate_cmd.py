@@ -94,9 +94,11 @@ def simulate(
         typer.Option(help="Nominal compute rate per rank, TFLOP/s (default 400).", rich_help_panel=MODEL_PANEL),
     ] = None,
     link_gbps: Annotated[
-        Optional[float],
+        Optional[str],
         typer.Option(
-            help="Bandwidth between ranks without a topology, GB/s (default 100).", rich_help_panel=MODEL_PANEL
+            help="Bandwidth between ranks without a topology: GB/s, or with a unit (100Gbps, 12.5GB/s; default 100 "
+            "GB/s).",
+            rich_help_panel=MODEL_PANEL,
         ),
     ] = None,
     topology: TopologyOption = None,
@@ -170,6 +172,7 @@ def simulate(
     from ringbench.report.markdown import render_section
     from ringbench.report.scale import scale_section
     from ringbench.scenario.scenario import DEFAULT_SCENARIO, load_scenario
+    from ringbench.topology.units import parse_bandwidth
 
     output = Output(json=json_out, quiet=quiet, document="simulate")
     with cli_errors():
@@ -180,7 +183,8 @@ def simulate(
         chosen = base.with_overrides(**axes, backward=backward, faults=fault, seed=seed)
         request = SimRequest(
             scenario=chosen, iterations=iters, calibrate_from=calibrate_from, like=like,
-            compute_tflops=compute_tflops, link_gbps=link_gbps, topology=topology, emulate_links=emulate_links,
+            compute_tflops=compute_tflops, link_gbps=None if link_gbps is None else parse_bandwidth(link_gbps,
+            "link_gbps"), topology=topology, emulate_links=emulate_links,
             gpus_per_host=gpus_per_host, scale=_worlds(scale), fixed_seq=fixed_seq, max_events=max_events,
             out=out, command=shlex.join(["ringbench", *sys.argv[1:]]), gpu=gpu, attention=attention,
             detect=detect,
