@@ -64,11 +64,18 @@ class PlanRequest:
     """Ask NVML which GPUs this machine has (fills ``gpu``; a ``gpu`` that contradicts them is refused)."""
     strategies: tuple[str, ...] = ()
     """Only these strategies (``ring``, ``ulysses``, ``hybrid:2``, ...); empty: every one the degrees allow."""
+    framework: str | None = None
+    """The implementation family that runs the plan (the catalogue's ``frameworks``: ringbench, ring-flash-attn,
+    usp, te): its host time per ring step and per all-to-all are PRIORS; None: ringbench's engine."""
 
     def __post_init__(self) -> None:
         self.workload.check_sizes()
         if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
             raise bad_value("top", self.top, "an integer >= 1")
+        if self.framework is not None:
+            from ringbench.hardware import find_framework
+
+            object.__setattr__(self, "framework", find_framework(self.framework).key)
         from ringbench.vocab import Strategy
 
         object.__setattr__(self, "strategies", tuple(Strategy.parse(s, "strategy").spec for s in self.strategies))
@@ -144,6 +151,7 @@ class Plan:
         return {"predicted": True, "topology": self.topology_text, "world": self.request.world,
                 "seq": self.request.seq, "heads": self.request.heads, "kv_heads": self.request.key_value_heads, "head_dim": self.request.head_dim, "mask": self.request.mask,
                 "docs": self.request.docs, "layers": self.request.layers, "gpu": self.gpu,
+                "framework": self.request.framework or "ringbench",
                 "candidates": [c.to_dict() for c in self.candidates], "refused": [c.to_dict() for c in self.refused],
                 "command": self.command, "confidence": self.confidence, "elapsed_s": self.elapsed_s,
                 "notes": self.notes, "priors": [p.to_dict() for p in self.priors],
@@ -208,9 +216,12 @@ def resolve_gpu(request: PlanRequest, found: list[str] | None = None):
     return find_hardware(request.gpu, detect=request.detect, found=found)
 
 
-def _costs(request: PlanRequest, gpu):
-    """(costs, calibration, prior): the GPU's priors with what a calibration measured in their place."""
+def _costs(request: PlanRequest, gpu, framework=None):
+    """(costs, calibration, prior): the GPU's priors with what a calibration measured in their place.
+    ``framework``: an implementation family (a Framework) replacing the request's (the fit of benchmarks/)."""
+    from ringbench.hardware import find_framework
     from ringbench.simulate.costs import DEFAULTS
+    from ringbench.simulate.priors import framework_costs
 
     calibration = None
     if request.calibrate_from is not None:
@@ -219,11 +230,15 @@ def _costs(request: PlanRequest, gpu):
 
         paths = request.calibrate_from if isinstance(request.calibrate_from, tuple) else (request.calibrate_from,)
         calibration = calibrate(merge_runs(paths))
+    family = framework or find_framework(request.framework or "ringbench")
     if gpu is None:
-        return (calibration.costs if calibration is not None else DEFAULTS), calibration, None
+        if calibration is not None:
+            return calibration.costs, calibration, None
+        explicit = framework is not None or request.framework is not None
+        return (framework_costs(DEFAULTS, family) if explicit else DEFAULTS), None, None
     from ringbench.simulate.priors import gpu_prior
 
-    prior = gpu_prior(gpu, request.dtype, request.attention)
+    prior = gpu_prior(gpu, request.dtype, request.attention, family)
     costs, _ = prior.with_calibration(calibration)
     return costs, calibration, prior
 
@@ -463,18 +478,18 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
                 gpu=gpu.key if gpu is not None else None, priors=priors, measured=measured)  # fmt: skip
 
 
-def price_configurations(request: PlanRequest, configs: dict[str, dict], *,
-                         found_gpus: list[str] | None = None) -> dict[str, Candidate]:  # fmt: skip
+def price_configurations(request: PlanRequest, configs: dict[str, dict], *, found_gpus: list[str] | None = None,
+                         framework=None) -> dict[str, Candidate]:  # fmt: skip
     """Predict given configurations (label -> strategy, placement, layout, buffer, order specs) on the request's
     workload and hardware, priced as ``make_plan`` prices its candidates (what benchmarks/validate_published.py
-    sets beside published measurements)."""
+    sets beside published measurements); ``framework``: a Framework whose figures replace the request's family's."""
     from ringbench.advise.planner_predict import predict
     from ringbench.orders import parse_order, parse_placement
     from ringbench.simulate.case import Cluster
 
     topology, emulate = _load(request)
     gpu = resolve_gpu(request, found_gpus)
-    costs, _, prior = _costs(request, gpu)
+    costs, _, prior = _costs(request, gpu, framework)
     check_network(topology, costs, emulate)
     if prior is not None:
         topology = prior.price_links(topology)

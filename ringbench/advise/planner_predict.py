@@ -64,6 +64,7 @@ def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray, dict[str, f
 def predict_layer(request, candidate, mask: str, costs, cluster) -> dict:
     """One layer of ``candidate``: step, fwd, bwd, exposed (ms, medians), memory and network MiB."""
     from ringbench.simulate.grouped import predicted_memory_mb, simulate_strategy
+    from ringbench.simulate.host_floor import host_floor_ms
 
     case = sim_case(request, candidate, mask)
     out = {"memory_mb": predicted_memory_mb(case)}
@@ -78,10 +79,18 @@ def predict_layer(request, candidate, mask: str, costs, cluster) -> dict:
         traffic = timeline.bytes_by_class
     out["mib_by_class"] = {label: nbytes / request.world / 2**20 for label, nbytes in traffic.items()}
     out["net_mb"] = out["mib_by_class"].get("NET", 0.0)
-    step = times["step"]
-    out.update(step_ms=float(np.median(step)), fwd_ms=float(np.median(times["fwd"])),
-               bwd_ms=float(np.median(times["bwd"])) if "bwd" in times else math.nan,
-               exposed_ms=float(np.median(np.clip(step - compute, 0.0, None))))  # fmt: skip
+    # the framework's host time is the least a phase takes (simulate/host_floor.py)
+    phases = {ph: float(np.median(times[ph])) for ph in case.phases}
+    waited = 0.0
+    for phase, device_ms in phases.items():
+        floor = host_floor_ms(case, costs, phase)
+        if floor > device_ms:
+            waited += floor - device_ms
+            phases[phase] = floor
+    step = times["step"] + waited
+    out.update(step_ms=float(np.median(step)), fwd_ms=phases["fwd"], bwd_ms=phases.get("bwd", math.nan),
+               exposed_ms=float(np.median(np.clip(step - compute, 0.0, None))),
+               host_bound_ms=waited)  # fmt: skip
     return out
 
 

@@ -46,6 +46,13 @@ def plan(
     attention: Annotated[
         Optional[str], typer.Option(help="The attention kernel: fa2, fa3, cudnn (default: the GPU's first).")
     ] = None,
+    framework: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The implementation that runs it: ringbench, ring-flash-attn, usp, te (its host time per ring step "
+            "and per all-to-all are priors; default ringbench's engine; --list-gpus lists them)."
+        ),
+    ] = None,
     detect: Annotated[
         bool, typer.Option("--detect/--no-detect", help="Ask NVML which GPUs this machine has (fills --gpu).")
     ] = True,
@@ -98,7 +105,7 @@ def plan(
                             docs=axes["docs"] or "none", layers=axes["layers"] or "1", **given)  # fmt: skip
         request = PlanRequest(workload=workload, topology=topology, memory_per_rank_gb=memory_per_rank, calibrate_from=tuple(calibration) or None,
                               emulate_links=emulate_links, backward=not no_backward, gpu=gpu, attention=attention,
-                              detect=detect, strategies=tuple(axes["strategy"]))  # fmt: skip
+                              detect=detect, strategies=tuple(axes["strategy"]), framework=framework)  # fmt: skip
         result = make_plan(request)
     render_plan(result, out)
     out.emit(result.to_dict())

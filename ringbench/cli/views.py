@@ -267,7 +267,17 @@ def render_catalogue(out) -> dict:
         for arch, entry in arches.items():
             if isinstance(entry, dict) and ("fwd" in entry or "same_as" in entry):
                 out.print(f"  {family} on {arch}: {catalogue.kernel_provenance(family, arch)}")
+    out.print("Implementation families (plan --framework): the host's time, the least a phase takes (PRIOR):")
+    families = []
+    for key, family in catalogue.frameworks.items():
+        from ringbench.simulate.priors import describe_framework
+
+        out.print(f"  {key} ({', '.join(family.aliases)}): {family.title}")
+        out.print(f"    {describe_framework(family)}")
+        families.append({"framework": key, "aliases": list(family.aliases), "title": family.title,
+                         "host_call_us": family.host_call_us.value, "host_step_us": family.host_step_us.value,
+                         "host_alltoall_us": family.host_alltoall_us.value, "fitted": family.fitted})  # fmt: skip
     out.print("Sources:")
     for key, citation in catalogue.sources.items():
         out.print(f"  [{key}] {citation}")
-    return {"gpus": rows, "sources": dict(catalogue.sources)}
+    return {"gpus": rows, "frameworks": families, "sources": dict(catalogue.sources)}

@@ -7,7 +7,27 @@ is marked PRIOR.
 
 from __future__ import annotations
 
-from ringbench.hardware.catalogue import ATTENTION_DTYPES, Catalogue, Figure, Gpu, find_gpu, load_catalogue
+from ringbench.hardware.catalogue import (
+    ATTENTION_DTYPES,
+    Catalogue,
+    Figure,
+    Framework,
+    Gpu,
+    find_framework,
+    find_gpu,
+    load_catalogue,
+)
 from ringbench.hardware.kernel import KernelRates, PassModel
 
-__all__ = ["ATTENTION_DTYPES", "Catalogue", "Figure", "Gpu", "KernelRates", "PassModel", "find_gpu", "load_catalogue"]
+__all__ = [
+    "ATTENTION_DTYPES",
+    "Catalogue",
+    "Figure",
+    "Framework",
+    "Gpu",
+    "KernelRates",
+    "PassModel",
+    "find_framework",
+    "find_gpu",
+    "load_catalogue",
+]

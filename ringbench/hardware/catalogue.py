@@ -90,6 +90,24 @@ class Gpu:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Framework:
+    """One implementation family: the host's time for its attention call, each ring step and each all-to-all
+    (a phase takes at least their sum: ringbench/simulate/host_floor.py)."""
+
+    key: str
+    title: str
+    aliases: tuple[str, ...]
+    host_call_us: Figure
+    """Host time of one attention call (its entry, the layout's checks and dispatch)."""
+    host_step_us: Figure
+    """Host time of one ring step (launches, P2P set-up, the merge's dispatch)."""
+    host_alltoall_us: Figure
+    """Host time of one all-to-all or collective (reshapes and copies' dispatch, the collective's set-up)."""
+    fitted: str = ""
+    """What the figures were fitted on (the dev set's tables, rows and residual); empty: not fitted."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Catalogue:
     """The parsed catalogue.yaml."""
 
@@ -98,6 +116,7 @@ class Catalogue:
     kernels: Mapping[str, Mapping]
     links: Mapping[str, Mapping[str, Figure]]
     overheads: Mapping[str, Figure]
+    frameworks: Mapping[str, Framework] = field(default_factory=dict)
     _by_name: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def find(self, name: str, field_name: str = "gpu") -> Gpu:
@@ -127,6 +146,15 @@ class Catalogue:
             return f"derived: {entry.get('derived', '')} (fitted on {base.get('fitted_on')}, {_curve_sources(base)})"
         return f"fitted on {entry.get('fitted_on')} to {_curve_sources(entry)}"
 
+    def framework(self, name: str, field_name: str = "framework") -> Framework:
+        """An implementation family by key or alias (case ignored); otherwise one line naming the choices."""
+        wanted = _norm(name) if isinstance(name, str) else None
+        for key, family in self.frameworks.items():
+            if wanted in (key, *map(_norm, family.aliases)):
+                return family
+        raise bad_value(field_name, name, "one of the catalogue's implementation families: "
+                        + ", ".join(self.frameworks))  # fmt: skip
+
     def link(self, group: str, name: str) -> Figure:
         return self.links[group][name]
 
@@ -145,7 +173,7 @@ def _norm(name: str) -> str:
 
 
 def _figure(raw: object, sources: Mapping[str, str], where: str) -> Figure:
-    if isinstance(raw, Mapping) and "value" in raw:
+    if isinstance(raw, Mapping) and "value" in raw and (raw.get("source") or raw.get("derived")):
         source_key = raw.get("source", "")
         if source_key and source_key not in sources:
             raise UsageError(f"catalogue: {where}.source={source_key!r} is not a key of sources")
@@ -174,6 +202,14 @@ def _gpu(key: str, raw: Mapping, sources: Mapping[str, str], catalogue_ref: list
                figures=figures, kernels=tuple(raw["kernels"]), catalogue=catalogue_ref[0])  # fmt: skip
 
 
+def _framework(key: str, raw: Mapping, sources: Mapping[str, str]) -> Framework:
+    where = f"frameworks.{key}"
+    figures = {name: _figure(raw[name], sources, f"{where}.{name}") for name in ("host_call_us", "host_step_us",
+               "host_alltoall_us")}  # fmt: skip
+    return Framework(key=key, title=str(raw.get("title", key)), aliases=tuple(raw.get("aliases", ())),
+                     fitted=str(raw.get("fitted", "")), **figures)  # fmt: skip
+
+
 class _Ref(list):
     """Late binding of the Catalogue into its Gpu records (frozen dataclasses)."""
 
@@ -190,9 +226,11 @@ def load_catalogue() -> Catalogue:
                             else v) for name, v in entries.items()}
              for group, entries in raw["links"].items()}  # fmt: skip
     overheads = {name: _figure(v, sources, f"overheads.{name}") for name, v in raw["overheads"].items()}
+    frameworks = {str(key): _framework(str(key), value, sources) for key, value in raw.get("frameworks", {}).items()}
     ref: list = [None]
     gpus_raw = raw["gpus"]
-    catalogue = Catalogue(sources=sources, gpus={}, kernels=raw["kernels"], links=links, overheads=overheads)
+    catalogue = Catalogue(sources=sources, gpus={}, kernels=raw["kernels"], links=links, overheads=overheads,
+                          frameworks=frameworks)  # fmt: skip
     ref[0] = catalogue
     gpus = {key: _gpu(key, value, sources, ref) for key, value in gpus_raw.items()}
     by_name: dict[str, str] = {}
@@ -209,4 +247,10 @@ def find_gpu(name: str, field_name: str = "gpu") -> Gpu:
     return load_catalogue().find(name, field_name)
 
 
-__all__ = ["ATTENTION_DTYPES", "Catalogue", "Figure", "Gpu", "find_gpu", "load_catalogue"]
+def find_framework(name: str, field_name: str = "framework") -> Framework:
+    """An implementation family of the catalogue by key or alias; otherwise one line naming the choices."""
+    return load_catalogue().framework(name, field_name)
+
+
+__all__ = ["ATTENTION_DTYPES", "Catalogue", "Figure", "Framework", "Gpu", "find_framework", "find_gpu",
+           "load_catalogue"]  # fmt: skip

@@ -113,6 +113,9 @@ class Costs:
     overlap_penalty: float = 0.0
     """Double buffers: a transfer beside a kernel slows it by this share of the transfer's time (NCCL's SMs and
     memory traffic); 0: perfect overlap."""
+    host_floor_ms: Mapping[str, float] = field(default_factory=dict)
+    """An implementation family's host time (simulate/host_floor.py): ``call`` per attention call, ``step`` per ring
+    step, ``alltoall`` per all-to-all or collective, ms; a phase takes at least their sum. Empty: no floor."""
     source: str = "defaults"
     """Where the costs come from: ``defaults``, a catalogue GPU (``prior:<gpu>``) or the calibrating run."""
 
@@ -130,6 +133,8 @@ class Costs:
         for name in ("compute_noise", "link_noise"):
             for value in getattr(self, name):
                 _finite(name, value)
+        for name, value in self.host_floor_ms.items():
+            _finite(f"host_floor_ms.{name}", value)
         for phase in PHASES:
             _finite(f"call_ms.{phase}", self.call_ms.get(phase, 0.0))
             for kind in KINDS:
@@ -185,6 +190,7 @@ class Costs:
             "merge_ms_per_melem": self.merge_ms_per_melem,
             "transpose_ms_per_mib": self.transpose_ms_per_mib,
             "overlap_penalty": self.overlap_penalty,
+            "host_floor_ms": dict(self.host_floor_ms),
             "source": self.source,
         }
 

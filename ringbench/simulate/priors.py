@@ -63,8 +63,8 @@ class GpuPrior:
         if links:
             costs = replace(costs, links={**costs.links, **links})
             sources = [s for s in sources if s.cost.removeprefix("link.") not in links]
-        if any(name.startswith("host.") for name in determined):
-            costs = replace(costs, host_ms=(measured or calibration.costs).host_ms)
+        if any(name.startswith("host.") for name in determined):  # the run's own host times, the framework's too
+            costs = replace(costs, host_ms=(measured or calibration.costs).host_ms, host_floor_ms={})
             sources = [s for s in sources if not s.cost.startswith("host.")]
         fitted = (measured or calibration.costs).strategy_ms
         if fitted:
@@ -77,11 +77,13 @@ def _prior(cost: str, how: str, hint: str = "") -> CostSource:
     return CostSource(cost=cost, determined=False, how=f"PRIOR {how}", hint=hint)
 
 
-def gpu_prior(gpu: Gpu, dtype: str, attention: str | None = None) -> GpuPrior:
-    """The prior costs of ``gpu`` running ``attention`` (a kernel family; None: its default) in ``dtype``."""
-    from ringbench.hardware import load_catalogue
+def gpu_prior(gpu: Gpu, dtype: str, attention: str | None = None, framework: object = "ringbench") -> GpuPrior:
+    """The prior costs of ``gpu`` running ``attention`` (a kernel family; None: its default) in ``dtype``, with the
+    host times of ``framework`` (an implementation family of the catalogue, or its key)."""
+    from ringbench.hardware import Framework, load_catalogue
 
     catalogue = load_catalogue()
+    family = framework if isinstance(framework, Framework) else catalogue.framework(str(framework))
     rates = gpu.kernel_rates(dtype, attention)
     overhead = catalogue.overhead
     memory = gpu.figure("memory_gbps")
@@ -89,8 +91,7 @@ def gpu_prior(gpu: Gpu, dtype: str, attention: str | None = None) -> GpuPrior:
     merge_bytes = overhead("merge_bytes_per_element").value
     merge_ms_per_melem = merge_bytes * 1e6 / (stream_gbps * 1e9) * 1e3
     transpose_ms_per_mib = 2 * overhead("transpose_bytes_per_element").value / 2 * 2**20 / (stream_gbps * 1e9) * 1e3
-    step_gap = overhead("step_gap_us")
-    a2a_gap = overhead("alltoall_gap_us")
+    step_gap, a2a_gap = overhead("step_gap_us"), overhead("alltoall_gap_us")
     penalty = overhead("overlap_penalty")
     call_ms = rates.call_us / 1e3
     host = {phase: {buffer: dict.fromkeys(HOST_STEPS, 0.0) | {"pre_ms": step_gap.value / 1e3}
@@ -99,7 +100,7 @@ def gpu_prior(gpu: Gpu, dtype: str, attention: str | None = None) -> GpuPrior:
                   kernel=rates, merge_ms_per_melem=merge_ms_per_melem, transpose_ms_per_mib=transpose_ms_per_mib,
                   overlap_penalty=penalty.value, strategy_ms={"ulysses": a2a_gap.value / 1e3,
                   "hybrid": a2a_gap.value / 1e3}, links={"local": LinkCost(latency_us=5.0, bandwidth_gbps=100.0)},
-                  gap_ms=0.0, source=f"prior:{gpu.key}")  # fmt: skip
+                  gap_ms=0.0, host_floor_ms=host_floor(family), source=f"prior:{gpu.key}")  # fmt: skip
     hint = "calibrate on this cluster (ringbench calibrate, then --from) to measure it"
     sources = [
         _prior("compute.attention", f"{rates.describe()}; {catalogue.kernel_provenance(rates.kernel, gpu.arch)}", hint),
@@ -111,13 +112,14 @@ def gpu_prior(gpu: Gpu, dtype: str, attention: str | None = None) -> GpuPrior:
             f"[{memory.provenance()}] x {overhead('memory_efficiency').value:g})",
             hint,
         ),
-        _prior("host.step_gap", f"{step_gap.value:g} us per ring step ({step_gap.provenance()})", hint),
+        _prior("host.step_gap", f"{step_gap.value:g} us per ring step on the device ({step_gap.provenance()})", hint),
         _prior(
             "strategy.alltoall",
-            f"{a2a_gap.value:g} us per all-to-all ({a2a_gap.provenance()}) and "
+            f"{a2a_gap.value:g} us per all-to-all on the device ({a2a_gap.provenance()}) and "
             f"{transpose_ms_per_mib * 1e3:.2f} us per MiB of layout copies",
             hint,
         ),
+        _prior("host.framework", describe_framework(family), hint),
         _prior(
             "overlap_penalty",
             f"{penalty.value:g} of a transfer's time slows the kernel beside it ({penalty.provenance()})",
@@ -126,6 +128,25 @@ def gpu_prior(gpu: Gpu, dtype: str, attention: str | None = None) -> GpuPrior:
     ]
     class_costs, link_sources = _link_classes(gpu)
     return GpuPrior(gpu=gpu, dtype=dtype, costs=costs, class_costs=class_costs, sources=sources + link_sources)
+
+
+def host_floor(family) -> dict[str, float]:
+    """An implementation family's host times (ms) as the costs carry them (simulate/host_floor.py)."""
+    return {"call": family.host_call_us.value / 1e3, "step": family.host_step_us.value / 1e3,
+            "alltoall": family.host_alltoall_us.value / 1e3}  # fmt: skip
+
+
+def describe_framework(family) -> str:
+    """One line: the family's host times, their provenance, and what they were fitted on."""
+    fitted = f"; fitted on {family.fitted}" if family.fitted else ""
+    return (f"framework {family.key}: the host's time per attention call {family.host_call_us.value:g} us + "
+            f"{family.host_step_us.value:g} us per ring step + {family.host_alltoall_us.value:g} us per all-to-all "
+            f"is the least a phase takes ({family.host_step_us.provenance()}{fitted})")  # fmt: skip
+
+
+def framework_costs(costs: Costs, framework) -> Costs:
+    """``costs`` (the documented defaults or a calibration's) with an implementation family's host times."""
+    return replace(costs, host_floor_ms=host_floor(framework))
 
 
 def _link_classes(gpu: Gpu) -> tuple[dict[str, dict[str, float]], list[CostSource]]:
@@ -205,4 +226,5 @@ def find_hardware(name: str | None, *, detect: bool = True, found: list[str] | N
     return find_gpu(found_keys[0]) if found_keys else None
 
 
-__all__ = ["GpuPrior", "detected_gpus", "find_hardware", "gpu_prior"]
+__all__ = ["GpuPrior", "describe_framework", "detected_gpus", "find_hardware", "framework_costs", "gpu_prior",
+           "host_floor"]  # fmt: skip
