@@ -95,7 +95,9 @@ def test_topo_shows_the_nics_and_the_network_cost(tmp_path):
 
 
 def test_a_multi_host_plan_with_a_net_cost_runs(tmp_path):
-    spec = _spec(nics=2, class_costs={"NET": {"latency_us": 5, "bandwidth_gbps": "100 Gb/s"}})
+    spec = _spec(
+        nics=2, class_costs={"NET": {"latency_us": 10, "bandwidth_gbps": "100 Gb/s"}}
+    )  # = the nominal row: given
     result = invoke(*PLAN, "--topology", _write(tmp_path, spec), "--json")
     assert result.exit_code == 0, result.output
     first = json.loads(result.stdout)["candidates"][0]

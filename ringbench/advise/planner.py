@@ -67,11 +67,15 @@ class PlanRequest:
     framework: str | None = None
     """The implementation family that runs the plan (the catalogue's ``frameworks``: ringbench, ring-flash-attn,
     usp, te): its host time per ring step and per all-to-all are PRIORS; None: ringbench's engine."""
+    settings_for: int = 1
+    """The candidate (1-based rank) whose framework settings and launcher mapping the plan gives."""
 
     def __post_init__(self) -> None:
         self.workload.check_sizes()
-        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
-            raise bad_value("top", self.top, "an integer >= 1")
+        for name in ("top", "settings_for"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad_value(name, value, "an integer >= 1")
         if self.framework is not None:
             from ringbench.hardware import find_framework
 
@@ -106,6 +110,8 @@ class Candidate:
     rings: list[dict] = field(default_factory=list)
     kv_repeat: int = 1
     """A Ulysses degree above the KV heads: each KV head is held and moved this many times (priced)."""
+    frameworks: dict = field(default_factory=dict)
+    """Per framework (megatron, usp, torchtitan): the settings that run it, or why it cannot (advise/settings.py)."""
     refused: str = ""
     why: str = ""
 
@@ -127,6 +133,7 @@ class Candidate:
                 "step_ms": self.step_ms, "fwd_ms": self.fwd_ms, "bwd_ms": self.bwd_ms, "exposed_ms": self.exposed_ms,
                 "exposed_frac": self.exposed_frac, "memory_mb": self.memory_mb, "net_mb_per_rank": self.net_mb,
                 "mib_per_rank_by_class": self.mib_by_class, "kv_repeat": self.kv_repeat,
+                "frameworks": self.frameworks,
                 "rings": self.rings, "refused": self.refused, "why": self.why}  # fmt: skip
 
 
@@ -146,6 +153,11 @@ class Plan:
     """CostSource per PRIOR (what no run measured), each with its value and source."""
     measured: list = field(default_factory=list)
     """CostSource per cost a calibration run determined (replacing its prior)."""
+    settings: dict = field(default_factory=dict)
+    """The settings that run the first choice (or ``request.settings_for``) in each framework, with the launcher
+    mapping; where one cannot, why, and its best expressible candidate (advise/settings.py)."""
+    settings_for: int = 1
+    """Which candidate (1-based rank) ``settings`` is for."""
 
     def to_dict(self) -> dict:
         return {"predicted": True, "topology": self.topology_text, "world": self.request.world,
@@ -155,7 +167,8 @@ class Plan:
                 "candidates": [c.to_dict() for c in self.candidates], "refused": [c.to_dict() for c in self.refused],
                 "command": self.command, "confidence": self.confidence, "elapsed_s": self.elapsed_s,
                 "notes": self.notes, "priors": [p.to_dict() for p in self.priors],
-                "measured": [m.to_dict() for m in self.measured]}  # fmt: skip
+                "measured": [m.to_dict() for m in self.measured], "settings_for": self.settings_for,
+                "settings": self.settings}  # fmt: skip
 
 
 def _divisors(n: int) -> list[int]:
@@ -467,6 +480,13 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
     if kept[0].kv_repeat > 1:
         notes.append(f"the first choice's Ulysses degree exceeds the {request.kv_heads} KV heads: each is repeated "
                      f"×{kept[0].kv_repeat} (DeepSpeed's rule), priced in its all-to-all bytes and its memory")  # fmt: skip
+    from ringbench.advise.settings import plan_settings
+
+    if request.settings_for > len(kept):
+        raise bad_value("settings_for", request.settings_for, f"a candidate's rank, 1..{len(kept)}")
+    chosen = kept[request.settings_for - 1]
+    settings = plan_settings(kept, chosen, request.world, request.heads, request.kv_heads or request.heads,
+                             request.mask, topology)  # fmt: skip
     priors, measured = [], []
     if prior is not None:
         _, priors = prior.with_calibration(calibration)
@@ -475,7 +495,8 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
     return Plan(request=request, topology_text=topology.describe(), candidates=kept, refused=refused,
                 command=_command(request, top, emulate), confidence=_confidence(request, calibration, topology,
                 emulate, top, gpu), elapsed_s=time.perf_counter() - started, notes=notes,
-                gpu=gpu.key if gpu is not None else None, priors=priors, measured=measured)  # fmt: skip
+                gpu=gpu.key if gpu is not None else None, priors=priors, measured=measured, settings=settings,
+                settings_for=request.settings_for)  # fmt: skip
 
 
 def price_configurations(request: PlanRequest, configs: dict[str, dict], *, found_gpus: list[str] | None = None,

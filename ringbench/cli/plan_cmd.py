@@ -74,6 +74,10 @@ def plan(
         ),
     ] = None,
     no_backward: Annotated[bool, typer.Option("--no-backward", help="Forward only.")] = False,
+    settings_for: Annotated[
+        int,
+        typer.Option(help="The candidate (its rank) to give framework settings and a launcher mapping for."),
+    ] = 1,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -105,7 +109,8 @@ def plan(
                             docs=axes["docs"] or "none", layers=axes["layers"] or "1", **given)  # fmt: skip
         request = PlanRequest(workload=workload, topology=topology, memory_per_rank_gb=memory_per_rank, calibrate_from=tuple(calibration) or None,
                               emulate_links=emulate_links, backward=not no_backward, gpu=gpu, attention=attention,
-                              detect=detect, strategies=tuple(axes["strategy"]), framework=framework)  # fmt: skip
+                              detect=detect, strategies=tuple(axes["strategy"]), framework=framework,
+                              settings_for=settings_for)  # fmt: skip
         result = make_plan(request)
     render_plan(result, out)
     out.emit(result.to_dict())

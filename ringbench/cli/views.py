@@ -224,6 +224,7 @@ def render_plan(plan, out) -> None:
         out.print(f"  {candidate.why}")
     for note in plan.notes:
         out.print(f"note: {note}")
+    _render_settings(plan, out)
     if plan.priors:
         out.print(f"Priors (the hardware catalogue's figures for {plan.gpu}; `ringbench plan --list-gpus` cites each "
                   "source; a calibration run on the cluster, --from, replaces what it measures):")  # fmt: skip
@@ -234,6 +235,43 @@ def render_plan(plan, out) -> None:
     out.print(f"Measure the top candidates: {plan.command}")
     out.print(f"Confidence: {plan.confidence}")
     out.print(f"({len(plan.candidates) + len(plan.refused)} candidates in {plan.elapsed_s:.1f} s)")
+
+
+def _render_settings(plan, out) -> None:
+    """How to run the chosen candidate in each framework, and how to launch its ranks."""
+    from ringbench.advise.settings import short_text
+
+    if not plan.settings:
+        return
+    chosen = plan.candidates[plan.settings_for - 1]
+    out.print(f"Run #{plan.settings_for} ({chosen.label}) in your framework (--settings-for N for another candidate):")
+    for name, entry in plan.settings.items():
+        out.print(f"  {short_text(name, entry)}")
+        best = entry.get("best")
+        if not entry["expresses"] and best is None:
+            out.print("    no candidate of this plan runs in it")
+        if best is not None:
+            out.print(f"    its best expressible candidate: {best['candidate']}, {number(best['step_ms'], ',.2f')} ms "
+                      f"(x{number(best['vs_first_choice'] or math.nan, '.2f')} the step): {best['args']}")  # fmt: skip
+        launch = entry.get("launch")
+        if launch:
+            out.print(f"    launch: {_launch_text(launch)}")
+
+
+def _launch_text(launch: dict, hosts_shown: int = 4) -> str:
+    torchrun = launch["torchrun"]
+    if torchrun["expresses"]:
+        parts = [f"{h['host']}: --node_rank {h['node_rank']} CUDA_VISIBLE_DEVICES={h['CUDA_VISIBLE_DEVICES']}"
+                 for h in torchrun["hosts"][:hosts_shown]]  # fmt: skip
+        more = f"; ... ({len(torchrun['hosts']) - hosts_shown} more hosts in --json)" if len(torchrun["hosts"]) > \
+            hosts_shown else ""  # fmt: skip
+        return f"torchrun ({torchrun['env']}) " + "; ".join(parts) + more
+    slurm = launch["slurm"]
+    hosts = slurm["hostfile"]
+    shown = ",".join(hosts[:8]) + (",..." if len(hosts) > 8 else "")
+    return (f"{torchrun['reason']}: srun --distribution=arbitrary with {slurm['env']} ({shown}) and per host "
+            f"CUDA_VISIBLE_DEVICES " + "; ".join(f"{h}={v}" for h, v in list(slurm["CUDA_VISIBLE_DEVICES"].items())
+                                                 [:hosts_shown]))  # fmt: skip
 
 
 def render_catalogue(out) -> dict:

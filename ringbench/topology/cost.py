@@ -80,6 +80,8 @@ class CostModel:
     """Reference message: the bytes one rank sends its successor per ring step (one KV block)."""
     class_costs: Mapping[LinkKind, LinkCost] = field(default_factory=lambda: DEFAULT_CLASS_COSTS)
     """Cost per class; the nominal DEFAULT_CLASS_COSTS unless overridden."""
+    given: frozenset[str] = frozenset()
+    """The classes whose costs were given (a file's ``class_costs``), even where they equal the nominal ones."""
 
     def __post_init__(self) -> None:
         if isinstance(self.message_bytes, bool) or not isinstance(self.message_bytes, int) or self.message_bytes < 1:
@@ -120,13 +122,14 @@ class CostModel:
                 )
             except UsageError as exc:
                 raise UsageError(f"{where}.{exc}") from None
-        return CostModel(message_bytes=self.message_bytes, class_costs=MappingProxyType(costs))
+        given = self.given | {LinkKind(str(key).strip().upper()).value for key in overrides}
+        return CostModel(message_bytes=self.message_bytes, class_costs=MappingProxyType(costs), given=given)
 
     def overrides(self) -> dict[str, dict[str, float]]:
         """The rows that differ from the nominal table, in the YAML/JSON shape `with_overrides` reads."""
         out = {}
         for kind, cost in self.class_costs.items():
-            if DEFAULT_CLASS_COSTS[kind] != cost:
+            if DEFAULT_CLASS_COSTS[kind] != cost or kind.value in self.given:
                 row = {"latency_us": cost.latency_us, "bandwidth_gbps": cost.bandwidth_gbps}
                 if cost.alltoall_gbps is not None:
                     row["alltoall_gbps"] = cost.alltoall_gbps
