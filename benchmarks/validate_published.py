@@ -57,11 +57,17 @@ def _request(table: dict, row: dict, topology: Path) -> tuple[PlanRequest, str]:
     workload = Workload(world=world, seq=seq, heads=int(fields["heads"]), kv_heads=int(fields.get("kv_heads", 0)),
                         head_dim=int(fields["head_dim"]), batch=int(fields.get("batch", 1)),
                         dtype=str(fields.get("dtype", "bfloat16")), mask=str(fields.get("mask", "causal")),
-                        layout=str(fields.get("layout", "zigzag")))  # fmt: skip
+                        layout=str(fields.get("layout", "zigzag")), docs=_docs(fields))  # fmt: skip
     request = PlanRequest(workload=workload, topology=topology, backward=backward, gpu=str(fields["gpu"]),
                           attention=fields.get("attention"), detect=False,
                           framework=fields.get("framework"))  # fmt: skip
     return request, phase
+
+
+def _docs(fields: dict) -> str:
+    """The row's documents spec, a ``file:`` path taken from this folder."""
+    docs = str(fields.get("docs", "none"))
+    return f"file:{HERE / docs[5:]}" if docs.startswith("file:") and not Path(docs[5:]).is_absolute() else docs
 
 
 def measured_ms_of(table: dict, row: dict, value: float) -> float:
@@ -71,7 +77,13 @@ def measured_ms_of(table: dict, row: dict, value: float) -> float:
     fields = {**table.get("workload", {}), **row}
     world = int(fields["world"])
     seq = int(fields.get("seq") or fields["seq_per_rank"] * world)
-    area = seq * seq if fields.get("mask", "causal") == "none" else seq * (seq + 1) / 2
+    mask = str(fields.get("mask", "causal"))
+    lengths = [seq]
+    if "document" in mask:
+        from ringbench.engine.documents import documents
+
+        lengths = list(documents(_docs(fields), seq).lengths)
+    area = sum(n * n if mask.startswith(("none", "full")) else n * (n + 1) / 2 for n in lengths)
     flops = 4 * area * int(fields.get("batch", 1)) * int(fields["heads"]) * int(fields["head_dim"])
     flops *= {"fwd": 1.0, "bwd": 2.5}.get(str(fields.get("pass", "fwd")), 3.5)
     return flops / (value * 1e12 * world) * 1e3

@@ -15,7 +15,11 @@ arithmetic, so 8 ranks on 2 cores do not fight over the cores) and EMULATED link
 3. `ringbench plan` on each run's topology, calibrated on run 1 (PREDICTED): the plan's first choice against the
    best measured strategy, the Spearman correlation of planned and measured order;
 4. `ringbench simulate --like` each run `--from` run 1: the simulator's accuracy per strategy; the attention's
-   counted peak memory per rank against the predicted one.
+   counted peak memory per rank against the predicted one;
+5. the network slowed (``--slow-net 4``: the NET class's latency x 4 and bandwidth / 4, a topology written beside
+   the runs) and the first context run again: per strategy, the measured effect (slow step - step) against the
+   plan's predicted effect (the same difference of the plan on both runs): the same sign and within 30 % in size;
+   and the plan's first choice on the slow network within 10 % of the best measured there.
 
 Prints markdown tables (docs/simulate.md, docs/strategies.md) and the accuracy entries of
 ringbench/advise/accuracy.py.
@@ -83,6 +87,68 @@ def _like(run_dir: Path, calibration: tuple[Path, ...], out: Path) -> pd.DataFra
     return pd.DataFrame([simulate_case(case, costs, cluster).row for case in cases_like(run)])
 
 
+def _slow_topology(out: Path, factor: float) -> Path:
+    """TOPOLOGY with its NET class ``factor`` times slower (latency x factor, bandwidth / factor)."""
+    import yaml
+
+    spec = yaml.safe_load(TOPOLOGY.read_text())
+    net = spec["class_costs"]["NET"]
+    spec["class_costs"]["NET"] = {"latency_us": net["latency_us"] * factor,
+                                  "bandwidth_gbps": net["bandwidth_gbps"] / factor}  # fmt: skip
+    spec["name"] = f"{spec['name']}-net{factor:g}x"
+    path = out / f"two_host_4gpu_net{factor:g}x.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _planned(run_dir: Path, seq: int, calibration: tuple[Path, ...]) -> dict:
+    plan = _plan(run_dir, seq, calibration)
+    out = {}
+    for candidate in plan.candidates:
+        placement = "-".join(map(str, candidate.placement)) if candidate.placement_name else ""
+        out[(candidate.strategy, placement)] = candidate.step_ms
+    return out
+
+
+def net_effect(base_dir: Path, slow_dir: Path, seq: int, calibration: tuple[Path, ...], factor: float) -> list[str]:
+    """Per strategy: the measured and the planned effect of the slower network; the verdict lines."""
+    from ringbench.record.store import load_run
+
+    planned_base, planned_slow = _planned(base_dir, seq, calibration), _planned(slow_dir, seq, calibration)
+    measured = {}
+    for name, run_dir in (("base", base_dir), ("slow", slow_dir)):
+        cases = load_run(run_dir).cases.drop_duplicates("case_id")
+        measured[name] = {_key(row): (row["step_ms"], row["step_ms_p10"], row["step_ms_p90"])
+                          for row in cases.to_dict("records")}  # fmt: skip
+    print(
+        f"\n| strategy | placement | measured step ms | with NET {factor:g}x slower | measured effect ms | "
+        "planned effect ms | effect error | verdict |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    agree, lines = 0, []
+    keys = [k for k in measured["base"] if k in measured["slow"]]
+    for key in sorted(keys, key=lambda k: measured["base"][k][0]):
+        base, slow = measured["base"][key], measured["slow"][key]
+        effect = slow[0] - base[0]
+        predicted = planned_slow.get(key, np.nan) - planned_base.get(key, np.nan)
+        error = predicted / effect - 1 if effect else np.nan
+        ok = bool(np.sign(predicted) == np.sign(effect) and abs(error) <= 0.30)
+        agree += ok
+        print(f"| {key[0]} | {key[1] or '-'} | {base[0]:.1f} ({base[1]:.1f}–{base[2]:.1f}) | {slow[0]:.1f} "
+              f"({slow[1]:.1f}–{slow[2]:.1f}) | {effect:+.1f} | {predicted:+.1f} | {100 * error:+.1f}% | "
+              f"{'agrees' if ok else 'DISAGREES'} |")  # fmt: skip
+    lines.append(f"NET {factor:g}x slower, S={seq}: the planned effect agrees in sign and within 30% with the measured "
+                 f"one for {agree} of {len(keys)} strategy cases")  # fmt: skip
+    slow_rows = measured["slow"]
+    first = min(planned_slow, key=planned_slow.get)
+    best = min(v[0] for v in slow_rows.values())
+    if first in slow_rows:
+        lines.append(f"NET {factor:g}x slower: plan's first choice {first[0]} {first[1]} measured "
+                     f"{slow_rows[first][0]:.1f} ms vs the best measured {best:.1f} ms "
+                     f"({100 * (slow_rows[first][0] / best - 1):+.1f}%, target <= 10%)")  # fmt: skip
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/validate-strategies"))
@@ -91,6 +157,8 @@ def main() -> None:
     parser.add_argument("--calibrate-seq", type=int, default=8192)
     parser.add_argument("--iters", type=int, default=8)
     parser.add_argument("--reuse", type=Path, default=None, help="a folder of runs made before (skip the runs)")
+    parser.add_argument("--slow-net", type=float, default=4.0, help="how much slower the NET of the last check is")
+    parser.add_argument("--net-seq", type=int, default=4096, help="the context of the slow-network check")
     parser.add_argument(
         "--calibration",
         type=Path,
@@ -117,7 +185,14 @@ def main() -> None:
             contexts[seq] = str(_run([*COMMON, *timing, "--seq", str(seq), "--buffer", "double", *strategies,
                                       "--placement", "heads-first", "--placement", "interleaved"],
                                      out / f"s{seq}"))  # fmt: skip
-        runs_file.write_text(json.dumps({"calibration": str(calibration), "contexts": contexts}, indent=1))
+        slow = _slow_topology(out, args.slow_net)
+        print(f"context S={args.net_seq}, NET {args.slow_net:g}x slower:", file=sys.stderr)
+        slow_run = _run([*SHAPE, "--topology", str(slow), "--emulate-links", *timing, "--seq", str(args.net_seq),
+                         "--buffer", "double", *strategies, "--placement", "heads-first", "--placement",
+                         "interleaved"], out / f"s{args.net_seq}-net{args.slow_net:g}x")  # fmt: skip
+        runs_file.write_text(json.dumps({"calibration": str(calibration), "contexts": contexts,
+                                         "slow_net": {"factor": args.slow_net, "seq": args.net_seq,
+                                                      "run": str(slow_run)}}, indent=1))  # fmt: skip
     runs = json.loads(runs_file.read_text())
     if args.calibration:
         runs["calibration"] = [str(p) for p in args.calibration]
@@ -184,6 +259,10 @@ def main() -> None:
             )
             memory_rows.append({"seq": seq, "strategy": row["strategy"], "placement": row["placement"] or "-",
                                 "counted": row["attn_mem_mb"], "predicted": predicted_memory_mb(case)})  # fmt: skip
+    slow = runs.get("slow_net")
+    if slow is not None and str(slow["seq"]) in runs["contexts"]:
+        verdicts += net_effect(Path(runs["contexts"][str(slow["seq"])]), Path(slow["run"]), int(slow["seq"]),
+                               calibration, float(slow["factor"]))  # fmt: skip
     print()
     for line in verdicts:
         print(line)

@@ -317,7 +317,10 @@ def gathered_compute(case: SimCase, costs: Costs, phase: str) -> np.ndarray:
     classes = case.classes()
     visible = case.per_rank(np.array([sum(b.visible_pairs for b in c.blocks) for c in classes.classes]))
     local = case.seq // case.world
-    full = all(b.kind == "full" for c in classes.classes for b in c.blocks)
+    # full: every query sees every key (a document mask's blocks are full sub-blocks, yet most pairs are unseen)
+    full = all(b.kind == "full" for c in classes.classes for b in c.blocks) and bool(
+        np.all(visible >= local * case.seq)
+    )
     heads = case.batch * case.heads
     merge = costs.merge_ms_per_melem * heads * local * case.head_dim / 1e6
     return np.array([costs.kernel.call_ms(phase, "full" if full else "causal", local, case.seq, heads,
