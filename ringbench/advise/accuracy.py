@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from ringbench.fmt import number
 
-_WHERE = "8 ranks as 2 emulated hosts x 4 on a 2-core CPU, S 4096 and 16384, 6 December 2026"
+_WHERE = "8 ranks as 2 emulated hosts x 4 on a 2-core CPU, S 4096 and 16384, 7 December 2026"
 MEASURED: dict[str, dict] = {
-    "ring": {"cases": 2, "median_pct": 0.8, "worst_pct": 1.1, "where": _WHERE},
-    "allgather": {"cases": 2, "median_pct": 6.1, "worst_pct": 7.1, "where": _WHERE},
-    "ulysses": {"cases": 2, "median_pct": 3.2, "worst_pct": 5.1, "where": _WHERE},
-    "hybrid": {"cases": 8, "median_pct": 4.5, "worst_pct": 8.0, "where": _WHERE},
-    "double-ring": {"cases": 8, "median_pct": 2.4, "worst_pct": 10.7, "where": _WHERE},
+    "ring": {"cases": 2, "median_pct": 0.6, "worst_pct": 1.2, "where": _WHERE},
+    "allgather": {"cases": 2, "median_pct": 6.1, "worst_pct": 6.7, "where": _WHERE},
+    "ulysses": {"cases": 2, "median_pct": 1.9, "worst_pct": 3.0, "where": _WHERE},
+    "hybrid": {"cases": 8, "median_pct": 1.5, "worst_pct": 6.4, "where": _WHERE},
+    "double-ring": {"cases": 8, "median_pct": 1.9, "worst_pct": 11.2, "where": _WHERE},
 }
 
 

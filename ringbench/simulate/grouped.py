@@ -178,9 +178,15 @@ def _max_into(target: np.ndarray, index: np.ndarray, values: np.ndarray) -> None
 
 class RingExchange:
     """One exchange on a set of rings (each rank to its ring successor), priced once: ``__call__(post)`` gives
-    every rank's in-hand time for an exchange posted at ``post`` (G, N), and counts its bytes."""
+    every rank's in-hand time for an exchange posted at ``post`` (G, N), and counts its bytes.
 
-    def __init__(self, rings: list[list[int]], nbytes: float, prices: Prices, flows) -> None:
+    ``hops``: a (G, N) array shared by the exchanges over the same hops (the double ring's outer K/V and dK/dV):
+    when each rank's incoming hop is next free. Blocks over one hop take turns, as on a real link and as emulated
+    links hold them (ringbench.engine.comm.LinkClock): the dK/dV of one rotation and the K/V posted for a later one
+    do not cross one hop in the time of one."""
+
+    def __init__(self, rings: list[list[int]], nbytes: float, prices: Prices, flows, hops=None) -> None:
+        self.hops = hops
         hops = [(ring[p - 1], ring[p], ring[(p + 1) % len(ring)]) for ring in rings if len(ring) > 1
                 for p in range(len(ring))]  # fmt: skip
         self.prices, self.nbytes = prices, nbytes
@@ -197,7 +203,15 @@ class RingExchange:
         if self.empty:
             return in_hand
         self.prices.count(self.pairs, self.nbytes)
-        recv = np.maximum(post[:, self.prev], post[:, self.rank]) + self.t_in + self.d_in
+        start = np.maximum(post[:, self.prev], post[:, self.rank])
+        if self.hops is None:
+            recv = start + self.t_in + self.d_in
+        elif self.d_in.any():  # emulated: the local transfer lands, then the hop's delay in its turn
+            recv = np.maximum(start + self.t_in, self.hops[:, self.rank]) + self.d_in
+        else:
+            recv = np.maximum(start, self.hops[:, self.rank]) + self.t_in
+        if self.hops is not None:
+            self.hops[:, self.rank] = recv
         sent = np.maximum(post[:, self.rank], post[:, self.succ]) + self.t_out
         in_hand[:, self.rank] = np.maximum(recv, sent)
         return in_hand
@@ -372,8 +386,9 @@ def _double_ring(case, costs: Costs, groups: Groups, prices: Prices, origin: np.
     if case.backward:
         lanes_bytes["dkv"] = b["kv"] * b["acc"]
     lanes = _ring_lanes(case, inner, lanes_bytes, prices, inner_flows, iterations)
-    outer_kv = RingExchange(outer_rings, b["kv"], prices, outer_flows)
-    outer_dkv = RingExchange(outer_rings, b["kv"] * b["acc"], prices, outer_flows)
+    outer_hops = np.full((iterations, world), -np.inf)  # when each rank's outer hop is next free (taken in turn)
+    outer_kv = RingExchange(outer_rings, b["kv"], prices, outer_flows, outer_hops)
+    outer_dkv = RingExchange(outer_rings, b["kv"] * b["acc"], prices, outer_flows, outer_hops)
     starts, ends = {}, {}
     compute = np.zeros((iterations, world))
     rows = iterations * count
