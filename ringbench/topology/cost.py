@@ -10,8 +10,8 @@ The class table below holds NOMINAL defaults: round, order-of-magnitude figures 
 order of the `nvidia-smi topo -m` legend (NV# best, then PIX, PXB, PHB, NODE, SYS, then NET). They are not measurements
 of any machine. NVLink: about 25 GB/s per link per direction for NVLink 2, 3 and 4, so NV12 (A100) gives 300 GB/s and
 NV18 (H100) 450 GB/s. PCIe classes: a Gen4 x16 link peaks near 32 GB/s per direction before protocol overhead, and P2P
-through more bridges, the host bridge or the inter-socket link is progressively slower. NET: one 100 Gb/s port per
-GPU. Override any row from a YAML topology (``class_costs:``) or give a link its measured cost (``ringbench probe``).
+through more bridges, the host bridge or the inter-socket link is progressively slower. NET: one 100 Gb/s NIC
+(per host, unless the topology's ``nics:`` says otherwise; a plan across hosts needs the network's own cost). Override any row from a YAML topology (``class_costs:``) or give a link its measured cost (``ringbench probe``).
 """
 
 from __future__ import annotations
