@@ -13,6 +13,7 @@ import yaml
 from ringbench.advise.planner import PlanRequest, price_configurations
 from ringbench.rank.injection import RankFaults
 from ringbench.scenario.scenario import Scenario
+from ringbench.scenario.workload import Workload
 from ringbench.simulate.case import Cluster
 from ringbench.simulate.costs import Costs
 from ringbench.simulate.flows import Prices
@@ -56,8 +57,8 @@ def _configs(rng: random.Random, world: int, heads: int) -> dict[str, dict]:
 
 def _price(spec: dict, configs: dict, gpu: str | None, world: int, backward: bool) -> dict:
     topology = topology_from_spec(spec)
-    request = PlanRequest(topology=topology, world=world, seq=world * 2 * 256, heads=12, kv_heads=12, head_dim=64,
-                          backward=backward, gpu=gpu, detect=False)  # fmt: skip
+    workload = Workload(world=world, seq=world * 2 * 256, heads=12, kv_heads=12, head_dim=64)
+    request = PlanRequest(workload=workload, topology=topology, backward=backward, gpu=gpu, detect=False)
     priced = price_configurations(request, configs, found_gpus=[])
     return {name: (c.step_ms, dict(c.mib_by_class)) for name, c in priced.items()}
 
@@ -116,8 +117,8 @@ def test_the_bytes_reported_per_class_count_every_message():
     configs = {"ring": {"strategy": "ring"}, "ulysses": {"strategy": "ulysses"},
                "hybrid": {"strategy": "hybrid:4", "placement": "heads-first"}}  # fmt: skip
     topology = topology_from_spec(spec)
-    request = PlanRequest(topology=topology, world=world, seq=seq, heads=heads, head_dim=dim, backward=False,
-                          detect=False)  # fmt: skip
+    request = PlanRequest(workload=Workload(world=world, seq=seq, heads=heads, head_dim=dim), topology=topology,
+                          backward=False, detect=False)  # fmt: skip
     priced = price_configurations(request, configs, found_gpus=[])
     shard = seq // world * heads * dim * 2  # one rank's Q (or K, or V) in bfloat16, bytes
     mib = 2**20
@@ -164,8 +165,8 @@ def test_an_all_to_all_across_hosts_shares_the_hosts_nics():
     for nics in ("per-host", 2, "per-gpu"):
         spec = {**base, "nics": nics}
         topology = topology_from_spec(spec)
-        request = PlanRequest(topology=topology, world=8, seq=8 * 4096, heads=8, head_dim=128, backward=False,
-                              gpu="h100-sxm", detect=False)  # fmt: skip
+        request = PlanRequest(workload=Workload(world=8, seq=8 * 4096, heads=8, head_dim=128), topology=topology,
+                              backward=False, gpu="h100-sxm", detect=False)  # fmt: skip
         steps[nics] = price_configurations(request, {"u": {"strategy": "ulysses"}}, found_gpus=[])["u"].step_ms
         flows = [(a, b) for a in range(8) for b in range(8) if a != b]
         prices = Prices(Costs(), Cluster(topology=topology))
@@ -180,8 +181,8 @@ def test_a_ulysses_degree_above_the_kv_heads_prices_their_repeats():
     topology = topology_from_spec(spec)
     priced = {}
     for kv in (8, 2):
-        request = PlanRequest(topology=topology, world=8, seq=8 * 1024, heads=8, kv_heads=kv, head_dim=128,
-                              backward=False, gpu="h100-sxm", detect=False)  # fmt: skip
+        request = PlanRequest(workload=Workload(world=8, seq=8 * 1024, heads=8, kv_heads=kv, head_dim=128),
+                              topology=topology, backward=False, gpu="h100-sxm", detect=False)  # fmt: skip
         priced[kv] = price_configurations(request, {"u": {"strategy": "ulysses"}}, found_gpus=[])["u"]
     # 2 KV heads repeated up to the degree 8 move and hold as much as 8 KV heads would
     assert priced[2].mib_by_class == pytest.approx(priced[8].mib_by_class)

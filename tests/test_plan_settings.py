@@ -12,6 +12,7 @@ from cli_helpers import invoke
 
 from ringbench.advise.planner import Candidate, PlanRequest, make_plan
 from ringbench.advise.settings import framework_settings, launcher_mapping
+from ringbench.scenario.workload import Workload
 from ringbench.topology import topology_from_spec
 
 SPEC = {"intra": "PXB", "inter": "NET", "hosts": [{"name": "node", "count": 2, "gpus": 4}],
@@ -68,7 +69,8 @@ def test_launcher_mappings_torchrun_when_hosts_are_blocks_else_slurm():
 
 def test_the_plan_gives_settings_a_best_expressible_candidate_and_json(tmp_path):
     topology = topology_from_spec(SPEC)
-    request = PlanRequest(topology=topology, world=8, seq=8 * 4096, heads=32, kv_heads=8, gpu="l40s", detect=False,
+    workload = Workload(world=8, seq=8 * 4096, heads=32, kv_heads=8)
+    request = PlanRequest(workload=workload, topology=topology, gpu="l40s", detect=False,
                           strategies=("double-ring:4", "hybrid:4"))  # fmt: skip
     plan = make_plan(request)
     first = plan.candidates[0]
@@ -78,8 +80,7 @@ def test_the_plan_gives_settings_a_best_expressible_candidate_and_json(tmp_path)
         assert best["candidate"].startswith("hybrid:4") and best["step_ms"] >= first.step_ms
         assert best["settings"]["--cp-comm-type"] == "a2a+p2p" and "launch" in megatron
     interleaved = next(c for c in plan.candidates if c.label == "hybrid:4 @interleaved")
-    usp = make_plan(PlanRequest(topology=topology, world=8, seq=8 * 4096, heads=32, kv_heads=8, gpu="l40s",
-                                detect=False, strategies=("hybrid:4",),
+    usp = make_plan(PlanRequest(workload=workload, topology=topology, gpu="l40s", detect=False, strategies=("hybrid:4",),
                                 settings_for=plan_rank(plan, interleaved, "hybrid:4"))).settings["usp"]  # fmt: skip
     assert usp["settings"]["use_ulysses_low"] is False and usp["launch"]["torchrun"]["expresses"]
     path = tmp_path / "cluster.yaml"
