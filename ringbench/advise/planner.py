@@ -394,7 +394,9 @@ def _command(request: PlanRequest, top: list[Candidate], emulate: bool) -> str:
     return " ".join(words)
 
 
-def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top: list[Candidate], gpu) -> str:
+def _confidence(
+    request: PlanRequest, calibration, topology, emulate: bool, top: list[Candidate], gpu, stated: list[str]
+) -> str:
     from ringbench.advise.accuracy import accuracy_line
 
     parts = []
@@ -425,7 +427,8 @@ def _confidence(request: PlanRequest, calibration, topology, emulate: bool, top:
     elif measured:
         network = "the topology's measured link costs"
     elif gpu is not None:
-        network = "the catalogue's link classes for it (PRIOR)"
+        network = "the catalogue's link classes for it (PRIOR)" + (
+            f", {', '.join(stated)} as the topology file states (GIVEN)" if stated else "")  # fmt: skip
     else:
         network = "the topology's nominal link-class figures (not measured)"
     kinds = list(dict.fromkeys(Strategy.parse(c.strategy).kind for c in top))
@@ -449,7 +452,9 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
     from ringbench.engine.layout import check_divisible
 
     check_divisible(request.layout, request.seq, request.world)
+    stated = sorted(topology.cost_model.stated())  # the class figures the user's file gives
     if prior is not None:
+        prior = prior.for_topology(topology)  # its link lines say which class figures the file states
         topology = prior.price_links(topology)
     cluster = Cluster(topology=topology, emulate_links=emulate)
     masks = _masks(request)
@@ -494,7 +499,7 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
             measured = [s for s in calibration.sources if s.determined]
     return Plan(request=request, topology_text=topology.describe(), candidates=kept, refused=refused,
                 command=_command(request, top, emulate), confidence=_confidence(request, calibration, topology,
-                emulate, top, gpu), elapsed_s=time.perf_counter() - started, notes=notes,
+                emulate, top, gpu, stated), elapsed_s=time.perf_counter() - started, notes=notes,
                 gpu=gpu.key if gpu is not None else None, priors=priors, measured=measured, settings=settings,
                 settings_for=request.settings_for)  # fmt: skip
 

@@ -233,7 +233,8 @@ def register(app: typer.Typer) -> None:
             hardware = find_hardware(gpu, detect=detect)
             if hardware is not None:
                 prior = gpu_prior(hardware, "bfloat16")
-                loaded, priced_for = prior.price_links(loaded), prior
+                priced_for = prior.for_topology(loaded)  # link lines: GIVEN where the file states a class
+                loaded = priced_for.price_links(loaded)
             measured = _measured_run(run_dir) if run_dir is not None else None
             if order is None and run_dir is not None:
                 ring = _run_ring(run_dir)

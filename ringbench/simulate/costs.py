@@ -52,14 +52,17 @@ class CostSource:
     """One line: how it was measured, or which prior and why."""
     hint: str = ""
     """For a prior: what calibration run would determine it."""
+    given: bool = False
+    """True: the user's topology file states it (a class cost): neither measured nor a catalogue prior."""
 
     def to_dict(self) -> dict:
-        return {"cost": self.cost, "determined": self.determined, "how": self.how, "hint": self.hint}
+        out = {"cost": self.cost, "determined": self.determined, "how": self.how, "hint": self.hint}
+        return out | ({"given": True} if self.given else {})
 
     @classmethod
     def from_dict(cls, document: dict) -> CostSource:
         return cls(cost=str(document["cost"]), determined=bool(document["determined"]), how=str(document["how"]),
-                   hint=str(document.get("hint", "")))  # fmt: skip
+                   hint=str(document.get("hint", "")), given=bool(document.get("given", False)))  # fmt: skip
 
 
 DEFAULT_LINKS = {"local": LinkCost(latency_us=5.0, bandwidth_gbps=100.0)}

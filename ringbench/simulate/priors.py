@@ -37,12 +37,24 @@ class GpuPrior:
     sources: list[CostSource] = field(default_factory=list)
 
     def price_links(self, topology):
-        """``topology`` with this GPU's link classes, the file's own class costs and measured links kept."""
+        """``topology`` with this GPU's link classes, what the file states of them and its measured links kept (a
+        figure the file leaves out -- a NET latency beside its bandwidth -- is this GPU's cited prior, not the
+        topology's nominal default)."""
         from ringbench.topology.cost import CostModel
 
         own = topology.cost_model
         model = CostModel(message_bytes=own.message_bytes).with_overrides(self.class_costs)
-        return replace(topology, cost_model=model.with_overrides(own.overrides()))
+        return replace(topology, cost_model=model.with_overrides(own.stated()))
+
+    def for_topology(self, topology) -> GpuPrior:
+        """This prior with its link lines saying what pricing ``topology`` uses: a class figure the topology file
+        states is GIVEN (with its value), the rest stay PRIOR (with their sources)."""
+        stated = topology.cost_model.stated()
+        if not stated:
+            return self
+        priced = self.price_links(topology).cost_model
+        kept = [source for source in self.sources if not source.cost.startswith("link.")]
+        return replace(self, sources=kept + _link_sources(self.gpu, stated, priced))
 
     def with_calibration(self, calibration, family: str = "real") -> tuple[Costs, list[CostSource]]:
         """The priors with what ``calibration`` (a run on the cluster) determined in their place.
@@ -156,35 +168,80 @@ def _link_classes(gpu: Gpu) -> tuple[dict[str, dict[str, float]], list[CostSourc
     links = load_catalogue().links
     nv, pcie, net = links["nvlink"], links["pcie"], links["net"]
     out: dict[str, dict[str, float]] = {}
-    sources = []
     if gpu.has_nvlink:
         per_link = gpu.value("nvlink.gbps_per_link")
         out["NV"] = {"latency_us": nv["latency_us"].value, "bandwidth_gbps": per_link * nv["p2p_efficiency"].value,
                      "alltoall_gbps": per_link * nv["alltoall_efficiency"].value}  # fmt: skip
-        sources.append(_prior("link.NV", f"{out['NV']['bandwidth_gbps']:.1f} GB/s per NVLink point to point "
-                              f"({per_link:g} GB/s line rate [{gpu.figure('nvlink.gbps_per_link').provenance()}] x "
-                              f"{nv['p2p_efficiency'].value:g} [{nv['p2p_efficiency'].provenance()}]), "
-                              f"{out['NV']['alltoall_gbps']:.1f} in an all-to-all (x {nv['alltoall_efficiency'].value:g}"
-                              f" [{nv['alltoall_efficiency'].provenance()}]), {nv['latency_us'].value:g} us"))  # fmt: skip
-    generation = int(gpu.value("pcie_gen"))
-    x16_figure = pcie["x16_gen5_gbps" if generation >= 5 else "x16_gen4_gbps"]
-    x16 = x16_figure.value
+    x16 = pcie["x16_gen5_gbps" if int(gpu.value("pcie_gen")) >= 5 else "x16_gen4_gbps"].value
     switch = {"latency_us": pcie["latency_us"].value, "bandwidth_gbps": x16, "alltoall_gbps": x16}
     bridge = {"latency_us": pcie["host_bridge_latency_us"].value,
               "bandwidth_gbps": x16 * pcie["host_bridge_efficiency"].value,
               "alltoall_gbps": pcie["alltoall_host_bridge_gbps"].value}  # fmt: skip
     out.update({"PIX": switch, "PXB": switch} | dict.fromkeys(HOST_BRIDGE, bridge))
-    sources.append(_prior("link.PCIe", f"PCIe Gen{generation} x16 {x16:g} GB/s under a switch (PIX, PXB; "
-                          f"{x16_figure.provenance()}); through the CPU (PHB, NODE, SYS) "
-                          f"{bridge['bandwidth_gbps']:g} GB/s point to point, {bridge['latency_us']:g} us "
-                          f"[{pcie['host_bridge_latency_us'].provenance()}], and {bridge['alltoall_gbps']:g} GB/s per GPU "
-                          f"in an all-to-all [{pcie['alltoall_host_bridge_gbps'].provenance()}]"))  # fmt: skip
     # NET: one NIC's bandwidth, in every exchange (an all-to-all across hosts runs at the NIC's rate, shared by
     # the flows through it; the topology says which GPUs share a NIC)
     out["NET"] = {"latency_us": net["latency_us"].value, "bandwidth_gbps": net["nic_gbps"].value}
-    sources.append(_prior("link.NET", f"{net['nic_gbps'].value:g} GB/s per NIC, {net['latency_us'].value:g} us "
-                          f"[{net['nic_gbps'].provenance()}] (a topology file's NET class costs win)"))  # fmt: skip
-    return out, sources
+    return out, _link_sources(gpu, {}, None)
+
+
+def _link_sources(gpu: Gpu, stated: dict[str, dict[str, float]], priced) -> list[CostSource]:
+    """One line per link class group as the plan prices it: PRIOR lines (with their sources) for the classes the
+    topology does not state, a GIVEN line per class it states (what is priced, and which of its figures stay
+    PRIOR). ``priced``: the priced CostModel (None when nothing is stated)."""
+    from ringbench.hardware import load_catalogue
+
+    links = load_catalogue().links
+    nv, pcie, net = links["nvlink"], links["pcie"], links["net"]
+    sources = []
+    if gpu.has_nvlink and "NV" not in stated:
+        per_link = gpu.value("nvlink.gbps_per_link")
+        sources.append(_prior("link.NV", f"{per_link * nv['p2p_efficiency'].value:.1f} GB/s per NVLink point to "
+                              f"point ({per_link:g} GB/s line rate [{gpu.figure('nvlink.gbps_per_link').provenance()}]"
+                              f" x {nv['p2p_efficiency'].value:g} [{nv['p2p_efficiency'].provenance()}]), "
+                              f"{per_link * nv['alltoall_efficiency'].value:.1f} in an all-to-all (x "
+                              f"{nv['alltoall_efficiency'].value:g} [{nv['alltoall_efficiency'].provenance()}]), "
+                              f"{nv['latency_us'].value:g} us"))  # fmt: skip
+    generation = int(gpu.value("pcie_gen"))
+    x16_figure = pcie["x16_gen5_gbps" if generation >= 5 else "x16_gen4_gbps"]
+    parts = []
+    switch = [name for name in ("PIX", "PXB") if name not in stated]
+    if switch:
+        parts.append(f"PCIe Gen{generation} x16 {x16_figure.value:g} GB/s under a switch ({', '.join(switch)}; "
+                     f"{x16_figure.provenance()})")  # fmt: skip
+    bridge = [name for name in HOST_BRIDGE if name not in stated]
+    if bridge:
+        parts.append(f"through the CPU ({', '.join(bridge)}) "
+                     f"{x16_figure.value * pcie['host_bridge_efficiency'].value:g} GB/s point to point, "
+                     f"{pcie['host_bridge_latency_us'].value:g} us [{pcie['host_bridge_latency_us'].provenance()}], "
+                     f"and {pcie['alltoall_host_bridge_gbps'].value:g} GB/s per GPU in an all-to-all "
+                     f"[{pcie['alltoall_host_bridge_gbps'].provenance()}]")  # fmt: skip
+    if parts:
+        sources.append(_prior("link.PCIe", "; ".join(parts)))
+    if "NET" not in stated:
+        sources.append(_prior("link.NET", f"{net['nic_gbps'].value:g} GB/s per NIC, {net['latency_us'].value:g} us "
+                              f"[{net['nic_gbps'].provenance()}] (a topology file's NET class costs win)"))  # fmt: skip
+    for name, row in stated.items():
+        sources.append(_given(name, row, priced))
+    return sources
+
+
+def _given(name: str, row: dict[str, float], priced) -> CostSource:
+    """A class the topology states: every figure priced, each marked GIVEN (stated by the file) or PRIOR."""
+    from ringbench.topology.links import LinkKind
+
+    cost = priced.class_costs[LinkKind(name)]
+    bandwidth = f"{cost.bandwidth_gbps:.4g} GB/s"
+    bandwidth += {"NET": f" ({cost.bandwidth_gbps * 8:.4g} Gb/s) per NIC", "NV": " per NVLink"}.get(name, "")
+    figures = {"bandwidth_gbps": f"{bandwidth} point to point", "latency_us": f"{cost.latency_us:.4g} us latency"}
+    if cost.alltoall_gbps is not None:
+        ratio = "" if "alltoall_gbps" in row else " (the prior's ratio to the point-to-point bandwidth)"
+        figures["alltoall_gbps"] = f"{cost.alltoall_gbps:.4g} GB/s per device in an all-to-all{ratio}"
+    given = [text for key, text in figures.items() if key in row]
+    kept = [text for key, text in figures.items() if key not in row]
+    how = "GIVEN by the topology file: " + ", ".join(given)
+    if kept:
+        how += "; PRIOR (this GPU's class figures): " + ", ".join(kept)
+    return CostSource(cost=f"link.{name}", determined=False, how=how, given=True)
 
 
 def detected_gpus() -> list[str]:

@@ -82,6 +82,9 @@ class CostModel:
     """Cost per class; the nominal DEFAULT_CLASS_COSTS unless overridden."""
     given: frozenset[str] = frozenset()
     """The classes whose costs were given (a file's ``class_costs``), even where they equal the nominal ones."""
+    given_fields: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    """Per given class, the figures the file stated (latency_us, bandwidth_gbps, alltoall_gbps): the others are the
+    nominal table's, which a GPU's priced classes replace with their cited priors (simulate/priors.py)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.message_bytes, bool) or not isinstance(self.message_bytes, int) or self.message_bytes < 1:
@@ -123,7 +126,12 @@ class CostModel:
             except UsageError as exc:
                 raise UsageError(f"{where}.{exc}") from None
         given = self.given | {LinkKind(str(key).strip().upper()).value for key in overrides}
-        return CostModel(message_bytes=self.message_bytes, class_costs=MappingProxyType(costs), given=given)
+        fields = dict(self.given_fields)
+        for key, value in overrides.items():
+            name = LinkKind(str(key).strip().upper()).value
+            fields[name] = fields.get(name, frozenset()) | frozenset(value)
+        return CostModel(message_bytes=self.message_bytes, class_costs=MappingProxyType(costs), given=given,
+                         given_fields=MappingProxyType(fields))  # fmt: skip
 
     def overrides(self) -> dict[str, dict[str, float]]:
         """The rows that differ from the nominal table, in the YAML/JSON shape `with_overrides` reads."""
@@ -135,6 +143,15 @@ class CostModel:
                     row["alltoall_gbps"] = cost.alltoall_gbps
                 out[kind.value] = row
         return out
+
+    def stated(self) -> dict[str, dict[str, float]]:
+        """What the topology itself states, per class: the figures a file's ``class_costs`` gave (only those), and
+        every figure of a row that differs from the nominal table without being given (a model built in code)."""
+        out = {}
+        for name, row in self.overrides().items():
+            fields = self.given_fields.get(name)
+            out[name] = {key: value for key, value in row.items() if fields is None or key in fields}
+        return {name: row for name, row in out.items() if row}
 
     def describe_net(self) -> str:
         """One line: the network's cost per NIC, and whether the topology stated it."""

@@ -261,7 +261,7 @@ class Topology:
             "format_version": TOPOLOGY_VERSION,
             "source": self.source,
             "message_bytes": self.cost_model.message_bytes,
-            "class_costs": self.cost_model.overrides(),
+            "class_costs": self.cost_model.stated(),
             "devices": [
                 {
                     "rank": device.rank,
