@@ -135,7 +135,7 @@ def validate_table(table: dict, framework=None) -> dict:
     share = within / len(rows)
     errors = [abs(e) for entry in rows for e in entry["errors"].values()]
     return {"id": table["id"], "title": table["title"], "source": table["source"], "rows": rows,
-            "framework": table.get("framework") or "ringbench",
+            "publisher": table.get("publisher") or table["id"], "framework": table.get("framework") or "ringbench",
             "first_choice_within": within, "row_count": len(rows), "pooled_spearman": pooled,
             "mean_row_spearman": float(np.nanmean([r["spearman"] for r in rows])),
             "median_abs_error": float(np.median(errors)), "pooled": (pooled_predicted, pooled_measured),
@@ -157,6 +157,15 @@ def overall(results: list[dict]) -> dict:
                     "spearman": out["pooled_spearman"] >= TARGETS["spearman"],
                     "median_error": out["median_abs_error"] <= TARGETS["median_error"]}  # fmt: skip
     return out
+
+
+def by_publisher(results: list[dict]) -> dict[str, dict]:
+    """The issue's figures per publisher: tables of one publisher are one source, not independent of each other."""
+    groups: dict[str, list[dict]] = {}
+    for result in results:
+        groups.setdefault(result["publisher"], []).append(result)
+    return {publisher: overall(tables) | {"table_ids": [t["id"] for t in tables]}
+            for publisher, tables in groups.items()}  # fmt: skip
 
 
 def _row_text(entry: dict) -> str:
@@ -202,11 +211,14 @@ def main() -> None:
     document = yaml.safe_load((HERE / ("dev.yaml" if args.dev else "tables.yaml")).read_text())
     results = [validate_table(t) for t in document["tables"] if not args.table or t["id"] in args.table]
     summary = overall(results)
+    publishers = by_publisher(results)
     if args.json:
+        for group in publishers.values():
+            group.pop("meets")
         for result in results:
             result.pop("pooled")
-        print(json.dumps({"format": "ringbench-validate-published", "format_version": 2, "tables": results,
-                          "overall": summary}, indent=1, default=str))  # fmt: skip
+        print(json.dumps({"format": "ringbench-validate-published", "format_version": 3, "tables": results,
+                          "publishers": publishers, "overall": summary}, indent=1, default=str))  # fmt: skip
         return
     if args.markdown:
         for result in results:
@@ -225,6 +237,11 @@ def main() -> None:
         )
     passed = sum(r["passes"] for r in results)
     print(f"{passed} of {len(results)} tables pass")
+    print(f"Per publisher ({len(publishers)} independent sources):")
+    for publisher, group in publishers.items():
+        print(f"  {publisher} ({', '.join(group['table_ids'])}): first choice within {100 * WITHIN:.0f}% in "
+              f"{group['first_choice_within']} of {group['rows']} rows; pooled Spearman {group['pooled_spearman']:.2f};"
+              f" median |error| {100 * group['median_abs_error']:.0f}%")  # fmt: skip
     meets = summary["meets"]
     print(
         f"Over all {summary['tables']} tables: first choice within {100 * WITHIN:.0f}% in "

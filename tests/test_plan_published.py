@@ -44,6 +44,7 @@ def test_every_table_keeps_its_first_choices_and_order(validated):
         "usp-l20-pcie": (2, 0.9),
         "magi-h100-varlen": (10, 0.7),
         "usp-a100-pcie": (1, -0.5),
+        "l20-pcie-user": (1, 0.7),
     }  # docs/plan.md's figures, less a margin
     for table, (rows, spearman) in floors.items():
         result = validated[table]
@@ -54,9 +55,17 @@ def test_every_table_keeps_its_first_choices_and_order(validated):
 def test_the_held_out_tables_together_keep_their_figures(validated):
     validate = _module("validate_published")
     summary = validate.overall(list(validated.values()))
-    # docs/plan.md: 50 of 59 rows (84.7 %, the target 85 % missed by usp-a100-pcie), Spearman 0.87, median 12 %
-    assert summary["first_share"] >= 0.83 and summary["pooled_spearman"] >= 0.85, summary
+    # docs/plan.md: 51 of 61 rows (83.6 %; the target 85 % missed by the PCIe tables), Spearman 0.847 (the target
+    # 0.85 missed since the independent 8xL20 table joined), median 12 %
+    assert summary["first_share"] >= 0.82 and summary["pooled_spearman"] >= 0.83, summary
     assert summary["median_abs_error"] <= 0.20, summary
+
+
+def test_every_held_out_table_names_its_publisher(validated):
+    validate = _module("validate_published")
+    publishers = validate.by_publisher(list(validated.values()))
+    assert len(publishers) >= 4 and all(r["publisher"] != r["id"] for r in validated.values())
+    assert sum(group["rows"] for group in publishers.values()) == sum(r["row_count"] for r in validated.values())
 
 
 def test_pcie_ulysses_is_last_in_every_row(validated):
