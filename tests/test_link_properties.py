@@ -189,3 +189,28 @@ def test_a_ulysses_degree_above_the_kv_heads_prices_their_repeats():
     assert priced[2].memory_mb == pytest.approx(priced[8].memory_mb)
     assert Strategy.parse("ulysses").ulysses_degree(8) == 8
     assert np.isfinite(priced[2].step_ms)
+
+
+def test_a_figure_the_file_leaves_out_is_priced_at_the_gpus_prior():
+    """Over random clusters priced for a GPU: a class stated by its bandwidth alone prices exactly as the same
+    class stated with the GPU's prior latency beside it, and the plan's lines call that class GIVEN."""
+    from ringbench.hardware import find_gpu
+    from ringbench.simulate.priors import gpu_prior
+
+    rng = random.Random("left-out")
+    prior = gpu_prior(find_gpu("h100-sxm"), "bfloat16")
+    for _ in range(3):
+        spec = _spec(rng)
+        world = sum(h["count"] * h["gpus"] for h in spec["hosts"])
+        configs = _configs(rng, world, 12)
+        kind = rng.choice(["NET", "SYS", "PIX"])
+        bandwidth = rng.uniform(1, 40)
+        alone = {**spec, "class_costs": {**spec["class_costs"], kind: {"bandwidth_gbps": bandwidth}}}
+        explicit = {**spec, "class_costs": {**spec["class_costs"], kind: {
+            "bandwidth_gbps": bandwidth, "latency_us": prior.class_costs[kind]["latency_us"]}}}  # fmt: skip
+        first, second = _price(alone, configs, "h100-sxm", world, False), _price(explicit, configs, "h100-sxm",
+                                                                                 world, False)  # fmt: skip
+        for name in configs:
+            assert first[name][0] == pytest.approx(second[name][0], rel=1e-12), (spec, kind, name)
+        lines = {s.cost: s for s in prior.for_topology(topology_from_spec(alone)).sources if s.cost.startswith("link.")}
+        assert lines[f"link.{kind}"].given and "PRIOR" in lines[f"link.{kind}"].how  # its latency stays a prior
