@@ -1,0 +1,18 @@
+"""`ringbench check`: conformance of a context-parallel attention implementation, per tensor, with a diagnosis.
+
+    from ringbench.conformance import check_implementation, plan_cases
+    cases, note, skipped, adapter = plan_cases("torch-ring")       # the default matrix, sampled with seed 0
+    outcome = check_implementation("torch-ring", cases, note=note)
+    outcome.verdict, outcome.findings                                # "pass" | "fail", a DataFrame
+
+cases.py (a case and its positions), matrix.py (which cases), pool.py and worker.py (rank processes that serve
+cases), reference.py (float64 attention under any mask), hypotheses.py (the wrong answers rings give),
+evaluate.py (one case's per-tensor verdict), check.py (the run); the findings are ringbench/analysis/conformance.py.
+"""
+
+from __future__ import annotations
+
+from ringbench.conformance.cases import ConformanceCase
+from ringbench.conformance.check import DEFAULT_TIMEOUT_S, CheckOutcome, check_implementation, plan_cases
+
+__all__ = ["DEFAULT_TIMEOUT_S", "CheckOutcome", "ConformanceCase", "check_implementation", "plan_cases"]

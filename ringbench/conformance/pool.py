@@ -1,0 +1,182 @@
+"""A pool of rank processes for one world size that runs many check cases, each within a deadline.
+
+Starting a gloo group costs seconds (processes, the rendezvous, a connection per pair of ranks); a check case costs
+tens of milliseconds. So ranks start once per world size (ringbench.run.launch.start_ranks: forked from a server
+that has imported torch, bound to their parent, in their own process groups) and serve cases from a queue
+(ringbench/conformance/worker.py) until the pool closes.
+
+Every case has a deadline: the group's own timeout (a rank waiting on a peer gives up then, and says so) plus a
+grace period. A rank silent at the deadline stalled: it is named, with the phase (forward or backward) it was in,
+and so are the ranks that timed out waiting for it. A rank that exits is named with its exit code. After a stall,
+a death, or an error that left the group in doubt (a barrier within a second decides), the pool is stopped --
+every process, SIGKILL at the latest -- and the next case starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import queue
+import time
+from dataclasses import dataclass, field
+
+from ringbench.run.launch import PHASE_NAMES, RankProcesses, start_ranks
+
+GRACE_S = 3.0  # past the group's timeout: the waiting ranks' own time-outs arrive within it
+STARTUP_S = 120.0  # forking, importing the implementation, the rendezvous
+PING_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaseFailure:
+    """Why a case gave no tensors: ``kind`` one of error, refused, shape, hang, died; one line; the ranks named."""
+
+    kind: str
+    line: str
+    ranks: tuple[int, ...]
+    phase: str = ""
+
+
+@dataclass(slots=True)
+class CaseRun:
+    shards: list[dict] | None = None
+    failure: CaseFailure | None = None
+    seconds: float = 0.0
+    restarts: int = 0
+
+
+@dataclass(slots=True)
+class RankPool:
+    """``world`` ranks of implementation ``impl`` (started on first use; ``close`` always)."""
+
+    impl: str
+    world: int
+    timeout_s: float
+    device: str | None = None
+    _ranks: RankProcesses | None = None
+    _inboxes: list = field(default_factory=list)
+    _next: int = 0
+    starts: int = 0
+
+    def _start(self) -> None:
+        from ringbench.conformance.worker import serve
+        from ringbench.run.launch import _context
+
+        spawn = _context()
+        self._inboxes = [spawn.Queue() for _ in range(self.world)]
+        self._ranks = start_ranks(self.world, serve, (self.impl, self._inboxes), timeout_s=self.timeout_s,
+                                  device=self.device)  # fmt: skip
+        self.starts += 1
+        ready, errors = self._gather("ready", -1, STARTUP_S + self.timeout_s)
+        if len(ready) < self.world:
+            failure = self._failure(ready, errors, "setup")
+            self.close()
+            raise PoolFailure(failure)
+
+    def _gather(self, kind: str, index: int, seconds: float) -> tuple[dict, dict]:
+        """Messages ``kind`` for ``index`` from every rank until all came, a rank died, or ``seconds`` passed;
+        (payload per rank, one-line error per rank from a rank that ended)."""
+        got, errors = {}, {}
+        deadline = time.monotonic() + seconds
+        procs = self._ranks.procs
+        while len(got) + len(errors) < self.world and time.monotonic() < deadline:
+            try:
+                message = self._ranks.channels.messages.get(timeout=0.05)
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in got and r not in errors]
+                for rank in dead:  # give its last words a moment to arrive
+                    errors[rank] = f"exited with code {procs[rank].exitcode}"
+                continue
+            if message[0] == "item":
+                item_kind, item_index, rank, payload = pickle.loads(message[2])
+                if item_kind == kind and item_index == index:
+                    got[rank] = payload
+            elif message[0] == "error":
+                errors[message[1]] = message[2]
+        return got, errors
+
+    def _failure(self, got: dict, errors: dict, phase_default: str) -> CaseFailure:
+        silent = [r for r in range(self.world) if r not in got and r not in errors]
+        if silent:
+            phases = {self._phase(r) or phase_default for r in silent}
+            waited = sorted(r for r, p in got.items() if isinstance(p, dict) and "failure" in p)
+            waiting = f"; rank(s) {', '.join(map(str, waited))} timed out waiting" if waited else ""
+            line = (f"rank(s) {', '.join(map(str, silent))} stalled in the {'/'.join(sorted(phases))} (no answer "
+                    f"within {self.timeout_s + GRACE_S:g} s){waiting}")  # fmt: skip
+            return CaseFailure(kind="hang", line=line, ranks=tuple(silent), phase="/".join(sorted(phases)))
+        rank = min(errors)
+        return CaseFailure(kind="died", line=f"rank {rank} {errors[rank]}", ranks=tuple(sorted(errors)))
+
+    def _phase(self, rank: int) -> str:
+        progress = self._ranks.channels.progress
+        return PHASE_NAMES.get(progress[rank * 4 + 1], "")
+
+    def run(self, case) -> CaseRun:
+        """Run one case on every rank (see the module doc)."""
+        restarts = 0
+        if self._ranks is None:
+            self._start()
+            restarts = 1
+        index = self._next
+        self._next += 1
+        started = time.monotonic()
+        for inbox in self._inboxes:
+            inbox.put(("case", index, case))
+        got, errors = self._gather("case", index, self.timeout_s + GRACE_S)
+        seconds = time.monotonic() - started
+        if len(got) < self.world:
+            failure = self._failure(got, errors, "setup")
+            self.close()
+            return CaseRun(failure=failure, seconds=seconds, restarts=restarts)
+        failed = {r: p for r, p in got.items() if "failure" in p}
+        if not failed:
+            return CaseRun(shards=[got[r] for r in range(self.world)], seconds=seconds, restarts=restarts)
+        kinds = {p["failure"] for p in failed.values()}
+        kind = "refused" if kinds == {"refused"} else "shape" if "shape" in kinds else "error"
+        first = min(r for r, p in failed.items() if p["failure"] == kind or kind == "error")
+        line = failed[first]["line"]
+        others = sorted(set(failed) - {first})
+        if others:
+            line += f" (rank {first}; also rank(s) {', '.join(map(str, others))})"
+        else:
+            line += f" (rank {first})"
+        failure = CaseFailure(kind=kind, line=line, ranks=tuple(sorted(failed)))
+        if kind != "refused" and not self._healthy():
+            self.close()
+        return CaseRun(failure=failure, seconds=seconds, restarts=restarts)
+
+    def _healthy(self) -> bool:
+        """Every rank passes a barrier within PING_S (a group that a failed case left waiting does not)."""
+        index = self._next
+        self._next += 1
+        for inbox in self._inboxes:
+            inbox.put(("ping", index, None))
+        got, _ = self._gather("pong", index, PING_S)
+        return len(got) == self.world
+
+    def close(self) -> None:
+        if self._ranks is None:
+            return
+        for inbox in self._inboxes:
+            with contextlib.suppress(Exception):
+                inbox.put(None)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(p.exitcode is None for p in self._ranks.procs):
+            time.sleep(0.02)
+        self._ranks.stop()
+        for inbox in self._inboxes:
+            with contextlib.suppress(Exception):
+                inbox.close()
+                inbox.cancel_join_thread()
+        self._ranks, self._inboxes = None, []
+
+
+class PoolFailure(Exception):
+    """The pool could not start (every rank must report ready)."""
+
+    def __init__(self, failure: CaseFailure) -> None:
+        super().__init__(failure.line)
+        self.failure = failure
+
+
+__all__ = ["CaseFailure", "CaseRun", "PoolFailure", "RankPool"]
