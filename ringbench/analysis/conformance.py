@@ -73,7 +73,9 @@ def _pattern(affected: pd.DataFrame, cases: pd.DataFrame, invariance: pd.DataFra
         if bad and good and len(bad) < len(set(ran[column])):
             clean = ran[ran[column].isin(bad)]
             if len(clean) == len(affected):  # every case of those values fails, none of the others does
-                notes.append(f"fails with {label} {', '.join(sorted(bad))} and in no case with {', '.join(sorted(good))}")
+                notes.append(
+                    f"fails with {label} {', '.join(sorted(bad))} and in no case with {', '.join(sorted(good))}"
+                )
     gqa = affected["kv_heads"] < affected["heads"]
     ran_gqa = ran["kv_heads"] < ran["heads"]
     if gqa.all() and (~ran_gqa).any():
@@ -135,7 +137,7 @@ def findings_table(cases: pd.DataFrame, tensors: pd.DataFrame, invariance: pd.Da
 
 
 def _spread(group: pd.DataFrame) -> dict:
-    return {"cases": list(group["case_id"]), "case_count": int(len(group)), "worst_case": str(group.iloc[0]["case_id"]),
+    return {"cases": list(group["case_id"]), "case_count": len(group), "worst_case": str(group.iloc[0]["case_id"]),
             "dtypes": sorted(set(group["dtype"])), "worlds": sorted(int(w) for w in set(group["world"])),
             "masks": sorted(set(group["mask"])), "layouts": sorted(set(group["layout"]))}  # fmt: skip
 

@@ -12,7 +12,18 @@ evaluate.py (one case's per-tensor verdict), check.py (the run); the findings ar
 
 from __future__ import annotations
 
-from ringbench.conformance.cases import ConformanceCase
-from ringbench.conformance.check import DEFAULT_TIMEOUT_S, CheckOutcome, check_implementation, plan_cases
+import importlib
+
+# Rank processes import ringbench.conformance.worker, hence this package: its names load on first use, so that a
+# rank does not import pandas and the analyses it never runs.
+_WHERE = {"ConformanceCase": "cases", "DEFAULT_TIMEOUT_S": "check", "CheckOutcome": "check",
+          "check_implementation": "check", "plan_cases": "check"}  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"ringbench.conformance.{_WHERE[name]}"), name)
+    raise AttributeError(name)
+
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CheckOutcome", "ConformanceCase", "check_implementation", "plan_cases"]

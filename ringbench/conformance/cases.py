@@ -64,7 +64,10 @@ class ConformanceCase:
         if self.dtype not in CHECK_DTYPES:
             raise bad_value("dtype", self.dtype, f"one of: {', '.join(CHECK_DTYPES)}")
         MaskSpec.parse(self.mask, "mask")
-        self.rule()  # a document mask without documents, or documents that do not fill seq: one line now
+        rule = self.rule()  # a document mask without documents, or documents that do not fill seq: one line now
+        if self.layout == "doc-balanced" and not rule.documents:
+            raise bad_value("layout", self.layout, f"contiguous, zigzag or striped with mask {self.mask!r} "
+                            "(doc-balanced balances documents)")  # fmt: skip
 
     @property
     def kv(self) -> int:

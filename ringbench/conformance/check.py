@@ -60,7 +60,9 @@ def plan_cases(impl: str, axes: dict | None = None, *, seed: int = 0, full: bool
     given = {key: value for key, value in (axes or {}).items() if value}
     if given:
         cases, skipped = cases_from_axes(given, adapter.support, device_type)
-        note = f"the axes given: {len(cases)} case(s)" + (f", {len(skipped)} skipped (not supported)" if skipped else "")
+        note = f"the axes given: {len(cases)} case(s)" + (
+            f", {len(skipped)} skipped (not supported)" if skipped else ""
+        )
     else:
         options = {"budget": budget} if budget else {}
         cases, total = default_matrix(adapter.support, device_type, seed=seed, full=full, **options)

@@ -21,7 +21,7 @@ MAX_RANGES = 6  # a "where" lists at most this many position ranges, then a coun
 
 
 def ranges_text(positions: list[int], limit: int = MAX_RANGES) -> str:
-    """"3-7, 12, 20-31" for sorted positions (at most ``limit`` ranges, then "... (+n more)")."""
+    """ "3-7, 12, 20-31" for sorted positions (at most ``limit`` ranges, then "... (+n more)")."""
     runs: list[list[int]] = []
     for p in positions:
         if runs and p == runs[-1][1] + 1:

@@ -87,7 +87,7 @@ def forward_hypotheses(problem: Problem) -> Iterator[tuple[str, dict]]:
         for other in (spec.window - 1, spec.window + 1):
             if other < 1:
                 continue
-            text = (f"{head}+window:{other}" if rule.documents else f"window:{other}")
+            text = f"{head}+window:{other}" if rule.documents else f"window:{other}"
             candidates.append((f"the window is off by one: a query sees {other} keys, not {spec.window} (the "
                                "window is measured from the wrong position)",
                                lambda text=text: visibility(mask_rule(text, case.docs, case.seq), everything,

@@ -93,7 +93,7 @@ def full_matrix(support, device_type: str = "cpu", *, worlds=WORLDS, dtypes=DTYP
             continue
         for mask, docs, purpose in mask_variants(masks, world * local, local):
             for layout in support.layouts_for(mask) or ():
-                if uneven and layout not in ("contiguous", "striped", "zigzag"):
+                if (uneven or "document" not in mask) and layout == "doc-balanced":
                     continue
                 seq = _seq_for(world, layout, local, uneven)
                 variant = _refit(mask, docs, seq, local)

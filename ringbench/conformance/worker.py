@@ -100,6 +100,7 @@ def serve(ctx, impl: str, inboxes: list) -> str:
     rank, inbox = ctx.env.rank, inboxes[ctx.env.rank]
     adapter = get_adapter(impl)
     group = dist.group.WORLD
+    dist.barrier()  # every pair's connection made before the first case's clock starts
     ctx.send(("ready", -1, rank, None))
     while True:
         try:

@@ -148,8 +148,9 @@ def where_text(progress_array, rank: int, case_names: list[str] | None) -> str:
 
 
 # What the fork server imports once: the caller's main module (as spawn would, so that functions defined there can
-# be run), torch and the runner, whose imports cover what a rank needs.
-_PRELOAD = ["__main__", "torch", "torch.distributed", "ringbench.rank.runner"]
+# be run), torch and the runner, whose imports cover what a rank needs, and what torch.autograd.grad imports on its
+# first call with grad_outputs (sympy, through torch.fx's symbolic shapes: about a second per rank otherwise).
+_PRELOAD = ["__main__", "torch", "torch.distributed", "ringbench.rank.runner", "torch.fx.experimental.symbolic_shapes"]
 
 
 def _context():

@@ -220,7 +220,7 @@ class UserAdapter(Adapter):
         if self._function is None:
             try:
                 module = importlib.import_module(self._module)
-            except Exception as exc:  # noqa: BLE001 -- any failure of the user's module is one line
+            except Exception as exc:
                 raise UsageError(f"impl={self.name!r}: cannot import {self._module!r} ({type(exc).__name__}: "
                                  f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None  # fmt: skip
             function = getattr(module, self._attribute, None)
