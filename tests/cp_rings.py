@@ -76,7 +76,7 @@ class _Ring(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, positions, settings):
         group, world, rank, lengths, bug = (settings[n] for n in ("group", "world", "rank", "lengths", "bug"))
-        heads, kv, scale = q.shape[1], k.shape[1], settings["scale"]
+        heads, scale = q.shape[1], settings["scale"]
         acc = q.dtype if bug == "low_precision" else torch.float32
         out = torch.zeros(q.shape, dtype=acc)
         lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc)

@@ -34,7 +34,7 @@ def check(
             rich_help_panel=CHECK_PANEL,
             show_default=False,
         ),
-    ],  # fmt: skip
+    ],
     axes: dict | None = None,
     kv_heads: Annotated[
         list[int],
@@ -58,7 +58,7 @@ def check(
             help="Seconds a rank may wait on another within one case; a rank silent for longer is named as stalled.",
             rich_help_panel=CHECK_PANEL,
         ),
-    ] = 20.0,  # fmt: skip
+    ] = 20.0,
     device: Annotated[str, typer.Option(help="cpu or cuda.", rich_help_panel=CHECK_PANEL)] = "cpu",
     report: Annotated[
         Path | None,
@@ -68,7 +68,7 @@ def check(
             help="Also write DIR/report.html (the matrix as a grid, findings, error against world size).",
             rich_help_panel=OUTPUT_PANEL,
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:

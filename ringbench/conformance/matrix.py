@@ -20,6 +20,7 @@ declares, then cases drawn at random from the rest, until ``budget`` cases. ``--
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 
@@ -53,6 +54,7 @@ def mask_variants(masks: list[str], seq: int, local: int) -> list[tuple[str, str
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def _tiny_documents(seq: int) -> str:
     """Documents of 1, 2 and 3 tokens, repeating, with a long one in the middle (lengths summing to seq)."""
     lengths, total, cycle = [], 0, itertools.cycle((1, 3, 2, 1, 2))
@@ -65,6 +67,7 @@ def _tiny_documents(seq: int) -> str:
     return "lengths:" + ",".join(map(str, lengths))
 
 
+@functools.lru_cache(maxsize=256)
 def _spanning_document(seq: int) -> str:
     """One document covering all but a few tokens at each end: it spans every rank under every layout."""
     head, tail = min(3, seq // 4), min(2, seq // 4)
@@ -80,47 +83,38 @@ def _seq_for(world: int, layout: str, local: int, uneven: bool) -> int:
     return world * local
 
 
-def full_matrix(support, device_type: str = "cpu", *, worlds=WORLDS, dtypes=DTYPES) -> list[ConformanceCase]:
-    """Every case of the matrix the adapter's ``support`` (ringbench.rank.impls.base.Support) allows here."""
-    masks = [m for m in support.layouts]
+def _points(support) -> list[tuple]:
+    """The full matrix as plain tuples (world, seq, heads, kv_heads, dtype, mask, docs, layout, purpose): cheap to
+    count and sample; ``_case`` makes the chosen ones. The loops keep what ``support`` declares."""
+    masks = list(support.layouts)
     heads = [h for h in HEADS if support.gqa or h[0] == h[1]]
     shapes = [(local, False) for local in LOCAL] + ([(13, True)] if support.uneven else [])
-    cases = []
-    for world, dtype, (local, uneven), (h, kv) in itertools.product(worlds, dtypes, shapes, heads):
-        if dtype not in support.dtypes:
+    points = []
+    for world, dtype, (local, uneven), (h, kv) in itertools.product(WORLDS, DTYPES, shapes, heads):
+        if dtype not in support.dtypes or (uneven and world == 1):
             continue
-        if uneven and world == 1:
-            continue
-        for mask, docs, purpose in mask_variants(masks, world * local, local):
-            for layout in support.layouts_for(mask) or ():
-                if (uneven or "document" not in mask) and layout == "doc-balanced":
-                    continue
-                seq = _seq_for(world, layout, local, uneven)
-                variant = _refit(mask, docs, seq, local)
-                if variant is None:
-                    continue
-                case = ConformanceCase(world=world, seq=seq, heads=h, kv_heads=kv if kv != h else 0,
-                                       dtype=dtype, mask=variant[0], docs=variant[1], layout=layout,
-                                       purpose=purpose + (" uneven shards" if uneven else ""))  # fmt: skip
-                if not support.problems(case, device_type):
-                    cases.append(case)
-    return cases
+        for layout_kind in ("even", "zigzag"):
+            seq = _seq_for(world, "zigzag" if layout_kind == "zigzag" else "contiguous", local, uneven)
+            for mask, docs, purpose in mask_variants(masks, seq, local):
+                for layout in support.layouts_for(mask) or ():
+                    paired = "zigzag" if layout in ("zigzag", "doc-balanced") else "even"
+                    if paired != layout_kind or ((uneven or "document" not in mask) and layout == "doc-balanced"):
+                        continue
+                    points.append((world, seq, h, kv if kv != h else 0, dtype, mask, docs, layout,
+                                   purpose + (" uneven shards" if uneven else "")))  # fmt: skip
+    return points
 
 
-def _refit(mask: str, docs: str, seq: int, local: int) -> tuple[str, str] | None:
-    """The mask variant made for one sequence length, remade for ``seq`` (documents must sum to it)."""
-    if docs == "none":
-        if mask.startswith("window:") and int(mask.split(":")[1]) > local + 2:
-            return f"window:{2 * seq + 1}", docs
-        return mask, docs
-    lengths = [int(x) for x in docs.removeprefix("lengths:").split(",")]
-    if len(lengths) == 3 and lengths[1] > 3:  # one document spanning every rank
-        return mask, _spanning_document(seq)
-    return mask, _tiny_documents(seq)
+def _case(point: tuple) -> ConformanceCase:
+    world, seq, heads, kv_heads, dtype, mask, docs, layout, purpose = point
+    return ConformanceCase(world=world, seq=seq, heads=heads, kv_heads=kv_heads, dtype=dtype, mask=mask, docs=docs,
+                           layout=layout, purpose=purpose)  # fmt: skip
 
 
-def _variant_key(case: ConformanceCase) -> tuple:
-    return case.purpose.replace(" uneven shards", ""), case.mask.split(":")[0], case.layout
+def full_matrix(support, device_type: str = "cpu") -> list[ConformanceCase]:
+    """Every case of the matrix the adapter's ``support`` (ringbench.rank.impls.base.Support) allows here."""
+    cases = [_case(point) for point in _points(support)]
+    return [case for case in cases if not support.problems(case, device_type)]
 
 
 def ladder(support, device_type: str = "cpu") -> list[ConformanceCase]:
@@ -149,26 +143,37 @@ def ladder(support, device_type: str = "cpu") -> list[ConformanceCase]:
 def default_matrix(support, device_type: str = "cpu", *, seed: int = 0, budget: int = DEFAULT_BUDGET,
                    full: bool = False) -> tuple[list[ConformanceCase], int]:  # fmt: skip
     """(cases, size of the full matrix): the ladder, one case per (mask variant, layout), then a seeded sample."""
-    everything = full_matrix(support, device_type)
     chosen = ladder(support, device_type)
+    points = _points(support)
+    total = len(points) + len(chosen)
     if full:
-        return sorted(chosen + everything, key=lambda c: c.world), len(everything) + len(chosen)
+        return sorted(chosen + full_matrix(support, device_type), key=lambda c: c.world), total
     rng = random.Random(seed)
-    pool = everything[:]
-    rng.shuffle(pool)
+    rng.shuffle(points)
+    picked: list[tuple] = []
+    taken: set[int] = set()
+
+    def take(index: int) -> None:
+        taken.add(index)
+        picked.append(points[index])
+
     covered: set = set()
-    for case in pool:  # one of every variant x layout, at a random world, dtype, shape
-        key = _variant_key(case)
+    for index, point in enumerate(points):  # one of every variant x layout, at a random world, dtype, shape
+        key = (point[8].replace(" uneven shards", ""), point[5].split(":")[0], point[7])
         if key not in covered:
             covered.add(key)
-            chosen.append(case)
-    features = (lambda c: c.gqa, lambda c: not c.even, lambda c: c.world in (5, 7), lambda c: c.dtype == "float16")
-    for feature in features:  # grouped-query attention, uneven shards, odd worlds: a few of each where they exist
-        extra = [c for c in pool if feature(c) and c not in chosen][:3]
-        chosen += extra
-    rest = [c for c in pool if c not in chosen]
-    chosen += rest[: max(0, budget - len(chosen))]
-    return sorted(chosen, key=lambda c: c.world), len(everything) + len(ladder(support, device_type))
+            take(index)
+    features = (lambda p: p[3] != 0, lambda p: "uneven" in p[8], lambda p: p[0] in (5, 7), lambda p: p[4] == "float16")
+    for feature in features:  # grouped-query attention, uneven shards, odd worlds, fp16: a few of each
+        for index in [i for i, p in enumerate(points) if i not in taken and feature(p)][:3]:
+            take(index)
+    for index in range(len(points)):
+        if len(chosen) + len(picked) >= budget:
+            break
+        if index not in taken:
+            take(index)
+    cases = [case for case in map(_case, picked) if not support.problems(case, device_type)]
+    return sorted(chosen + cases, key=lambda c: c.world), total
 
 
 def cases_from_axes(axes: dict, support, device_type: str = "cpu") -> tuple[list[ConformanceCase], list[str]]:

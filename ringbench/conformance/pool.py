@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from ringbench.run.launch import PHASE_NAMES, RankProcesses, start_ranks
 
 GRACE_S = 3.0  # past the group's timeout: the waiting ranks' own time-outs arrive within it
+FAILURE_GRACE_S = 1.0  # after a rank failed by itself: the others either finish or wait on it (no point waiting)
 STARTUP_S = 120.0  # forking, importing the implementation, the rendezvous
 PING_S = 2.0
 
@@ -74,8 +75,8 @@ class RankPool:
             raise PoolFailure(failure)
 
     def _gather(self, kind: str, index: int, seconds: float) -> tuple[dict, dict]:
-        """Messages ``kind`` for ``index`` from every rank until all came, a rank died, or ``seconds`` passed;
-        (payload per rank, one-line error per rank from a rank that ended)."""
+        """Messages ``kind`` for ``index`` from every rank until all came, or ``seconds`` passed, or a rank failed
+        by itself FAILURE_GRACE_S ago; (payload per rank, one line per rank whose process ended)."""
         got, errors = {}, {}
         deadline = time.monotonic() + seconds
         procs = self._ranks.procs
@@ -83,14 +84,17 @@ class RankPool:
             try:
                 message = self._ranks.channels.messages.get(timeout=0.05)
             except queue.Empty:
-                dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in got and r not in errors]
-                for rank in dead:  # give its last words a moment to arrive
-                    errors[rank] = f"exited with code {procs[rank].exitcode}"
+                for rank, proc in enumerate(procs):
+                    if proc.exitcode is not None and rank not in got and rank not in errors:
+                        errors[rank] = f"exited with code {proc.exitcode}"
+                        deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
                 continue
             if message[0] == "item":
                 item_kind, item_index, rank, payload = pickle.loads(message[2])
                 if item_kind == kind and item_index == index:
                     got[rank] = payload
+                    if isinstance(payload, dict) and payload.get("failure") in ("error", "shape", "refused"):
+                        deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
             elif message[0] == "error":
                 errors[message[1]] = message[2]
         return got, errors
@@ -124,24 +128,25 @@ class RankPool:
             inbox.put(("case", index, case))
         got, errors = self._gather("case", index, self.timeout_s + GRACE_S)
         seconds = time.monotonic() - started
-        if len(got) < self.world:
+        own = {r: p for r, p in got.items() if p.get("failure") in ("error", "shape", "refused")}
+        if not own and len(got) < self.world:  # nobody failed by itself: a rank stalled or died
             failure = self._failure(got, errors, "setup")
             self.close()
             return CaseRun(failure=failure, seconds=seconds, restarts=restarts)
-        failed = {r: p for r, p in got.items() if "failure" in p}
-        if not failed:
+        if not own and not any("failure" in p for p in got.values()):
             return CaseRun(shards=[got[r] for r in range(self.world)], seconds=seconds, restarts=restarts)
-        kinds = {p["failure"] for p in failed.values()}
+        own = own or {r: p for r, p in got.items() if "failure" in p}
+        kinds = {p["failure"] for p in own.values()}
         kind = "refused" if kinds == {"refused"} else "shape" if "shape" in kinds else "error"
-        first = min(r for r, p in failed.items() if p["failure"] == kind or kind == "error")
-        line = failed[first]["line"]
-        others = sorted(set(failed) - {first})
-        if others:
-            line += f" (rank {first}; also rank(s) {', '.join(map(str, others))})"
-        else:
-            line += f" (rank {first})"
-        failure = CaseFailure(kind=kind, line=line, ranks=tuple(sorted(failed)))
-        if kind != "refused" and not self._healthy():
+        first = min(r for r, p in own.items() if p["failure"] == kind or kind == "error")
+        line = own[first]["line"]
+        others = sorted(set(own) - {first})
+        line += f" (rank {first}" + (f"; also rank(s) {', '.join(map(str, others))}" if others else "") + ")"
+        left = [r for r in range(self.world) if r not in got]
+        if left:
+            line += f"; rank(s) {', '.join(map(str, left))} left waiting"
+        failure = CaseFailure(kind=kind, line=line, ranks=tuple(sorted(own)))
+        if left or (kind != "refused" and not self._healthy()):
             self.close()
         return CaseRun(failure=failure, seconds=seconds, restarts=restarts)
 

@@ -19,7 +19,7 @@ import torch
 
 from ringbench.errors import UsageError
 
-FAILURE_KINDS = ("error", "refused", "shape", "hang", "died")
+FAILURE_KINDS = ("error", "refused", "shape", "timeout", "hang", "died")
 
 
 class Misbehaved(Exception):
@@ -31,6 +31,11 @@ def _line(exc: BaseException) -> str:
     head = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {head}" if head and not isinstance(exc, (UsageError, Misbehaved)) else (
         head or type(exc).__name__)  # fmt: skip
+
+
+def _waited(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "timed out" in text or "timeout" in text or " stalled " in text
 
 
 def _expect(name: str, tensor, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
@@ -119,6 +124,8 @@ def serve(ctx, impl: str, inboxes: list) -> str:
             ctx.send(("case", index, rank, run_case(adapter, payload, rank, ctx.env.device, group, ctx.progress)))
         except Exception as exc:  # the implementation's failure is a finding, not the pool's end
             kind = "refused" if isinstance(exc, UsageError) else "shape" if isinstance(exc, Misbehaved) else "error"
+            if kind == "error" and _waited(exc):  # a bounded wait on a peer expired: a symptom, the peer is the cause
+                kind = "timeout"
             ctx.send(("case", index, rank, {"failure": kind, "line": _line(exc)}))
 
 

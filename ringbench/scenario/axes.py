@@ -45,7 +45,12 @@ _CHECKED = (*_ALL, CHECK)
 AXES: tuple[Axis, ...] = (
     Axis(name="world", shown=0, kind=int, help="Ranks N.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
     Axis(
-        name="seq", shown=1, kind=int, help="Total sequence length S (tokens).", commands=_CHECKED, single=(PLAN, CALIBRATE)
+        name="seq",
+        shown=1,
+        kind=int,
+        help="Total sequence length S (tokens).",
+        commands=_CHECKED,
+        single=(PLAN, CALIBRATE),
     ),
     Axis(name="heads", shown=2, kind=int, help="Attention (query) heads.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
     Axis(name="head_dim", shown=3, kind=int, help="Head dimension.", commands=_CHECKED, single=(PLAN, CALIBRATE)),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 
 import torch
 
@@ -199,7 +200,7 @@ def user_keywords(case, rank: int) -> dict:
     lengths = None
     if rule.documents:
         ends = (0, *rule.doc_ends)
-        lengths = tuple(b - a for a, b in zip(ends, ends[1:], strict=False))
+        lengths = tuple(b - a for a, b in itertools.pairwise(ends))
     return {"causal": rule.causal, "window": rule.window, "doc_lengths": lengths, "kv_heads": case.key_value_heads,
             "seq": case.seq, "positions": positions, "scale": case.head_dim**-0.5}  # fmt: skip
 
