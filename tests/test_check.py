@@ -228,6 +228,12 @@ def test_an_implementation_that_cannot_be_imported_is_one_line():
         plan_cases(f"{CP}:nothing")
 
 
+def test_the_documented_example_passes():
+    cases = [ConformanceCase(world=3, seq=42, heads=4, kv_heads=2, mask="causal-document+window:4",
+                             docs="lengths:2,37,3", layout="zigzag", dtype="bfloat16")]  # fmt: skip
+    assert _check("cp_allgather:attention", cases).verdict == "pass"
+
+
 def test_a_function_written_for_the_first_interface_still_runs():
     outcome = _check(f"{CP}:legacy", [ConformanceCase(world=2, seq=32, layout="zigzag")])
     assert outcome.verdict == "pass"
@@ -265,7 +271,8 @@ def test_cli_json_exit_codes_and_human_summary(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl", [f"{CP}:correct", "ringbench", "torch-ring", "torch-ring:alltoall"])
+@pytest.mark.parametrize("impl", [f"{CP}:correct", "cp_allgather:attention", "ringbench", "torch-ring",
+                                  "torch-ring:alltoall"])
 def test_correct_implementations_pass_the_default_matrix(impl):
     cases, note, _, _ = plan_cases(impl)
     outcome = check_implementation(impl, cases, note=note)

@@ -77,7 +77,13 @@ def check_implementation(impl: str, cases: list[ConformanceCase], *, timeout_s: 
                          note: str = "", skipped: list[str] | None = None, adapter: dict | None = None,
                          ) -> CheckOutcome:  # fmt: skip
     """Run ``cases`` (see the module doc); ``on_case(case_row, done, total)`` after each."""
+    import torch
+
     started = time.monotonic()
+    threads = torch.get_num_threads()
+    # The float64 comparisons are small; the ranks hold the cores. One thread: an idle intra-op pool spinning
+    # against busy ranks made each comparison some 30x slower.
+    torch.set_num_threads(1)
     case_rows, tensor_rows, invariance_rows = [], [], []
     ladder: dict[tuple, tuple[int, dict]] = {}  # problem -> (world, global tensors) of the smallest world seen
     pool: RankPool | None = None
@@ -106,6 +112,7 @@ def check_implementation(impl: str, cases: list[ConformanceCase], *, timeout_s: 
     finally:
         if pool is not None:
             pool.close()
+        torch.set_num_threads(threads)
     cases_table = pd.DataFrame(case_rows, columns=CASE_COLUMNS)
     tensors_table = pd.DataFrame(tensor_rows, columns=TENSOR_COLUMNS)
     invariance = pd.DataFrame(invariance_rows, columns=["case_id", "tensor", "world", "other_world",
