@@ -296,3 +296,22 @@ def test_low_precision_partials_are_diagnosed_as_error_growing_with_the_cp_degre
     outcome = check_implementation(f"{CP}:low_precision", cases, note=note)
     texts = " ".join(outcome.findings["diagnosis"])
     assert outcome.verdict == "fail" and "grows with the CP degree" in texts, texts
+
+
+def test_run_rows_name_the_non_finite_tensors_instead_of_reading_unchecked():
+    from ringbench.cli.run_cmd import json_cases
+    from ringbench.cli.views import case_line
+    from ringbench.rank.layer_checks import nonfinite_tensors
+
+    out = torch.zeros(1, 1, 4, 2)
+    grads = (torch.zeros(1, 1, 4, 2), torch.full((1, 1, 4, 2), math.nan), torch.zeros(1, 1, 4, 2))
+    assert nonfinite_tensors(out, grads) == "dk"
+    assert nonfinite_tensors([out], [grads]) == "dk" and nonfinite_tensors(out, None) == ""
+    row = {"case_id": "c", "ring": "0-1", "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": False,
+           "nonfinite": "dk", "emulated": False, "kernel": "torch", "impl": "x:y", "mask": "causal",
+           "layout": "zigzag", "buffer": "double", "order": "identity", "world": 2, "seq": 8, "step_ms": 1.0,
+           "step_ms_p10": 1.0, "step_ms_p90": 1.0, "exposed_comm_frac": 0.1}  # fmt: skip
+    import pandas as pd
+
+    assert json_cases(pd.DataFrame([row]))[0]["passed"] is False
+    assert "non-finite dk" in case_line(row, 1, 1)

@@ -16,6 +16,7 @@ only with some layouts or masks, only with uneven shards, error growing with the
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -59,29 +60,27 @@ def _per_case_tensor(tensors: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pattern(affected: pd.DataFrame, cases: pd.DataFrame, invariance: pd.DataFrame) -> list[str]:
-    """What the differences between cases say about the failing ones (see the module doc)."""
-    ran = cases[cases["status"].isin(["pass", "fail"])]
+def _pattern(failing: pd.DataFrame, ran: pd.DataFrame) -> list[str]:
+    """What the differences between cases say: ``failing`` are the cases where a tensor (or the call) fails,
+    ``ran`` every case that ran; a pattern is said only when cases without the feature ran and none failed."""
     notes = []
-    if (affected["world"] == 1).any():
+    others = ran[~ran["case_id"].isin(failing["case_id"])]
+    if (failing["world"] == 1).any():
         notes.append("wrong at CP = 1 too: the error is in the attention itself, not in the ring")
-    elif (ran["world"] == 1).any() and not affected.empty:
+    elif (others["world"] == 1).any():
         notes.append("right at CP = 1: the ring breaks it")
+    features = (
+        (lambda t: t["kv_heads"] < t["heads"], "fails only with grouped-query attention (KV heads < heads)"),
+        (lambda t: ~t["even"].astype(bool), "fails only with uneven shards (S not a multiple of the world)"),
+    )
+    for feature, text in features:
+        if len(failing) and feature(failing).all() and (~feature(others)).any():
+            notes.append(text)
     for column, label in (("layout", "layout"), ("mask_family", "mask")):
-        bad = set(affected[column])
-        good = set(ran[column]) - bad
-        if bad and good and len(bad) < len(set(ran[column])):
-            clean = ran[ran[column].isin(bad)]
-            if len(clean) == len(affected):  # every case of those values fails, none of the others does
-                notes.append(
-                    f"fails with {label} {', '.join(sorted(bad))} and in no case with {', '.join(sorted(good))}"
-                )
-    gqa = affected["kv_heads"] < affected["heads"]
-    ran_gqa = ran["kv_heads"] < ran["heads"]
-    if gqa.all() and (~ran_gqa).any():
-        notes.append("fails only with grouped-query attention (KV heads < heads)")
-    if (~affected["even"].astype(bool)).all() and ran["even"].astype(bool).any():
-        notes.append("fails only with uneven shards (S not a multiple of the world)")
+        bad = set(failing[column])
+        good = set(others[column]) - bad
+        if bad and good:
+            notes.append(f"fails with {label} {', '.join(sorted(bad))}, never with {', '.join(sorted(good))}")
     return notes
 
 
@@ -105,8 +104,10 @@ def _growth(cases: pd.DataFrame, tensor: str, dtype: str) -> tuple[float, str] |
 
 def findings_table(cases: pd.DataFrame, tensors: pd.DataFrame, invariance: pd.DataFrame | None = None) -> pd.DataFrame:
     """FINDING_COLUMNS, the worst first (module doc)."""
-    cases = cases.assign(mask_family=cases["mask"].map(_mask_family)) if not cases.empty else cases
-    invariance = invariance if invariance is not None else pd.DataFrame()
+    if cases.empty:
+        return pd.DataFrame(columns=FINDING_COLUMNS)
+    cases = cases.assign(mask_family=cases["mask"].map(_mask_family))
+    ran = cases[cases["status"].isin(["pass", "fail"])]
     rows = []
     pairs = _per_case_tensor(tensors)
     if not pairs.empty:
@@ -117,16 +118,17 @@ def findings_table(cases: pd.DataFrame, tensors: pd.DataFrame, invariance: pd.Da
                 grown = _growth(cases, tensor, dtype) if kind == "imprecise" else None
                 if grown:
                     notes.append(grown[1])
-            notes += _pattern(group, cases, invariance)
+            notes += _pattern(pairs[pairs["tensor"] == tensor], ran)
             rows.append(_finding(tensor, kind, "; ".join(notes), group))
-    failed = cases[cases["failure"].fillna("").astype(bool) & (cases["status"] == "fail")] if not cases.empty else cases
+    failed = cases[cases["failure"].fillna("").astype(bool) & (cases["status"] == "fail")]
     if not failed.empty:
-        failed = failed.assign(line_key=failed["failure_line"].str.replace(r" \(rank \d+.*\)$", "", regex=True))
-        for (kind, line), group in failed.groupby(["failure", "line_key"], sort=False):
+        failed = failed.assign(line_key=failed["failure_line"].map(_line_key))
+        for (kind, _), group in failed.groupby(["failure", "line_key"], sort=False):
             ranks = sorted({int(r) for text in group["failure_ranks"] for r in str(text).split(",") if r != ""})
-            diagnosis = _failure_diagnosis(kind, line, group, cases)
+            notes = [_failure_diagnosis(kind, str(group.iloc[0]["failure_line"]), group, cases)]
+            notes += _pattern(failed[failed["failure"] == kind], ran)
             rows.append({"tensor": "-", "kind": kind, "ranks": ranks, "max_abs_err": math.nan,
-                         "max_rel_err": math.nan, "tolerance": math.nan, "diagnosis": diagnosis,
+                         "max_rel_err": math.nan, "tolerance": math.nan, "diagnosis": "; ".join(notes),
                          "where": str(group.iloc[0]["failure_line"]), **_spread(group)})  # fmt: skip
     out = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     if out.empty:
@@ -134,6 +136,12 @@ def findings_table(cases: pd.DataFrame, tensors: pd.DataFrame, invariance: pd.Da
     order = out["kind"].map(lambda k: KIND_ORDER.get(k, 9))
     return out.assign(_order=order).sort_values(["_order", "case_count"], ascending=[True, False],
                                                 kind="stable").drop(columns="_order").reset_index(drop=True)  # fmt: skip
+
+
+def _line_key(line: str) -> str:
+    """A failure line without what varies between cases of one cause: ranks, sizes, numbers."""
+    head = re.sub(r" \(rank \d+.*$", "", str(line))
+    return re.sub(r"\d+", "N", head)
 
 
 def _spread(group: pd.DataFrame) -> dict:
@@ -153,11 +161,10 @@ def _finding(tensor: str, kind: str, diagnosis: str, group: pd.DataFrame) -> dic
 
 
 def _failure_diagnosis(kind: str, line: str, group: pd.DataFrame, cases: pd.DataFrame) -> str:
-    masks = sorted(set(group["mask"].map(_mask_family)))
-    ran = cases[cases["status"] == "pass"]
-    if kind == "error" and masks and not ran.empty and not (ran["mask"].map(_mask_family).isin(masks)).any():
-        return (f"declares mask {', '.join(masks)} but raises on every case with it (the other masks run): "
-                f"{line}")  # fmt: skip
+    masks = sorted(set(group["mask_family"]))
+    with_masks = cases[cases["mask_family"].isin(masks) & (cases["status"] != "skip")]
+    if kind == "error" and len(with_masks) == len(group) and len(cases[cases["status"] == "pass"]):
+        return f"declares mask {', '.join(masks)} but raises on every case with it (the other masks run): {line}"
     if kind == "hang":
         return f"a stalled rank: {line}"
     if kind == "shape":

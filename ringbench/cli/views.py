@@ -19,10 +19,17 @@ def _fmt(value: float, digits: int = 2) -> str:
     return number(value, f".{digits}f", missing="n/a")
 
 
+def _nonfinite(row: dict) -> str:
+    value = row.get("nonfinite")
+    return value if isinstance(value, str) and value not in ("", "nan") else ""
+
+
 def case_line(row: dict, done: int, total: int) -> str:
     """One finished case, for the progress stream."""
     label = " [emulated]" if row["emulated"] else ""
     check = "" if math.isnan(row["fwd_max_abs_err"]) else ("  check ok" if row["passed"] else "  CHECK FAILED")
+    if _nonfinite(row):
+        check = f"  CHECK FAILED (non-finite {_nonfinite(row)})"
     kernel = row["kernel"]
     rate = row.get("emulated_gflops")
     if kernel == "emulated:auto" and rate is not None and not math.isnan(rate):
@@ -66,7 +73,9 @@ def summary_table(cases, emulated: bool, faults: list[str]) -> Table:
             parts.append(f"r{row['repeat']}")
         label = " ".join(parts) + (" *" if row["emulated"] else "")
         bwd = row["bwd_max_abs_err"] if not math.isnan(row["bwd_max_abs_err"]) else 0.0
-        if math.isnan(row["fwd_max_abs_err"]):
+        if _nonfinite(row):
+            err_text = f"NaN in {_nonfinite(row)} FAIL"
+        elif math.isnan(row["fwd_max_abs_err"]):
             err_text = "unchecked"
         else:
             err_text = f"{max(row['fwd_max_abs_err'], bwd):.1e}" + ("" if row["passed"] else " FAIL")

@@ -43,4 +43,20 @@ def check_layers(rules, outs, grads, shard, device, budget_s: float, tick):
     )  # fmt: skip
 
 
-__all__ = ["check_layers", "layer_rules"]
+def nonfinite_tensors(outs, grads) -> str:
+    """The tensors holding a NaN or an infinity on this rank, comma-joined ("out,dk"; "" when none): the check's
+    errors are NaN then, which alone would read like a case never checked. ``outs``: a tensor or one per layer;
+    ``grads``: (dq, dk, dv), one such triple per layer, or None."""
+    import torch
+
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    if grads is not None and len(grads) and isinstance(grads[0], torch.Tensor):
+        grads = [grads]
+    named = [("out", t) for t in outs if t is not None]
+    for layer in grads or ():
+        named += [(name, t) for name, t in zip(("dq", "dk", "dv"), layer, strict=False) if t is not None]
+    bad = {name for name, tensor in named if not bool(torch.isfinite(tensor.detach()).all())}
+    return ",".join(name for name in ("out", "dq", "dk", "dv") if name in bad)
+
+
+__all__ = ["check_layers", "layer_rules", "nonfinite_tensors"]

@@ -20,6 +20,8 @@ class RankReport:
     """Largest absolute error of the outputs against float64 attention (NaN: not checked)."""
     bwd_err: float = math.nan
     check_note: str = ""
+    nonfinite: str = ""
+    """The tensors holding a NaN or an infinity, comma-joined (out, dq, dk, dv); "" when none."""
     clock_offset_ns: int = 0
     clock_residual_ns: int = 0
     clock_method: str = ""

@@ -30,7 +30,7 @@ from ringbench.rank.autorate import AutoModel, calibrate_auto, check_pacing
 from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.injection import RankFaults
-from ringbench.rank.layer_checks import check_layers, layer_rules
+from ringbench.rank.layer_checks import check_layers, layer_rules, nonfinite_tensors
 from ringbench.rank.memory import TensorPeak, peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
 from ringbench.rank.report import RankReport
@@ -306,6 +306,7 @@ def _report(case: Case, setup: _CaseSetup, session: RankSession, settings: RunSe
         case_id=case.case_id, rank=session.env.rank, rows=rows,
         fwd_err=check.fwd_err if check is not None else math.nan,
         bwd_err=check.bwd_err if check is not None else math.nan, check_note=check.note if check is not None else "",
+        nonfinite=nonfinite_tensors(outs, grads) if outs is not None else "",
         **_clock_report(clock, origin), emulated_gflops=setup.emulated_gflops,
         saturated_blocks=pacer.saturated_blocks if pacer is not None else 0,
         paced_blocks=pacer.blocks if pacer is not None else 0, peak_mem_mb=peak, attn_mem_mb=tensors.peak_mb,

@@ -21,7 +21,8 @@ Schema versions (readers accept every one of them; missing columns read as null,
        Masks beyond one causal sequence: events gain ``layer`` (the attention layer of a multi-layer iteration, 0
        for one layer); cases gain the ``docs`` and ``layers`` axes, the documents' ``docs_count``, ``docs_mean``,
        ``docs_max``, the balance figure (``imbalance``, ``predicted_imbalance``), ``bytes_moved``, ``kernel_calls``
-       and ``ring_steps``; later ``short_ring_bytes`` (what the short ring would move; null in records before it).
+       and ``ring_steps``; later ``short_ring_bytes`` (what the short ring would move; null in records before it)
+       and ``nonfinite`` (the tensors that held a NaN or an infinity: a failed check, never an unchecked one).
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -150,6 +151,7 @@ CASE_COLUMNS = (
     "emulated_blocks",  # every emulated kernel call of the case, all ranks (saturated_blocks' denominator)
     "emulated_gflops",  # the emulated kernel's rate (emulated:auto: the rate it chose), NaN when not emulated
     "check_note",  # what the float64 check left out to stay in its time budget ("" when it checked everything)
+    "nonfinite",  # tensors that held a NaN or an infinity on some rank, e.g. "out,dk" ("" none; null in older records)
     "attn_mem_mb",  # largest per-rank peak of the attention's own tensors, inputs included, MiB (version 3)
     "docs_count",  # documents in the sequence (version 3; NaN without documents)
     "docs_mean",  # their mean length, tokens

@@ -153,11 +153,18 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
         "attn_mem_mb": _largest([r.attn_mem_mb for r in per_rank]),
         "emulated_gflops": _emulated_rate(per_rank),
         "check_note": "; ".join(sorted({r.check_note for r in per_rank if r.check_note})),
+        "nonfinite": _nonfinite(per_rank),
         "saturated_blocks": int(sum(int(r.saturated_blocks or 0) for r in per_rank)),
         "emulated_blocks": int(sum(int(r.paced_blocks or 0) for r in per_rank)),
         **_plan_figures(case, events, plan),
     }
     return events, row
+
+
+def _nonfinite(per_rank: list[RankReport]) -> str:
+    """The tensors that held a NaN or an infinity on any rank, comma-joined in a fixed order ("" when none)."""
+    found = {name for r in per_rank for name in str(getattr(r, "nonfinite", "") or "").split(",") if name}
+    return ",".join(name for name in ("out", "dq", "dk", "dv") if name in found)
 
 
 def _largest(values: list) -> float:

@@ -102,8 +102,11 @@ def run_impl_case(
         raise
     finally:
         fn.close()
+    from ringbench.rank.layer_checks import nonfinite_tensors
+
     result = {"impl": adapter.name, "rank": rank, "rows": rows, "fwd_err": math.nan, "bwd_err": math.nan,
-              "check_note": "", "peak_mem_mb": peak_mb(device), "memory_method": memory_method,
+              "check_note": "", "nonfinite": nonfinite_tensors(out, grads) if out is not None else "",
+              "peak_mem_mb": peak_mb(device), "memory_method": memory_method,
               "profile": str(profile_path) if profile_path is not None else None, "layout": layout}  # fmt: skip
     if check and out is not None:
         checked = check_errors(out.detach(), grads, shard, case.mask, device=device, budget_s=check_budget_s)
