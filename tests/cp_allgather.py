@@ -7,12 +7,17 @@ built from global positions. Not a ring -- O(S) memory per rank -- but exact, an
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as distributed
 
+# torch 2.13 calls the autograd all_gather deprecated (its successor is private): quiet for the example
+warnings.filterwarnings("ignore", message=".*all_gather is deprecated.*", category=FutureWarning)
 
-def attention(q, k, v, *, mask, layout, group, positions, causal, window, doc_lengths, scale):
+
+def _attend(q, k, v, *, mask, layout, group, positions, causal, window, doc_lengths, scale, **_):
     """q: (B, H, L, D) this rank's queries; k, v: (B, KV, L, D); positions: (L,) their global token positions."""
     keys = torch.cat(distributed.all_gather(k, group=group), dim=2)  # (B, KV, S, D), rank by rank
     values = torch.cat(distributed.all_gather(v, group=group), dim=2)
@@ -33,9 +38,21 @@ def attention(q, k, v, *, mask, layout, group, positions, causal, window, doc_le
         visible &= document[query] == document[key]
     scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * scale  # (B, H, L, S)
     scores = scores.masked_fill(~visible, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), values.float()).to(q.dtype)
+    return torch.matmul(torch.softmax(scores, dim=-1), values.float()).to(q.dtype), torch.logsumexp(scores, -1)
 
 
-attention.ringbench_masks = ("none", "causal", "causal-document", "full-document", "window", "causal-document+window")
-attention.ringbench_layouts = ("contiguous", "zigzag", "striped", "doc-balanced")
-attention.ringbench_gqa = True
+def attention(q, k, v, **given):
+    """The example: out only."""
+    return _attend(q, k, v, **given)[0]
+
+
+def with_lse(q, k, v, **given):
+    """The same, returning (out, lse): check compares the log-sum-exp too."""
+    return _attend(q, k, v, **given)
+
+
+for function in (attention, with_lse):
+    function.ringbench_masks = ("none", "causal", "causal-document", "full-document", "window",
+                                "causal-document+window")  # fmt: skip
+    function.ringbench_layouts = ("contiguous", "zigzag", "striped", "doc-balanced")
+    function.ringbench_gqa = True

@@ -148,6 +148,7 @@ def _judge(case: ConformanceCase, run: CaseRun) -> tuple[dict, list[dict], dict 
         mine = [t for t in tensors if t["tensor"] == name]
         row[f"{name}_err"] = max((t["max_abs_err"] for t in mine), default=float("nan"))
         row[f"{name}_rel"] = max((t["max_rel_err"] for t in mine), default=float("nan"))
+        row[f"{name}_rms"] = mine[0]["rms_rel_err"] if mine else float("nan")  # one figure for the whole tensor
         row[f"{name}_kind"] = _worst_kind([t["kind"] for t in mine])
     return row, tensors, got
 

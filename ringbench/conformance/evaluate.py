@@ -49,7 +49,7 @@ def evaluate(case: ConformanceCase, shards: list[dict]) -> tuple[list[dict], dic
     problem = build_problem(case)
     truth = solve(problem, problem.visible)
     got = {name: assemble(problem, shards, name) for name in TENSORS}
-    tols, scales, kinds, errors = {}, {}, {}, {}
+    tols, scales, kinds, errors, rms = {}, {}, {}, {}, {}
     for name in TENSORS:
         if got[name] is None:
             continue
@@ -60,6 +60,9 @@ def evaluate(case: ConformanceCase, shards: list[dict]) -> tuple[list[dict], dic
         finite = torch.isfinite(got[name])
         worst = float(torch.nan_to_num(errors[name], nan=0.0).max())
         kinds[name] = error_kind(worst, tols[name], scales[name], int((~finite).sum()))
+        defined = finite & torch.isfinite(reference)
+        diff = (got[name] - reference)[defined]
+        rms[name] = float(diff.pow(2).mean().sqrt()) / scales[name] if diff.numel() and scales[name] > 0 else 0.0
     failing = [n for n, k in kinds.items() if k != "ok"]
     diagnoses = _diagnose(problem, truth, got, tols, kinds, failing)
     rows = []
@@ -76,7 +79,8 @@ def evaluate(case: ConformanceCase, shards: list[dict]) -> tuple[list[dict], dic
             failed = sorted(where[rank_bad].tolist())
             rows.append({
                 "case_id": case.case_id, "tensor": name, "rank": rank, "max_abs_err": worst,
-                "max_rel_err": worst / scales[name] if scales[name] > 0 else 0.0, "tolerance": tols[name],
+                "max_rel_err": worst / scales[name] if scales[name] > 0 else 0.0, "rms_rel_err": rms[name],
+                "tolerance": tols[name],
                 "scale": scales[name], "nonfinite": nonfinite, "kind": kind, "bad_rows": len(failed),
                 "rows": int(where.numel()), "where": ranges_text(failed),
                 "nonfinite_where": ranges_text(sorted(where[nonfinite_rows[where]].tolist())),
@@ -99,7 +103,7 @@ def _diagnose(problem: Problem, truth: dict, got: dict, tols: dict, kinds: dict,
         found.update(forward_matches(problem, truth, got, tols, finite))
         for name in finite:
             if name not in found and name in ("dq", *KEY_TENSORS):
-                found[name] = "follows from the wrong forward"
+                found[name] = "follows from the forward (wrong too)"
         return found
     matched = backward_matches(problem, truth, got, tols, finite)
     rest = [n for n in finite if n not in matched]

@@ -32,10 +32,12 @@ COEFFICIENT_SLACK = 0.05  # a fitted contribution weight within this of 0, 1 or 
 
 
 def _step_text(steps: list[int], world: int) -> str:
+    """Ring steps named so that one bug reads the same at every world size: the last step is "the last"."""
     steps = sorted(set(steps))
+    if steps == [world - 1]:
+        return "the last ring step (the ring stops one step short)"
     named = ", ".join(str(s) for s in steps)
-    tail = " (the ring stops one step short)" if steps == [world - 1] and world > 2 else ""
-    return f"ring step{'s' if len(steps) > 1 else ''} {named}{tail}"
+    return f"ring step{'s' if len(steps) > 1 else ''} {named}"
 
 
 def forward_hypotheses(problem: Problem) -> Iterator[tuple[str, dict]]:
@@ -64,12 +66,12 @@ def forward_hypotheses(problem: Problem) -> Iterator[tuple[str, dict]]:
                                "positions r*S/N onwards", lambda: visibility(rule, contiguous, contiguous)))  # fmt: skip
         candidates.append(("the mask is applied to the rank's own block only; other ranks' blocks are taken whole",
                            lambda: torch.where(same, truth_visible, torch.ones_like(same))))  # fmt: skip
-        candidates.append(("only the rank's own keys count: K/V of other ranks never arrive",
-                           lambda: truth_visible & same))  # fmt: skip
         distance = (rank_q - rank_k) % case.world  # query rank r meets key rank r - s at ring step s
-        for step in range(1, case.world):
+        for step in range(case.world - 1, 0, -1):  # the last first: at N = 2 it is also "own keys only"
             candidates.append((f"out misses the keys that arrive at {_step_text([step], case.world)}",
                                lambda step=step: truth_visible & (distance != step)))  # fmt: skip
+        candidates.append(("only the rank's own keys count: K/V of other ranks never arrive",
+                           lambda: truth_visible & same))  # fmt: skip
     everything = torch.arange(case.seq)
     spec = rule.spec
     candidates.append(("the mask is ignored (every key visible)", lambda: torch.ones_like(truth_visible)))

@@ -12,14 +12,17 @@ of the dtype (2^-53, 2^-24, 2^-8, 2^-11):
 * float64: 1e-10. A ring merges N blocks; every operation rounds at u ~ 1.1e-16; a few thousand terms per row
   keep the error below 1e-13 of the scale. 1e-10 leaves three orders of magnitude and still exposes a wrong mask,
   a missing block or a stale K/V (errors of order 1e-2 and up).
-* float32: 1e-5 of the scale (plus 1e-6 absolute). Errors of correct implementations measured at most ~1e-6
-  of the scale; a kernel that rounds its softmax probabilities or runs its matmuls in TF32 on a GPU (10-bit
-  mantissa) stays near 1e-4 of the scale and is held to float32's bar only where the test asks float32.
-* bfloat16: 3u = 1.2e-2 of the scale. A correct implementation rounds each block's output to the dtype (u/2),
-  may round the probabilities before P.V (u/2 of |V|, which is about twice the output's scale) and rounds the
-  result (u/2): about 1.5u at most, measured at most ~1.6u across the default matrix. An implementation
-  that keeps the running output or log-sum-exp in bf16 adds u/2 per merged block: about N * u/2 at N ranks.
-* float16: 3u = 1.5e-3 of the scale, by the same argument (u = 2^-11).
+* float32: 1e-5 of the scale (plus 1e-6 absolute). Correct implementations measured at most 6.3e-7 of the scale
+  (about 5u) across their default matrices: a 16x margin.
+* bfloat16: 4u = 1.6e-2 of the scale. A correct implementation rounds each block's output to the dtype (u/2), may
+  round the probabilities before P.V (u/2 of |V|, about twice the output's scale), rounds the result (u/2) and,
+  in the backward, rounds dS before the matmuls: a few u; measured at most 1.6u (6.3e-3, torch's ring, dK).
+* float16: 4u = 2.0e-3 of the scale, by the same argument (u = 2^-11); measured at most 2.0u (9.9e-4, torch's
+  ring, dK at N = 2).
+Partials kept in low precision (the running output, log-sum-exp or dK/dV accumulators rounded at every merge) add
+a rounding per block, about N * u/2 at N ranks: at small N that may stay within 4u, so the check does not rely on
+the tolerance alone -- the ladder's RMS error against the CP degree catches it (ringbench/analysis/conformance.py,
+GROWTH).
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from __future__ import annotations
 CHECK_TOLERANCE = {  # dtype -> (rtol: share of the tensor's scale, atol)
     "float64": (1e-10, 1e-12),
     "float32": (1e-5, 1e-6),
-    "bfloat16": (3 * 2.0**-8, 1e-3),
-    "float16": (3 * 2.0**-11, 1e-4),
+    "bfloat16": (4 * 2.0**-8, 1e-3),
+    "float16": (4 * 2.0**-11, 1e-4),
 }
 WRONG_FACTOR = 8.0
 """An error above WRONG_FACTOR x the tolerance (or above 10% of the scale) is ``wrong``; between 1x and that,
