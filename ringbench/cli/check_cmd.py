@@ -106,7 +106,7 @@ def check(
             out.print(line)
         if report is not None:
             from ringbench.conformance.tolerance import CHECK_TOLERANCE
-            from ringbench.report.conformance import write_check_report
+            from ringbench.report.check_section import write_check_report
 
             written = write_check_report(outcome.cases, outcome.findings, outcome.invariance, report, impl=impl,
                                          verdict=outcome.verdict, note=note,

@@ -5,8 +5,8 @@
     outcome = check_implementation("torch-ring", cases, note=note)
     outcome.verdict, outcome.findings                                # "pass" | "fail", a DataFrame
 
-cases.py (a case and its positions), matrix.py (which cases), pool.py and worker.py (rank processes that serve
-cases), reference.py (float64 attention under any mask), hypotheses.py (the wrong answers rings give),
+check_case.py (a case and its positions), matrix.py (which cases), pool.py and worker.py (rank processes that serve
+cases), dense.py (float64 attention under any mask), hypotheses.py (the wrong answers rings give),
 evaluate.py (one case's per-tensor verdict), check.py (the run); the findings are ringbench/analysis/conformance.py.
 """
 
@@ -16,7 +16,7 @@ import importlib
 
 # Rank processes import ringbench.conformance.worker, hence this package: its names load on first use, so that a
 # rank does not import pandas and the analyses it never runs.
-_WHERE = {"ConformanceCase": "cases", "DEFAULT_TIMEOUT_S": "check", "CheckOutcome": "check",
+_WHERE = {"ConformanceCase": "check_case", "DEFAULT_TIMEOUT_S": "check", "CheckOutcome": "check",
           "check_implementation": "check", "plan_cases": "check"}  # fmt: skip
 
 

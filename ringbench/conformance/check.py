@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ringbench.analysis.conformance import CASE_COLUMNS, TENSOR_COLUMNS, findings_table, verdict_of
-from ringbench.conformance.cases import ConformanceCase
+from ringbench.conformance.check_case import ConformanceCase
 from ringbench.conformance.evaluate import compare_worlds, evaluate
 from ringbench.conformance.matrix import cases_from_axes, default_matrix, sample_note
 from ringbench.conformance.pool import CaseRun, PoolFailure, RankPool

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from ringbench.conformance.cases import ConformanceCase
+from ringbench.conformance.check_case import ConformanceCase
+from ringbench.conformance.dense import KEY_TENSORS, TENSORS, Problem, assemble, build_problem, solve
 from ringbench.conformance.hypotheses import backward_matches, bad_rows, forward_matches, nonfinite_diagnosis
-from ringbench.conformance.reference import KEY_TENSORS, TENSORS, Problem, assemble, build_problem, solve
 from ringbench.conformance.tolerance import error_kind, tolerance
 
 MAX_RANGES = 6  # a "where" lists at most this many position ranges, then a count

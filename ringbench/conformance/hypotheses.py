@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ringbench.conformance.reference import KEY_TENSORS, Problem, expand_kv, solve, visibility
+from ringbench.conformance.dense import KEY_TENSORS, Problem, expand_kv, solve, visibility
 from ringbench.engine.masks import mask_rule
 
 COEFFICIENT_SLACK = 0.05  # a fitted contribution weight within this of 0, 1 or 2 is read as that integer

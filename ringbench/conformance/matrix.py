@@ -24,7 +24,7 @@ import functools
 import itertools
 import random
 
-from ringbench.conformance.cases import ConformanceCase
+from ringbench.conformance.check_case import ConformanceCase
 
 WORLDS = (1, 2, 3, 4, 5, 6, 7, 8)
 LADDER_WORLDS = (1, 2, 3, 4, 8)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ringbench.run.launch import PHASE_NAMES, RankProcesses, start_ranks
 
-GRACE_S = 3.0  # past the group's timeout: the waiting ranks' own time-outs arrive within it
+GRACE_S = 3.0  # past the group's timeout: the waiting ranks' own time-outs arrive within it (less for short ones)
 FAILURE_GRACE_S = 1.0  # after a rank failed by itself: the others either finish or wait on it (no point waiting)
 STARTUP_S = 120.0  # forking, importing the implementation, the rendezvous
 PING_S = 2.0
@@ -58,6 +58,10 @@ class RankPool:
     _inboxes: list = field(default_factory=list)
     _next: int = 0
     starts: int = 0
+
+    @property
+    def grace_s(self) -> float:
+        return min(GRACE_S, 1.0 + self.timeout_s / 2)
 
     def _start(self) -> None:
         from ringbench.conformance.worker import serve
@@ -106,7 +110,7 @@ class RankPool:
             waited = sorted(r for r, p in got.items() if isinstance(p, dict) and "failure" in p)
             waiting = f"; rank(s) {', '.join(map(str, waited))} timed out waiting" if waited else ""
             line = (f"rank(s) {', '.join(map(str, silent))} stalled in the {'/'.join(sorted(phases))} (no answer "
-                    f"within {self.timeout_s + GRACE_S:g} s){waiting}")  # fmt: skip
+                    f"within {self.timeout_s + self.grace_s:g} s){waiting}")  # fmt: skip
             return CaseFailure(kind="hang", line=line, ranks=tuple(silent), phase="/".join(sorted(phases)))
         rank = min(errors)
         return CaseFailure(kind="died", line=f"rank {rank} {errors[rank]}", ranks=tuple(sorted(errors)))
@@ -126,7 +130,7 @@ class RankPool:
         started = time.monotonic()
         for inbox in self._inboxes:
             inbox.put(("case", index, case))
-        got, errors = self._gather("case", index, self.timeout_s + GRACE_S)
+        got, errors = self._gather("case", index, self.timeout_s + self.grace_s)
         seconds = time.monotonic() - started
         own = {r: p for r, p in got.items() if p.get("failure") in ("error", "shape", "refused")}
         if not own and len(got) < self.world:  # nobody failed by itself: a rank stalled or died

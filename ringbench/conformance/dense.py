@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ringbench.conformance.cases import ConformanceCase
+from ringbench.conformance.check_case import ConformanceCase
 from ringbench.engine.inputs import token_rows
 from ringbench.engine.masks import MaskRule
 
