@@ -178,13 +178,19 @@ def _contributions(problem: Problem, pieces: dict, name: str) -> list[torch.Tens
     return out
 
 
-def _decompose(problem: Problem, got: torch.Tensor, parts: list[torch.Tensor], tol: float) -> dict | None:
-    """Per rank r of ``got``'s rows, the integer weights w with got_r = sum_s w_s parts_s (least squares), or None
-    when no such integer combination in {0, 1, 2} explains every rank within ``tol``."""
+def _decompose(problem: Problem, got: torch.Tensor, parts: list[torch.Tensor], tol: float,
+               shift: int = 0) -> dict | None:  # fmt: skip
+    """Per rank r of ``got``'s rows, the integer weights w with got_r = sum_s w_s parts_s (least squares) on the rows
+    of rank r + ``shift`` (an accumulator that ended ``shift`` hops from home), keyed by that rank; None when no
+    integer combination in {0, 1, 2} explains every rank within ``tol``."""
     weights = {}
     for rank, rows in enumerate(problem.positions):
+        owner = (rank + shift) % problem.world
+        theirs = problem.positions[owner]
+        if theirs.numel() != rows.numel():
+            return None
         target = got[:, :, rows].reshape(-1)
-        columns = [p[:, :, rows].reshape(-1) for p in parts]
+        columns = [p[:, :, theirs].reshape(-1) for p in parts]
         live = [i for i, c in enumerate(columns) if float(c.abs().max()) > tol]
         if not live:
             continue
@@ -195,7 +201,7 @@ def _decompose(problem: Problem, got: torch.Tensor, parts: list[torch.Tensor], t
             return None
         if float((basis @ rounded - target).abs().max()) > tol:
             return None
-        weights[rank] = {i: int(w) for i, w in zip(live, rounded.tolist(), strict=True)}
+        weights[owner] = {i: int(w) for i, w in zip(live, rounded.tolist(), strict=True)}
     return weights
 
 
@@ -297,10 +303,17 @@ def backward_matches(problem: Problem, truth: dict, got: dict, tols: dict, faili
     for name in [n for n in pending if n not in found]:
         if problem.world == 1 or not bool(torch.isfinite(got[name]).all()):
             continue
-        weights = _decompose(problem, got[name], _contributions(problem, pieces, name), tols[name])
-        text = _decomposition_text(name, weights, problem.world) if weights else None
-        if text:
-            found[name] = text
+        parts = _contributions(problem, pieces, name)
+        for shift in range(problem.world if name in KEY_TENSORS else 1):
+            weights = _decompose(problem, got[name], parts, tols[name], shift)
+            text = _decomposition_text(name, weights, problem.world) if weights else None
+            if shift and weights:
+                label = {"dk": "dK", "dv": "dV"}[name]
+                text = (f"{label} of rank r is the accumulator of rank r+{shift}'s keys, {shift} hop(s) short of "
+                        f"home" + (f"; {text}" if text else ""))  # fmt: skip
+            if text:
+                found[name] = text
+                break
     return found
 
 
