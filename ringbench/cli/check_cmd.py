@@ -50,7 +50,12 @@ def check(
     seed: Annotated[int, typer.Option(help="Seed of the default matrix's sample.", rich_help_panel=CHECK_PANEL)] = 0,
     cases: Annotated[
         int | None,
-        typer.Option("--cases", help="Cases in the default matrix's sample (default 72).", rich_help_panel=CHECK_PANEL),
+        typer.Option(
+            "--cases",
+            help="Cases in the default matrix's sample (default 72; never fewer than the ladder and one "
+            "case of each mask variant and layout).",
+            rich_help_panel=CHECK_PANEL,
+        ),
     ] = None,
     timeout: Annotated[
         float,
