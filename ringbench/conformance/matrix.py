@@ -20,8 +20,10 @@ declares, then cases drawn at random from the rest, until ``budget`` cases. ``--
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+import math
 import random
 
 from ringbench.conformance.check_case import ConformanceCase
@@ -193,8 +195,8 @@ def cases_from_axes(axes: dict, support, device_type: str = "cpu") -> tuple[list
     for world, seq, h, kv, dim, batch, dtype, mask, docs, layout in itertools.product(
         worlds, seqs, heads, kv_heads, head_dims, batches, dtypes, masks, docs_list, layouts
     ):
-        if seq is None:
-            seq = world * 16 * (2 if layout in ("zigzag", "doc-balanced") else 1)
+        if seq is None:  # one S for every world given: the same global problem at each CP degree
+            seq = _common_seq(worlds, layout)
         documented = "document" in mask
         if documented and docs == "none":
             docs = _tiny_documents(seq)
@@ -206,7 +208,24 @@ def cases_from_axes(axes: dict, support, device_type: str = "cpu") -> tuple[list
             skipped.append(f"{case.case_id}: not supported ({'; '.join(problems)})")
         elif case not in cases:
             cases.append(case)
-    return sorted(cases, key=lambda c: c.world), skipped
+    return sorted(_ladders(cases), key=lambda c: c.world), skipped
+
+
+def _common_seq(worlds: list[int], layout: str) -> int:
+    """The smallest S of at least 16 tokens per rank of the largest world that every world's layout divides."""
+    parts = [2 * w if layout in ("zigzag", "doc-balanced") else w for w in worlds]
+    step = math.lcm(*parts)
+    return step * math.ceil(16 * max(worlds) / step)
+
+
+def _ladders(cases: list[ConformanceCase]) -> list[ConformanceCase]:
+    """Cases of one global problem at several CP degrees are a ladder: the invariance check and the error
+    against world size read them."""
+    key = lambda c: (c.seq, c.heads, c.kv, c.head_dim, c.batch, c.dtype, c.mask, c.docs, c.layout)  # noqa: E731
+    worlds: dict[tuple, set[int]] = {}
+    for case in cases:
+        worlds.setdefault(key(case), set()).add(case.world)
+    return [dataclasses.replace(c, purpose="ladder") if len(worlds[key(c)]) > 1 else c for c in cases]
 
 
 _DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
