@@ -226,3 +226,25 @@ def legacy(q, k, v, *, mask, layout, group):
 
 
 legacy.ringbench_layouts = ("contiguous", "zigzag")
+
+
+def blocks_of_8(q, k, v, *, mask, layout, group, **given):
+    """A correct ring that takes only runs of whole blocks of 8 tokens, and says so."""
+    runs = given["positions"].numel() // (2 if layout == "zigzag" else 1)
+    if layout != "striped" and runs % 8:
+        raise ValueError(f"runs of {runs} tokens: blocks of 8 only")
+    return correct(q, k, v, mask=mask, layout=layout, group=group, **given)
+
+
+blocks_of_8.ringbench_multiple = 8
+blocks_of_8.ringbench_masks = ("causal", "window")
+blocks_of_8.ringbench_layouts = ("contiguous", "zigzag")
+
+
+def forward_only(q, k, v, *, mask, layout, group, **given):
+    """The correct ring, declared forward only: check compares out (and never differentiates)."""
+    with torch.no_grad():
+        return correct(q, k, v, mask=mask, layout=layout, group=group, **given)
+
+
+forward_only.ringbench_backward = False

@@ -322,3 +322,19 @@ def test_run_rows_name_the_non_finite_tensors_instead_of_reading_unchecked():
 
     assert json_cases(pd.DataFrame([row]))[0]["passed"] is False
     assert "non-finite dk" in case_line(row, 1, 1)
+
+
+def test_declared_block_multiples_and_forward_only_shape_the_matrix():
+    from ringbench.conformance.matrix import default_matrix
+    from ringbench.rank.impls import get_adapter
+
+    blocks = get_adapter(f"{CP}:blocks_of_8")
+    blocks.missing()
+    cases, _ = default_matrix(blocks.support)
+    assert cases and all(c.seq // c.world // (2 if c.layout == "zigzag" else 1) % 8 == 0 for c in cases)
+    forward = get_adapter(f"{CP}:forward_only")
+    forward.missing()
+    cases, _ = default_matrix(forward.support)
+    assert cases and not any(c.backward for c in cases)
+    outcome = _check(f"{CP}:forward_only", [ConformanceCase(world=2, seq=16, backward=False)])
+    assert outcome.verdict == "pass" and set(outcome.tensors["tensor"]) == {"out"}

@@ -77,12 +77,15 @@ def _spanning_document(seq: int) -> str:
     return "lengths:" + ",".join(map(str, parts))
 
 
-def _seq_for(world: int, layout: str, local: int, uneven: bool) -> int:
+def _seq_for(world: int, layout: str, local: int, uneven: bool, multiple: int = 1) -> int:
+    """S for ``local`` tokens per rank; zigzag chunks of ``local`` / 2 (rounded up); runs of consecutive tokens a
+    multiple of ``multiple`` where the implementation works in blocks."""
     if uneven:
         return world * local + world // 2 + 1
     if layout in ("zigzag", "doc-balanced"):
-        return world * (local + local % 2)
-    return world * local
+        chunk = -(-((local + 1) // 2) // multiple) * multiple
+        return world * 2 * chunk
+    return world * (-(-local // multiple) * multiple)
 
 
 def _points(support) -> list[tuple]:
@@ -90,13 +93,15 @@ def _points(support) -> list[tuple]:
     count and sample; ``_case`` makes the chosen ones. The loops keep what ``support`` declares."""
     masks = list(support.layouts)
     heads = [h for h in HEADS if support.gqa or h[0] == h[1]]
-    shapes = [(local, False) for local in LOCAL] + ([(13, True)] if support.uneven else [])
+    shapes = [(local, False) for local in LOCAL] + ([(13, True)] if support.uneven and support.multiple == 1 else [])
     points = []
     for world, dtype, (local, uneven), (h, kv) in itertools.product(WORLDS, DTYPES, shapes, heads):
         if dtype not in support.dtypes or (uneven and world == 1):
             continue
         for layout_kind in ("even", "zigzag"):
-            seq = _seq_for(world, "zigzag" if layout_kind == "zigzag" else "contiguous", local, uneven)
+            seq = _seq_for(
+                world, "zigzag" if layout_kind == "zigzag" else "contiguous", local, uneven, support.multiple
+            )
             for mask, docs, purpose in mask_variants(masks, seq, local):
                 for layout in support.layouts_for(mask) or ():
                     paired = "zigzag" if layout in ("zigzag", "doc-balanced") else "even"
@@ -107,15 +112,15 @@ def _points(support) -> list[tuple]:
     return points
 
 
-def _case(point: tuple) -> ConformanceCase:
+def _case(point: tuple, backward: bool = True) -> ConformanceCase:
     world, seq, heads, kv_heads, dtype, mask, docs, layout, purpose = point
     return ConformanceCase(world=world, seq=seq, heads=heads, kv_heads=kv_heads, dtype=dtype, mask=mask, docs=docs,
-                           layout=layout, purpose=purpose)  # fmt: skip
+                           layout=layout, purpose=purpose, backward=backward)  # fmt: skip
 
 
 def full_matrix(support, device_type: str = "cpu") -> list[ConformanceCase]:
     """Every case of the matrix the adapter's ``support`` (ringbench.rank.impls.base.Support) allows here."""
-    cases = [_case(point) for point in _points(support)]
+    cases = [_case(point, support.backward) for point in _points(support)]
     return [case for case in cases if not support.problems(case, device_type)]
 
 
@@ -130,13 +135,15 @@ def ladder(support, device_type: str = "cpu") -> list[ConformanceCase]:
     layouts = support.layouts_for(mask)
     layout = "zigzag" if "zigzag" in layouts else layouts[0]
     seq = 96  # a multiple of 2N for every ladder world (zigzag's chunks): 2 * lcm(1, 2, 3, 4, 8) = 48, twice
+    if support.multiple > 1:  # runs of whole blocks at every ladder world: S = 2 x 24 x multiple
+        seq = 48 * support.multiple
     out = []
     for dtype in DTYPES:
         if dtype not in support.dtypes:
             continue
         for world in LADDER_WORLDS:
             case = ConformanceCase(world=world, seq=seq, heads=4, dtype=dtype, mask=mask, layout=layout,
-                                   purpose="ladder")  # fmt: skip
+                                   purpose="ladder", backward=support.backward)  # fmt: skip
             if not support.problems(case, device_type):
                 out.append(case)
     return out
@@ -174,7 +181,8 @@ def default_matrix(support, device_type: str = "cpu", *, seed: int = 0, budget: 
             break
         if index not in taken:
             take(index)
-    cases = [case for case in map(_case, picked) if not support.problems(case, device_type)]
+    cases = [_case(point, support.backward) for point in picked]
+    cases = [case for case in cases if not support.problems(case, device_type)]
     return sorted(chosen + cases, key=lambda c: c.world), total
 
 
@@ -202,7 +210,7 @@ def cases_from_axes(axes: dict, support, device_type: str = "cpu") -> tuple[list
             docs = _tiny_documents(seq)
         case = ConformanceCase(world=world, seq=seq, heads=h, kv_heads=kv if kv != h else 0, head_dim=dim,
                                batch=batch, dtype=_dtype(dtype), mask=mask, docs=docs if documented else "none",
-                               layout=layout)  # fmt: skip
+                               layout=layout, backward=support.backward)  # fmt: skip
         problems = support.problems(case, device_type)
         if problems:
             skipped.append(f"{case.case_id}: not supported ({'; '.join(problems)})")

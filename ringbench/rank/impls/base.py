@@ -33,6 +33,15 @@ def mask_family(mask: str) -> str:
     return head + "window" if tail else str(mask)
 
 
+def _run_length(case) -> int | None:
+    """Tokens in each run of consecutive positions a rank holds (None: striped, or shards of unequal length)."""
+    world, seq, layout = case.world, case.seq, str(case.layout)
+    parts = 2 * world if layout in ("zigzag", "doc-balanced") else world
+    if layout == "striped" or seq % parts:
+        return None
+    return seq // parts
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Support:
     """What an adapter can run. ``layouts`` maps a mask (or mask family, ``mask_family``) to the layouts it
@@ -47,6 +56,9 @@ class Support:
     """Grouped-query attention: K and V with fewer heads than Q (``kv_heads`` dividing ``heads``)."""
     uneven: bool = False
     """Shards of unequal length: a sequence that is not a multiple of the world (or of 2N for zigzag)."""
+    multiple: int = 1
+    """Every run of consecutive tokens a rank holds (a contiguous shard, a zigzag chunk) is a multiple of this:
+    an implementation that works in blocks of that many tokens (1: any length)."""
     notes: str = ""
 
     def layouts_for(self, mask: str) -> tuple[str, ...] | None:
@@ -63,6 +75,10 @@ class Support:
             found.append(f"layout={case.layout!r} with mask {case.mask!r} (supported: {', '.join(allowed)})")
         if case.key_value_heads != case.heads and not self.gqa:
             found.append(f"kv_heads={case.key_value_heads} (K and V of as many heads as the queries' {case.heads})")
+        runs = _run_length(case)
+        if self.multiple > 1 and runs is not None and runs % self.multiple:
+            found.append(f"seq={case.seq} on {case.world} ranks with layout {case.layout!r} (runs of {runs} tokens, "
+                         f"not a multiple of {self.multiple})")  # fmt: skip
         if not getattr(case, "even", True) and not self.uneven:
             found.append(f"seq={case.seq} on {case.world} ranks with layout {case.layout!r} (uneven shards)")
         if case.dtype not in self.dtypes:
@@ -131,7 +147,7 @@ class Adapter:
         return {"name": self.name, "description": self.description, "layouts": self.support.layouts,
                 "dtypes": list(self.support.dtypes), "devices": list(self.support.devices),
                 "orders": list(self.support.orders), "backward": self.support.backward, "gqa": self.support.gqa,
-                "uneven": self.support.uneven, "requires": self.requires, "notes": self.support.notes}  # fmt: skip
+                "uneven": self.support.uneven, "multiple": self.support.multiple, "requires": self.requires, "notes": self.support.notes}  # fmt: skip
 
 
 def world_group(group):
