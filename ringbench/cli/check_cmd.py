@@ -93,7 +93,8 @@ def check(
             raise UsageError(f"timeout={timeout!r} is not allowed; expected a number of seconds > 0")
         if cases is not None and cases < 1:
             raise UsageError(f"cases={cases!r} is not allowed; expected an integer >= 1")
-        planned, note, skipped, adapter = plan_cases(impl, {**(axes or {}), "kv_heads": kv_heads}, seed=seed, full=full, budget=cases,
+        given = {**(axes or {}), "kv_heads": kv_heads}
+        planned, note, skipped, adapter = plan_cases(impl, given, seed=seed, full=full, budget=cases,
                                                      device_type=device)  # fmt: skip
         out.progress(f"ringbench check {impl}: {note}")
         for line in skipped[:5]:
@@ -118,7 +119,7 @@ def check(
                                          rtol={d: limits[0] for d, limits in CHECK_TOLERANCE.items()})  # fmt: skip
             out.progress(f"wrote {written}")
         out.emit(check_document(outcome))
-    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
+    raise typer.Exit({"pass": 0, "fail": 1}.get(outcome.verdict, 2))  # skip: every case refused at run time
 
 
 def register(app: typer.Typer) -> None:

@@ -119,7 +119,7 @@ def check_implementation(impl: str, cases: list[ConformanceCase], *, timeout_s: 
                                                         "max_abs_diff", "tolerance", "agree"])  # fmt: skip
     findings = findings_table(cases_table, tensors_table, invariance)
     return CheckOutcome(impl=impl, cases=cases_table, tensors=tensors_table, invariance=invariance,
-                        findings=findings, verdict=verdict_of(findings), note=note, skipped=list(skipped or ()),
+                        findings=findings, verdict=verdict_of(findings, cases_table), note=note, skipped=list(skipped or ()),
                         seconds=time.monotonic() - started, adapter=adapter or {})  # fmt: skip
 
 

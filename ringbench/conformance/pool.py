@@ -20,7 +20,7 @@ import queue
 import time
 from dataclasses import dataclass, field
 
-from ringbench.run.launch import PHASE_NAMES, RankProcesses, start_ranks
+from ringbench.run.launch import RankProcesses, phase_of, start_ranks
 
 GRACE_S = 3.0  # past the group's timeout: the waiting ranks' own time-outs arrive within it (less for short ones)
 FAILURE_GRACE_S = 1.0  # after a rank failed by itself: the others either finish or wait on it (no point waiting)
@@ -116,8 +116,7 @@ class RankPool:
         return CaseFailure(kind="died", line=f"rank {rank} {errors[rank]}", ranks=tuple(sorted(errors)))
 
     def _phase(self, rank: int) -> str:
-        progress = self._ranks.channels.progress
-        return PHASE_NAMES.get(progress[rank * 4 + 1], "")
+        return phase_of(self._ranks.channels.progress, rank)
 
     def run(self, case) -> CaseRun:
         """Run one case on every rank (see the module doc)."""

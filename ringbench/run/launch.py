@@ -135,6 +135,11 @@ def _worker(rank, world, store_path, fn, args, messages, progress_array, stored,
     os._exit(0)  # skip interpreter teardown: gloo threads of a broken group must not keep us alive
 
 
+def phase_of(progress_array, rank: int) -> str:
+    """The phase a rank last reported (setup, fwd, bwd, done, check), "" when unknown."""
+    return PHASE_NAMES.get(progress_array[rank * _SLOTS + 1], "")
+
+
 def where_text(progress_array, rank: int, case_names: list[str] | None) -> str:
     base = rank * _SLOTS
     case_index, phase, iteration, step = (progress_array[base + i] for i in range(_SLOTS))
