@@ -177,8 +177,10 @@ def _finding(tensor: str, kind: str, diagnosis: str, group: pd.DataFrame) -> dic
     ranks = sorted({r for ranks in group["ranks"] for r in ranks})
     spread = _spread(group)
     spread["worst_case"] = str(worst["case_id"])
-    return {"tensor": tensor, "kind": kind, "ranks": ranks, "max_abs_err": float(worst["max_abs_err"]),
-            "max_rel_err": float(worst["max_rel_err"]), "tolerance": float(worst["tolerance"]),
+    nonfinite = kind == "nonfinite"  # its error is NaN: the finite part's would read as a pass
+    return {"tensor": tensor, "kind": kind, "ranks": ranks,
+            "max_abs_err": math.nan if nonfinite else float(worst["max_abs_err"]),
+            "max_rel_err": math.nan if nonfinite else float(worst["max_rel_err"]), "tolerance": float(worst["tolerance"]),
             "diagnosis": diagnosis, "where": str(worst["where"]), **spread}  # fmt: skip
 
 

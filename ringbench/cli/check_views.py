@@ -42,7 +42,9 @@ def _spread(finding: dict) -> str:
 def finding_lines(index: int, finding: dict) -> list[str]:
     head = f"{index}. {finding['tensor']} {finding['kind'].upper()} on rank(s) {_ranks(finding['ranks'])} in {_spread(finding)}"
     lines = [head]
-    if finding["max_abs_err"] == finding["max_abs_err"]:
+    if finding["kind"] == "nonfinite":
+        lines.append(f"   NaN or inf, worst in {finding['worst_case']}")
+    elif finding["max_abs_err"] == finding["max_abs_err"]:
         lines.append(f"   max abs err {finding['max_abs_err']:.2e} (rel {finding['max_rel_err']:.1e}) against "
                      f"tolerance {finding['tolerance']:.1e}, worst in {finding['worst_case']}")  # fmt: skip
     if finding["where"]:
