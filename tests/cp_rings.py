@@ -248,3 +248,11 @@ def forward_only(q, k, v, *, mask, layout, group, **given):
 
 
 forward_only.ringbench_backward = False
+
+
+def never_alone(q, k, v, *, mask, layout, group, **given):
+    """The correct ring, declared to need two ranks at least."""
+    return correct(q, k, v, mask=mask, layout=layout, group=group, **given)
+
+
+never_alone.ringbench_min_world = 2

@@ -332,6 +332,10 @@ def test_declared_block_multiples_and_forward_only_shape_the_matrix():
     blocks.missing()
     cases, _ = default_matrix(blocks.support)
     assert cases and all(c.seq // c.world // (2 if c.layout == "zigzag" else 1) % 8 == 0 for c in cases)
+    alone = get_adapter(f"{CP}:never_alone")
+    alone.missing()
+    cases, _ = default_matrix(alone.support)
+    assert cases and min(c.world for c in cases) == 2
     forward = get_adapter(f"{CP}:forward_only")
     forward.missing()
     cases, _ = default_matrix(forward.support)

@@ -96,7 +96,7 @@ def _points(support) -> list[tuple]:
     shapes = [(local, False) for local in LOCAL] + ([(13, True)] if support.uneven and support.multiple == 1 else [])
     points = []
     for world, dtype, (local, uneven), (h, kv) in itertools.product(WORLDS, DTYPES, shapes, heads):
-        if dtype not in support.dtypes or (uneven and world == 1):
+        if dtype not in support.dtypes or (uneven and world == 1) or world < support.min_world:
             continue
         for layout_kind in ("even", "zigzag"):
             seq = _seq_for(

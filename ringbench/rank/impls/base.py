@@ -56,6 +56,8 @@ class Support:
     """Grouped-query attention: K and V with fewer heads than Q (``kv_heads`` dividing ``heads``)."""
     uneven: bool = False
     """Shards of unequal length: a sequence that is not a multiple of the world (or of 2N for zigzag)."""
+    min_world: int = 1
+    """The fewest ranks it runs on (a ring that always exchanges cannot run alone: gloo refuses a send to self)."""
     multiple: int = 1
     """Every run of consecutive tokens a rank holds (a contiguous shard, a zigzag chunk) is a multiple of this:
     an implementation that works in blocks of that many tokens (1: any length)."""
@@ -75,6 +77,8 @@ class Support:
             found.append(f"layout={case.layout!r} with mask {case.mask!r} (supported: {', '.join(allowed)})")
         if case.key_value_heads != case.heads and not self.gqa:
             found.append(f"kv_heads={case.key_value_heads} (K and V of as many heads as the queries' {case.heads})")
+        if case.world < self.min_world:
+            found.append(f"world={case.world} (at least {self.min_world} ranks)")
         runs = _run_length(case)
         if self.multiple > 1 and runs is not None and runs % self.multiple:
             found.append(f"seq={case.seq} on {case.world} ranks with layout {case.layout!r} (runs of {runs} tokens, "
@@ -147,7 +151,8 @@ class Adapter:
         return {"name": self.name, "description": self.description, "layouts": self.support.layouts,
                 "dtypes": list(self.support.dtypes), "devices": list(self.support.devices),
                 "orders": list(self.support.orders), "backward": self.support.backward, "gqa": self.support.gqa,
-                "uneven": self.support.uneven, "multiple": self.support.multiple, "requires": self.requires, "notes": self.support.notes}  # fmt: skip
+                "uneven": self.support.uneven, "multiple": self.support.multiple,
+                "min_world": self.support.min_world, "requires": self.requires, "notes": self.support.notes}  # fmt: skip
 
 
 def world_group(group):

@@ -173,6 +173,7 @@ USER_DECLARATIONS = {
     "ringbench_dtypes": "dtype names (default: float64, float32, bfloat16, float16)",
     "ringbench_gqa": "bool: takes K/V with fewer heads than Q (default False)",
     "ringbench_uneven": "bool: takes shards of unequal length, S not a multiple of N (default False)",
+    "ringbench_min_world": "int: the fewest ranks it runs on (default 1)",
     "ringbench_multiple": "int: every run of consecutive tokens a rank holds (a contiguous shard, a zigzag chunk) "
                           "is a multiple of this (default 1)",
     "ringbench_backward": "bool: differentiable (default True)",
@@ -275,10 +276,13 @@ def _declared(name: str, function) -> Support:
             raise UsageError(f"impl={name!r}: {attribute}={value!r} is not allowed; expected True or False")
         flags[field_name] = value
     dtypes = names("ringbench_dtypes", ("float64", "float32", "bfloat16", "float16"))
-    multiple = getattr(function, "ringbench_multiple", 1)
-    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
-        raise UsageError(f"impl={name!r}: ringbench_multiple={multiple!r} is not allowed; expected an integer >= 1")
-    return Support(layouts=by_mask, dtypes=dtypes, orders=("*",), multiple=multiple, **flags)
+    counts = {}
+    for attribute in ("ringbench_multiple", "ringbench_min_world"):
+        value = getattr(function, attribute, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"impl={name!r}: {attribute}={value!r} is not allowed; expected an integer >= 1")
+        counts[attribute.removeprefix("ringbench_")] = value
+    return Support(layouts=by_mask, dtypes=dtypes, orders=("*",), **counts, **flags)
 
 
 __all__ = ["USER_DECLARATIONS", "USER_KEYWORDS", "RingAttentionPytorchAdapter", "RingFlashAttnAdapter",
