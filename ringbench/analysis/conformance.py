@@ -70,8 +70,10 @@ def _pattern(failing: pd.DataFrame, ran: pd.DataFrame) -> list[str]:
     others = ran[~ran["case_id"].isin(failing["case_id"])]
     alike = others[others["mask_family"].isin(set(failing["mask_family"]))]  # CP = 1 said of the same masks only
     if (failing["world"] == 1).all() and (others["world"] > 1).any():
-        notes.append("fails only at CP = 1 (a ring with no peer: gloo refuses a rank's send to itself; an "
-                     "implementation that needs peers declares ringbench_min_world = 2)")
+        notes.append(
+            "fails only at CP = 1 (a ring with no peer: gloo refuses a rank's send to itself; an "
+            "implementation that needs peers declares ringbench_min_world = 2)"
+        )
     elif (failing["world"] == 1).any():
         notes.append("wrong at CP = 1 too: the error is in the attention itself, not in the ring")
     elif (alike["world"] == 1).any():

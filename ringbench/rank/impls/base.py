@@ -5,7 +5,8 @@ rows each rank holds, see ringbench/engine/layout.py), whether it can run here (
 builds a per-case attention function:
 
     fn = adapter.prepare(case, group=group, device=device)  # once per case, outside the timed loop
-    out = fn(q, k, v)        # q, k, v: (B, H, S/N, D) this rank's shards in adapter.layout(case) order
+    out = fn(q, k, v)        # q, k, v: (B, H, S/N, D) this rank's shards in adapter.layout(case) order;
+                             # or (out, lse), lse (B, H, S/N) without gradient, where the implementation exposes it
     grads = torch.autograd.grad(out, (q, k, v), dout)           # backward through autograd
     fn.close()
 
