@@ -110,7 +110,7 @@ def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, 
     return axes | values | {
         "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": True, "status": "ok",
         "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_blocks": 0, "emulated_gflops": float(rate), "check_note": NOTE,
-        "attn_mem_mb": _predicted_memory(case),
+        "attn_mem_mb": _predicted_memory(case), "nonfinite": "",
     } | plan_figures(case, timeline, events, bounded, case_id or case.case_id)  # fmt: skip
 
 

@@ -62,6 +62,7 @@ def strategy_case(case, costs: Costs, cluster, *, repeat: int = 0, case_id: str 
         "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_blocks": 0, "emulated_gflops": float(rate),
         "check_note": "simulated: not checked", "attn_mem_mb": predicted_memory_mb(case),
         "short_ring_bytes": math.nan,  # no one ring to shorten
+        "nonfinite": "",
     }  # fmt: skip
     critical = {"path_ms": values["step_ms"], "ranks": [], "hops": [], "bytes_by_class": timeline.bytes_by_class}
     return CaseResult(case=case, events=events, row=row, bounded=False, exposed_ms=list(timeline.exposed_ms),
