@@ -37,7 +37,7 @@ def _diagnoses(rows: list[dict]) -> dict[str, str]:
 
 
 def test_the_truth_passes_and_every_tensor_and_rank_has_a_row():
-    case = ConformanceCase(world=3, seq=36, heads=4, kv_heads=2, mask="causal-document", docs="lengths:1,2,30,3",
+    case = ConformanceCase.of(world=3, seq=36, heads=4, kv_heads=2, mask="causal-document", docs="lengths:1,2,30,3",
                            layout="striped", dtype="float32")  # fmt: skip
     problem = build_problem(case)
     rows, _ = evaluate(case, _shards(problem, solve(problem, problem.visible)))
@@ -48,7 +48,7 @@ def test_the_truth_passes_and_every_tensor_and_rank_has_a_row():
 
 
 def test_float64_shards_of_the_reference_match_it_to_the_last_bits():
-    case = ConformanceCase(world=2, seq=16, dtype="float64", mask="window:3", layout="zigzag")
+    case = ConformanceCase.of(world=2, seq=16, dtype="float64", mask="window:3", layout="zigzag")
     problem = build_problem(case)
     truth = solve(problem, problem.visible)
     shards = [{n: t[:, :, rows] for n, t in truth.items()} for rows in problem.positions]
@@ -67,7 +67,7 @@ def test_float64_shards_of_the_reference_match_it_to_the_last_bits():
     ],
 )  # fmt: skip
 def test_a_wrong_visibility_is_named(name, make, tensor, expected):
-    case = ConformanceCase(world=4, seq=32, heads=2, mask="causal", layout="contiguous", dtype="float32")
+    case = ConformanceCase.of(world=4, seq=32, heads=2, mask="causal", layout="contiguous", dtype="float32")
     problem = build_problem(case)
     rows, _ = evaluate(case, _shards(problem, solve(problem, make(problem))))
     assert expected in _diagnoses(rows)[tensor], (name, _diagnoses(rows))
@@ -75,7 +75,7 @@ def test_a_wrong_visibility_is_named(name, make, tensor, expected):
 
 def test_a_contiguous_layout_assumed_is_named_on_zigzag_and_striped():
     for layout in ("zigzag", "striped"):
-        case = ConformanceCase(world=3, seq=48, heads=2, mask="causal", layout=layout)
+        case = ConformanceCase.of(world=3, seq=48, heads=2, mask="causal", layout=layout)
         problem = build_problem(case)
         offsets = torch.tensor([0] + [p.numel() for p in problem.positions]).cumsum(0)
         contiguous = offsets[problem.rank_of] + problem.local_of
@@ -85,7 +85,7 @@ def test_a_contiguous_layout_assumed_is_named_on_zigzag_and_striped():
 
 
 def test_backward_bugs_are_named_with_the_forward_right():
-    case = ConformanceCase(world=3, seq=24, heads=4, kv_heads=2, mask="causal", layout="zigzag")
+    case = ConformanceCase.of(world=3, seq=24, heads=4, kv_heads=2, mask="causal", layout="zigzag")
     problem = build_problem(case)
     truth = solve(problem, problem.visible)
     summed = dict(truth, dk=truth["dk"] + truth["dv"])
@@ -101,7 +101,7 @@ def test_backward_bugs_are_named_with_the_forward_right():
 
 
 def test_a_nan_only_where_a_fully_masked_block_meets_a_live_row_is_named():
-    case = ConformanceCase(world=2, seq=16, mask="window:3", layout="contiguous")
+    case = ConformanceCase.of(world=2, seq=16, mask="window:3", layout="contiguous")
     problem = build_problem(case)
     truth = solve(problem, problem.visible)
     got = {n: t.clone() for n, t in truth.items()}
@@ -125,17 +125,17 @@ def test_tolerance_and_kinds():
 
 def test_cases_refuse_bad_axes_in_one_line():
     with pytest.raises(UsageError, match="kv_heads=3"):
-        ConformanceCase(world=2, seq=16, heads=4, kv_heads=3)
+        ConformanceCase.of(world=2, seq=16, heads=4, kv_heads=3)
     with pytest.raises(UsageError, match="doc-balanced"):
-        ConformanceCase(world=2, seq=16, mask="causal", layout="doc-balanced")
+        ConformanceCase.of(world=2, seq=16, mask="causal", layout="doc-balanced")
     with pytest.raises(UsageError, match="seq=9000"):
-        ConformanceCase(world=2, seq=9000)
+        ConformanceCase.of(world=2, seq=9000)
 
 
 def test_uneven_shards_split_like_tensor_split():
-    case = ConformanceCase(world=3, seq=11, layout="contiguous")
+    case = ConformanceCase.of(world=3, seq=11, layout="contiguous")
     assert [p.tolist() for p in case.all_positions()] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
-    zigzag = ConformanceCase(world=2, seq=10, layout="zigzag")
+    zigzag = ConformanceCase.of(world=2, seq=10, layout="zigzag")
     assert sorted(torch.cat(zigzag.all_positions()).tolist()) == list(range(10)) and not zigzag.even
 
 
@@ -189,7 +189,7 @@ def test_planted_bugs_are_diagnosed(bug):
 
 def _diagnosed(bug: str) -> None:
     shape, tensor, words = PLANTED[bug]
-    outcome = _check(f"{CP}:{bug}", [ConformanceCase(**shape)])
+    outcome = _check(f"{CP}:{bug}", [ConformanceCase.of(**shape)])
     assert outcome.verdict == "fail"
     finding = outcome.findings[outcome.findings["tensor"] == tensor].iloc[0]
     assert words in finding["diagnosis"], finding.to_dict()
@@ -197,10 +197,10 @@ def _diagnosed(bug: str) -> None:
 
 
 def test_a_correct_ring_passes_with_every_mask_gqa_and_uneven_shards():
-    cases = [ConformanceCase(world=3, seq=40, heads=4, kv_heads=1, mask="causal-document+window:3",
+    cases = [ConformanceCase.of(world=3, seq=40, heads=4, kv_heads=1, mask="causal-document+window:3",
                              docs="lengths:1,2,30,7", layout="striped", dtype="bfloat16"),
-             ConformanceCase(world=3, seq=37, heads=2, mask="causal", layout="zigzag", dtype="float16"),
-             ConformanceCase(world=3, seq=36, heads=2, mask="full-document", docs="lengths:3,31,2",
+             ConformanceCase.of(world=3, seq=37, heads=2, mask="causal", layout="zigzag", dtype="float16"),
+             ConformanceCase.of(world=3, seq=36, heads=2, mask="full-document", docs="lengths:3,31,2",
                              layout="doc-balanced")]  # fmt: skip
     outcome = _check(f"{CP}:correct", cases)
     assert outcome.verdict == "pass", outcome.findings.to_dict("records")
@@ -211,15 +211,15 @@ def test_bad_implementations_give_findings_not_tracebacks_and_leave_no_process()
     import multiprocessing
 
     before = {p.pid for p in multiprocessing.active_children()}
-    outcome = _check(f"{CP}:hangs", [ConformanceCase(world=2, seq=16)], timeout_s=1.0)
+    outcome = _check(f"{CP}:hangs", [ConformanceCase.of(world=2, seq=16)], timeout_s=1.0)
     assert outcome.cases.iloc[0]["seconds"] < 1.0 + 1.5 + 1.0  # the group's timeout, then the grace period
     hang = outcome.findings.iloc[0]
     assert hang["kind"] == "hang" and hang["ranks"] == [1] and "stalled in the fwd" in hang["diagnosis"]
     for bug, kind, words in (("raises", "error", "boom: rank 0 gave up"), ("wrong_shape", "shape", "has shape")):
-        finding = _check(f"{CP}:{bug}", [ConformanceCase(world=2, seq=16)]).findings.iloc[0]
+        finding = _check(f"{CP}:{bug}", [ConformanceCase.of(world=2, seq=16)]).findings.iloc[0]
         assert finding["kind"] == kind and words in finding["where"], finding.to_dict()
-    rejects = _check(f"{CP}:rejects_window", [ConformanceCase(world=2, seq=16, mask="window:3"),
-                                              ConformanceCase(world=2, seq=16, mask="causal")]).findings  # fmt: skip
+    rejects = _check(f"{CP}:rejects_window", [ConformanceCase.of(world=2, seq=16, mask="window:3"),
+                                              ConformanceCase.of(world=2, seq=16, mask="causal")]).findings  # fmt: skip
     assert "declares mask window but raises" in rejects.iloc[0]["diagnosis"]
     assert {p.pid for p in multiprocessing.active_children()} <= before
 
@@ -233,7 +233,7 @@ def test_an_implementation_that_cannot_be_imported_is_one_line():
 
 
 def test_the_documented_example_passes():
-    cases = [ConformanceCase(world=3, seq=42, heads=4, kv_heads=2, mask="causal-document+window:4",
+    cases = [ConformanceCase.of(world=3, seq=42, heads=4, kv_heads=2, mask="causal-document+window:4",
                              docs="lengths:2,37,3", layout="zigzag", dtype="bfloat16")]  # fmt: skip
     assert _check("cp_allgather:attention", cases).verdict == "pass"
     with_lse = _check("cp_allgather:with_lse", cases)
@@ -241,7 +241,7 @@ def test_the_documented_example_passes():
 
 
 def test_a_function_written_for_the_first_interface_still_runs():
-    outcome = _check(f"{CP}:legacy", [ConformanceCase(world=2, seq=32, layout="zigzag")])
+    outcome = _check(f"{CP}:legacy", [ConformanceCase.of(world=2, seq=32, layout="zigzag")])
     assert outcome.verdict == "pass"
 
 
@@ -340,5 +340,5 @@ def test_declared_block_multiples_and_forward_only_shape_the_matrix():
     forward.missing()
     cases, _ = default_matrix(forward.support)
     assert cases and not any(c.backward for c in cases)
-    outcome = _check(f"{CP}:forward_only", [ConformanceCase(world=2, seq=16, backward=False)])
+    outcome = _check(f"{CP}:forward_only", [ConformanceCase.of(world=2, seq=16, backward=False)])
     assert outcome.verdict == "pass" and set(outcome.tensors["tensor"]) == {"out"}

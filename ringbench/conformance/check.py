@@ -124,11 +124,21 @@ def check_implementation(impl: str, cases: list[ConformanceCase], *, timeout_s: 
 
 
 def _problem_key(case: ConformanceCase) -> tuple:
-    return (case.seq, case.heads, case.kv, case.head_dim, case.batch, case.dtype, case.mask, case.docs, case.layout)
+    return (
+        case.seq,
+        case.heads,
+        case.key_value_heads,
+        case.head_dim,
+        case.batch,
+        case.dtype,
+        case.mask,
+        case.docs,
+        case.layout,
+    )
 
 
 def _judge(case: ConformanceCase, run: CaseRun) -> tuple[dict, list[dict], dict | None]:
-    row = {"case_id": case.case_id, "world": case.world, "seq": case.seq, "heads": case.heads, "kv_heads": case.kv,
+    row = {"case_id": case.case_id, "world": case.world, "seq": case.seq, "heads": case.heads, "kv_heads": case.key_value_heads,
            "head_dim": case.head_dim, "batch": case.batch, "dtype": case.dtype, "mask": case.mask,
            "docs": case.docs, "layout": case.layout, "purpose": case.purpose, "even": case.even,
            "seconds": run.seconds, "status": "pass", "failure": "", "failure_line": "", "failure_ranks": "",

@@ -1,7 +1,8 @@
 """One conformance case: a global attention problem, its sharding over ``world`` ranks, and where each token lives.
 
-A case is a workload an adapter can take (the attributes of ringbench.rank.impls.base.Workload, plus ``kv_heads``
-and ``docs``). Its global inputs are those of ringbench.engine.inputs: a pure function of (seed, tensor, token), so
+A case carries the scenario's ``Workload`` (ringbench.scenario.workload; its axes read as the case's own, so an
+adapter takes it as it takes a run's Case) with the kernel, the backward switch, the inputs' seed and why the matrix
+holds it. Its global inputs are those of ringbench.engine.inputs: a pure function of (seed, tensor, token), so
 the same ``seq`` at CP = 1, 2 and N sees the same Q, K, V and dO (the CP-degree invariance check relies on it).
 
 Positions: with ``seq`` a multiple of what the layout needs, a rank owns the positions of
@@ -16,51 +17,48 @@ from dataclasses import dataclass
 
 import torch
 
+from ringbench.engine.inputs import ShardSpec
 from ringbench.engine.layout import token_positions
 from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.errors import bad_value
+from ringbench.scenario.workload import Workload, reads_workload
 from ringbench.vocab import MaskSpec
 
 CHECK_DTYPES = ("float64", "float32", "bfloat16", "float16")
 SHORT_DTYPE = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 MAX_SEQ = 8192  # the reference is dense float64 (S x S scores per head): check is for small problems
+SMALL = dict(heads=2, head_dim=16, dtype="float32", layout="contiguous")  # the axes a case leaves out
 
 
+@reads_workload
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConformanceCase:
-    """One point of the check's matrix (an adapter workload). ``purpose`` says why the matrix holds it."""
+    """One point of the check's matrix: a workload (it reads the workload's axes as its own) and how it is run.
+    ``ConformanceCase.of(world=..., seq=..., **axes)`` builds one from flat axes."""
 
-    world: int
-    seq: int
-    heads: int = 2
-    kv_heads: int = 0
-    """Key/value heads (grouped-query attention: fewer than ``heads``, dividing it); 0 means ``heads``."""
-    head_dim: int = 16
-    batch: int = 1
-    dtype: str = "float32"
-    mask: str = "causal"
-    docs: str = "none"
-    layout: str = "contiguous"
-    seed: int = 0
-    backward: bool = True
-    purpose: str = ""
-    buffer: str = "double"  # what ringbench's own engine runs with (adapters read these attributes)
-    order: str = "identity"
+    workload: Workload
     kernel: str = "torch"
+    """The block kernel of ringbench's own engine (adapters read it as a run's Case)."""
+    backward: bool = True
+    seed: int = 0
+    """The seed of the global inputs (ringbench.engine.inputs)."""
+    purpose: str = ""
+    """Why the matrix holds the case (``ladder``: one global problem at several CP degrees)."""
+
+    @classmethod
+    def of(cls, *, world: int, seq: int, kernel: str = "torch", backward: bool = True, seed: int = 0,
+           purpose: str = "", **axes) -> ConformanceCase:  # fmt: skip
+        """A case from flat axes; those not given are small (``SMALL``)."""
+        return cls(workload=Workload(world=world, seq=seq, **(SMALL | axes)), kernel=kernel, backward=backward,
+                   seed=seed, purpose=purpose)  # fmt: skip
 
     def __post_init__(self) -> None:
-        for name in ("world", "seq", "heads", "head_dim", "batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad_value(name, value, "an integer >= 1")
+        self.workload.check_sizes()
         if self.seq > MAX_SEQ:
             raise bad_value("seq", self.seq, f"at most {MAX_SEQ} (check compares with dense float64 attention; "
                             "time larger problems with `ringbench run --impl`)")  # fmt: skip
         if self.seq < self.world:
             raise bad_value("seq", self.seq, f"at least world={self.world} (every rank holds a token)")
-        kv = self.kv_heads or self.heads
-        if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or self.heads % kv:
-            raise bad_value("kv_heads", self.kv_heads, f"an integer >= 1 dividing heads={self.heads}")
         if self.dtype not in CHECK_DTYPES:
             raise bad_value("dtype", self.dtype, f"one of: {', '.join(CHECK_DTYPES)}")
         MaskSpec.parse(self.mask, "mask")
@@ -70,13 +68,8 @@ class ConformanceCase:
                             "(doc-balanced balances documents)")  # fmt: skip
 
     @property
-    def kv(self) -> int:
-        """The key/value heads (``kv_heads`` or ``heads``)."""
-        return self.kv_heads or self.heads
-
-    @property
     def gqa(self) -> bool:
-        return self.kv < self.heads
+        return self.key_value_heads < self.heads
 
     @property
     def even(self) -> bool:
@@ -87,10 +80,16 @@ class ConformanceCase:
     @property
     def case_id(self) -> str:
         docs = f"[{_docs_label(self.docs)}]" if self.docs != "none" else ""
-        heads = f"h{self.heads}" + (f"kv{self.kv}" if self.gqa else "")
+        heads = f"h{self.heads}" + (f"kv{self.key_value_heads}" if self.gqa else "")
         batch = f"b{self.batch}/" if self.batch > 1 else ""
         return (f"w{self.world}/{self.mask}{docs}/{self.layout}/{SHORT_DTYPE[self.dtype]}/S{self.seq}/{heads}/"
                 f"{batch}d{self.head_dim}")  # fmt: skip
+
+    def shard(self, rank: int = 0) -> ShardSpec:
+        """The inputs' values (seed, shapes, dtype; K and V of the KV heads) as rank ``rank``'s ShardSpec; pass
+        ``positions(rank)`` to token_rows, which holds for uneven shards too."""
+        return ShardSpec(seed=self.seed, batch=self.batch, heads=self.heads, head_dim=self.head_dim, seq=self.seq,
+                         dtype=self.dtype, world=self.world, rank=rank, kv_heads=self.key_value_heads)  # fmt: skip
 
     def rule(self) -> MaskRule:
         return mask_rule(self.mask, self.docs, self.seq)

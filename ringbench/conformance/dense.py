@@ -62,12 +62,7 @@ def visibility(rule: MaskRule, q_positions, k_positions) -> torch.Tensor:
 def build_problem(case: ConformanceCase) -> Problem:
     seq = case.seq
     everything = torch.arange(seq)
-    gen = dict(seed=case.seed, positions=everything, batch=case.batch, head_dim=case.head_dim, dtype=case.dtype,
-               float64=True)  # fmt: skip
-    q = token_rows(name="q", heads=case.heads, **gen)
-    k = token_rows(name="k", heads=case.kv, **gen)
-    v = token_rows(name="v", heads=case.kv, **gen)
-    dout = token_rows(name="dout", heads=case.heads, **gen)
+    q, k, v, dout = (token_rows(case.shard(), name, everything, float64=True) for name in ("q", "k", "v", "dout"))
     positions = tuple(case.all_positions())
     rank_of = torch.empty(seq, dtype=torch.long)
     local_of = torch.empty(seq, dtype=torch.long)

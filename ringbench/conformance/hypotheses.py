@@ -163,7 +163,7 @@ def _pieces(problem: Problem, truth: dict) -> dict:
 def _contributions(problem: Problem, pieces: dict, name: str) -> list[torch.Tensor]:
     """``name``'s gradient split by the rank on the other side of each score: for dq the key ranks, for dk / dv
     the query ranks; element r is the part rank r's tokens contribute (global rows)."""
-    kv, scale = problem.case.kv, problem.scale
+    kv, scale = problem.case.key_value_heads, problem.scale
     out = []
     for rank in range(problem.world):
         mine = (problem.rank_of == rank).to(torch.float64)
@@ -237,7 +237,7 @@ def _stale_kv(problem: Problem, pieces: dict) -> dict | None:
     sizes = {p.numel() for p in problem.positions}
     if len(sizes) != 1 or problem.world == 1:
         return None
-    heads, kv, scale = problem.case.heads, problem.case.kv, problem.scale
+    heads, kv, scale = problem.case.heads, problem.case.key_value_heads, problem.scale
     grads = {n: torch.zeros_like(t) for n, t in (("dq", problem.q), ("dk", problem.k), ("dv", problem.v))}
     for rows in problem.positions:
         q, dout = problem.q[:, :, rows], problem.dout[:, :, rows]

@@ -114,8 +114,8 @@ def _points(support) -> list[tuple]:
 
 def _case(point: tuple, backward: bool = True) -> ConformanceCase:
     world, seq, heads, kv_heads, dtype, mask, docs, layout, purpose = point
-    return ConformanceCase(world=world, seq=seq, heads=heads, kv_heads=kv_heads, dtype=dtype, mask=mask, docs=docs,
-                           layout=layout, purpose=purpose, backward=backward)  # fmt: skip
+    return ConformanceCase.of(world=world, seq=seq, heads=heads, kv_heads=kv_heads, dtype=dtype, mask=mask, docs=docs,
+                              layout=layout, purpose=purpose, backward=backward)  # fmt: skip
 
 
 def full_matrix(support, device_type: str = "cpu") -> list[ConformanceCase]:
@@ -142,8 +142,8 @@ def ladder(support, device_type: str = "cpu") -> list[ConformanceCase]:
         if dtype not in support.dtypes:
             continue
         for world in LADDER_WORLDS:
-            case = ConformanceCase(world=world, seq=seq, heads=4, dtype=dtype, mask=mask, layout=layout,
-                                   purpose="ladder", backward=support.backward)  # fmt: skip
+            case = ConformanceCase.of(world=world, seq=seq, heads=4, dtype=dtype, mask=mask, layout=layout,
+                                      purpose="ladder", backward=support.backward)  # fmt: skip
             if not support.problems(case, device_type):
                 out.append(case)
     return out
@@ -208,9 +208,9 @@ def cases_from_axes(axes: dict, support, device_type: str = "cpu") -> tuple[list
         documented = "document" in mask
         if documented and docs == "none":
             docs = _tiny_documents(seq)
-        case = ConformanceCase(world=world, seq=seq, heads=h, kv_heads=kv if kv != h else 0, head_dim=dim,
-                               batch=batch, dtype=_dtype(dtype), mask=mask, docs=docs if documented else "none",
-                               layout=layout, backward=support.backward)  # fmt: skip
+        case = ConformanceCase.of(world=world, seq=seq, heads=h, kv_heads=kv if kv != h else 0, head_dim=dim,
+                                  batch=batch, dtype=_dtype(dtype), mask=mask, docs=docs if documented else "none",
+                                  layout=layout, backward=support.backward)  # fmt: skip
         problems = support.problems(case, device_type)
         if problems:
             skipped.append(f"{case.case_id}: not supported ({'; '.join(problems)})")
@@ -229,7 +229,7 @@ def _common_seq(worlds: list[int], layout: str) -> int:
 def _ladders(cases: list[ConformanceCase]) -> list[ConformanceCase]:
     """Cases of one global problem at several CP degrees are a ladder: the invariance check and the error
     against world size read them."""
-    key = lambda c: (c.seq, c.heads, c.kv, c.head_dim, c.batch, c.dtype, c.mask, c.docs, c.layout)  # noqa: E731
+    key = lambda c: (c.seq, c.heads, c.key_value_heads, c.head_dim, c.batch, c.dtype, c.mask, c.docs, c.layout)  # noqa: E731
     worlds: dict[tuple, set[int]] = {}
     for case in cases:
         worlds.setdefault(key(case), set()).add(case.world)

@@ -55,11 +55,9 @@ def run_case(adapter, case, rank: int, device, group, progress=None) -> dict:
 
     adapter.check(case, device.type)
     positions = case.positions(rank)
-    gen = dict(seed=case.seed, positions=positions, batch=case.batch, head_dim=case.head_dim, dtype=case.dtype)
-    q = token_rows(name="q", heads=case.heads, **gen).to(device).requires_grad_(case.backward)
-    k = token_rows(name="k", heads=case.kv, **gen).to(device).requires_grad_(case.backward)
-    v = token_rows(name="v", heads=case.kv, **gen).to(device).requires_grad_(case.backward)
-    dout = token_rows(name="dout", heads=case.heads, **gen).to(device)
+    shard = case.shard(rank)
+    q, k, v = (token_rows(shard, name, positions).to(device).requires_grad_(case.backward) for name in "qkv")
+    dout = token_rows(shard, "dout", positions).to(device)  # (B, H, L, D); k, v: (B, KV, L, D)
     fn = adapter.prepare(case, group=group, device=device)
     try:
         if progress is not None:
