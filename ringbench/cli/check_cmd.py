@@ -36,14 +36,6 @@ def check(
         ),
     ],
     axes: dict | None = None,
-    kv_heads: Annotated[
-        list[int],
-        typer.Option(
-            help="Key/value heads (grouped-query attention: fewer than --heads, dividing it).",
-            rich_help_panel=AXES_PANEL,
-            show_default=False,
-        ),
-    ] = [],  # noqa: B006
     full: Annotated[
         bool, typer.Option("--full", help="Run the whole default matrix, not a sample.", rich_help_panel=CHECK_PANEL)
     ] = False,
@@ -93,7 +85,7 @@ def check(
             raise UsageError(f"timeout={timeout!r} is not allowed; expected a number of seconds > 0")
         if cases is not None and cases < 1:
             raise UsageError(f"cases={cases!r} is not allowed; expected an integer >= 1")
-        given = {**(axes or {}), "kv_heads": kv_heads}
+        given = dict(axes or {})
         planned, note, skipped, adapter = plan_cases(impl, given, seed=seed, full=full, budget=cases,
                                                      device_type=device)  # fmt: skip
         out.progress(f"ringbench check {impl}: {note}")

@@ -8,7 +8,8 @@ Schema versions (readers accept every one of them; missing columns read as null,
   4 -- one process group per ring: events gain ``comm_group`` (the channel an exchange used, as
        ringbench/engine/pgroups.py labels it: ``<role>:<ranks>`` such as ``inner-kv:0-1`` or ``outer-kv:1-3``,
        ``shared:<role>`` when it rode on the caller's group; null in older records, in imported and simulated ones,
-       and on spans that are no exchange).
+       and on spans that are no exchange). Later in version 4: cases gain the axis ``kv_heads`` (grouped-query
+       attention; 0 -- and absent in older records -- as many as heads).
   3 -- strategies beyond one ring: cases gain the ``strategy`` and ``placement`` axes and ``attn_mem_mb`` (the
        peak of the attention's own tensors per rank); events gain ``exchange`` (what a send / recv / wait moved:
        ``qkv``, ``out``, ``dout``, ``dqkv`` for the all-to-alls, ``kv`` / ``dkv`` where a strategy labels its ring
@@ -109,6 +110,7 @@ CASE_AXES = (
     "world",
     "seq",
     "heads",
+    "kv_heads",  # key/value heads, grouped-query attention (0: as many as heads; older records: 0)
     "head_dim",
     "batch",
     "dtype",
@@ -163,7 +165,7 @@ CASE_COLUMNS = (
     "ring_steps",  # ring steps per phase and layer (N for the full ring; D + 1 for the short ring's deepest layer)
     "short_ring_bytes",  # what one iteration would move on the short ring, all ranks (the plan's route; NaN: no ring)
 )
-CASE_DEFAULTS = {"docs": "none", "layers": "1"}  # what an axis an older record lacks reads as
+CASE_DEFAULTS = {"docs": "none", "layers": "1", "kv_heads": 0}  # what an axis an older record lacks reads as
 
 
 def empty_events():

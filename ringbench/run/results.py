@@ -26,7 +26,7 @@ from ringbench.record.rows import case_row
 from ringbench.record.schema import EVENT_COLUMNS
 from ringbench.run.interrupt import shielded
 from ringbench.scenario.scenario import Case, Scenario
-from ringbench.vocab import TOLERANCE
+from ringbench.vocab import tolerance
 
 
 @dataclass(slots=True)
@@ -135,7 +135,7 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
     peaks = [float(r.peak_mem_mb) for r in per_rank if r.peak_mem_mb is not None]
     fwd_err = float(np.max([r.fwd_err for r in per_rank]))  # np.max: a NaN on any rank stays NaN
     bwd_err = float(np.max([r.bwd_err for r in per_rank]))
-    fwd_tol, bwd_tol = TOLERANCE[case.dtype]
+    fwd_tol, bwd_tol = tolerance(case.dtype, case.heads // case.key_value_heads)
     passed = True
     if scenario.check:
         passed = bool(fwd_err <= fwd_tol and (not case.backward or bwd_err <= bwd_tol))  # False for NaN

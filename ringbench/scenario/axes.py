@@ -53,6 +53,13 @@ AXES: tuple[Axis, ...] = (
         single=(PLAN, CALIBRATE),
     ),
     Axis(name="heads", shown=2, kind=int, help="Attention (query) heads.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
+    Axis(
+        name="kv_heads",
+        shown=2,  # beside heads (a stable sort keeps the registry's order)
+        kind=int,
+        help="Key/value heads (grouped-query attention: dividing --heads; 0, the default: as many as --heads).",
+        commands=(RUN, CHECK),
+    ),
     Axis(name="head_dim", shown=3, kind=int, help="Head dimension.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
     Axis(name="batch", shown=4, kind=int, help="Batch size.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
     Axis(

@@ -66,9 +66,8 @@ def run_impl_case(
     fn = adapter.prepare(case, group=group, device=device, recorder=recorder)
     layout = adapter.layout(case)
     memory_method = reset_peak(device)
-    shard = ShardSpec(seed=seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim, seq=case.seq,
-                      dtype=case.dtype, layout=layout, world=world, rank=rank)  # fmt: skip
-    q, k, v, dout = rank_shards(shard, device=device)  # (B, H, S/N, D) each
+    shard = ShardSpec.of(case, seed=seed, rank=rank, layout=layout)
+    q, k, v, dout = rank_shards(shard, device=device)  # (B, H, S/N, D); k, v: (B, KV, S/N, D)
     backward = bool(case.backward)
     q, k, v = (t.requires_grad_(backward) for t in (q, k, v))
     rows, out, grads = [], None, None
