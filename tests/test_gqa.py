@@ -141,7 +141,7 @@ def test_bad_kv_heads_are_one_line_and_exit_2(args, named):
     assert "Traceback" not in result.output
 
 
-def test_a_run_moves_kv_blocks_of_kv_heads(tmp_path):
+def test_a_run_moves_kv_blocks_of_kv_heads_and_records_each_tensors_error(tmp_path):
     result = CliRunner().invoke(app, ["run", "--world", "2", "--seq", "64", "--heads", "4", "--kv-heads", "0",
                                       "--kv-heads", "1", "--head-dim", "8", "--layout", "zigzag", "--strategy", "ring",
                                       "--strategy", "ulysses", "--buffer", "double", "--kernel", "torch", "--iters",
@@ -150,6 +150,7 @@ def test_a_run_moves_kv_blocks_of_kv_heads(tmp_path):
     document = json.loads(result.stdout)
     cases = pd.DataFrame(document["cases"])
     assert sorted(cases["kv_heads"]) == [0, 0, 1, 1] and cases["passed"].all()
+    assert (cases[["out_err", "dq_err", "dk_err", "dv_err"]] < 1e-5).all().all() and cases["lse_err"].isna().all()
     events = pd.read_parquet(Path(document["run_dir"]) / "events.parquet")
     sends = events[events["kind"] == "send"].merge(cases[["case_id", "kv_heads", "strategy"]], on="case_id")
     ring = sends[(sends["strategy"] == "ring") & (sends["phase"] == "fwd")]

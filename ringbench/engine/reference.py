@@ -345,6 +345,9 @@ def estimate_units(positions: torch.Tensor, *, seq: int, causal: bool, tile: int
     }
 
 
+TENSORS = ("out", "lse", "dq", "dk", "dv")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckResult:
     """Max abs errors of a rank's rows against the float64 reference, and how much was checked."""
@@ -357,6 +360,17 @@ class CheckResult:
     grads: tuple[str, ...]  # the gradients compared: ("dq", "dk", "dv"), ("dq",) or ()
     estimated_s: float  # the estimated cost of the full check on this device (NaN when no budget was given)
     note: str  # one line saying what was left out and why; "" for a full check
+    # Per tensor (TENSORS): its max abs error over the checked rows; NaN when not compared (lse not given, a forward-
+    # only case, dk/dv over the budget) or when it holds a NaN (the run's ``nonfinite`` column tells which).
+    out_err: float = math.nan
+    lse_err: float = math.nan
+    dq_err: float = math.nan
+    dk_err: float = math.nan
+    dv_err: float = math.nan
+
+    def errors(self) -> dict[str, float]:
+        """{tensor: max abs error} for every tensor of TENSORS (NaN where not compared)."""
+        return {name: getattr(self, f"{name}_err") for name in TENSORS}
 
 
 def _nonfinite(got: torch.Tensor) -> float:
@@ -377,12 +391,20 @@ def _error(got: torch.Tensor, want: torch.Tensor, rows: torch.Tensor | None) -> 
     return _worst(err, _nonfinite(got.detach()))
 
 
-def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=None, tick=None,
-                 sizes=None) -> CheckResult:  # fmt: skip
+def _lse_error(got: torch.Tensor, want: torch.Tensor, rows: torch.Tensor | None) -> float:
+    """Max abs error of a log-sum-exp (B, H, R), natural-log units as the reference's; NaN or inf in it wins."""
+    chosen = got if rows is None else got.index_select(2, rows.to(got.device))
+    return float((chosen.detach().to(want.device, torch.float64) - want).abs().max()) if want.numel() else 0.0
+
+
+def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=None, tick=None, sizes=None,
+                 lse=None) -> CheckResult:  # fmt: skip
     """Compare the ring's ``out`` and ``grads`` = (dq, dk, dv) (this rank's local rows: out and dq (B, H, S/N, D),
-    dk and dv (B, KV, S/N, D); any dtype and device; grads None for a forward-only case) with the float64
-    reference, computed on ``device`` (default: out's device) from the ``shard`` ringbench.engine.inputs.rank_shards
-    made. ``mask``: a mode name or a MaskRule; ``sizes``: as ``rank_reference`` takes them.
+    dk and dv (B, KV, S/N, D); any dtype and device; grads None for a forward-only case) and, when given, its
+    ``lse`` (B, H, S/N) with the float64 reference, computed on ``device`` (default: out's device) from the
+    ``shard`` ringbench.engine.inputs.rank_shards made. ``mask``: a mode name or a MaskRule; ``sizes``: as
+    ``rank_reference`` takes them. Each tensor's error is in the result (``CheckResult.errors``); ``fwd_err`` is
+    out's, ``bwd_err`` the worst gradient's.
 
     With ``budget_s`` (seconds), the full check's cost is estimated from a quick timing on the device; beyond the
     budget it drops dk, dv (their full-sequence sweep) and, if still too slow, checks out and dq on an evenly
@@ -398,6 +420,8 @@ def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=No
         expected = (shard.batch, shard.heads_of("k" if name in ("dk", "dv") else "q"), total, shard.head_dim)
         if tuple(got.shape) != expected:
             raise bad_value(f"{name}.shape", tuple(got.shape), f"{expected} (this rank's rows)")
+    if lse is not None and tuple(lse.shape) != (shard.batch, shard.heads, total):
+        raise bad_value("lse.shape", tuple(lse.shape), f"{(shard.batch, shard.heads, total)} (this rank's rows)")
     backward = grads is not None
     plan_tile, plan_group = _sizes(device, batch_heads, sizes)
     rows, key_grads, estimated, note = None, backward, math.nan, ""
@@ -421,22 +445,25 @@ def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=No
                     f": the full check (est. {estimated:.3g} s) exceeds budget_s={budget_s:g}")  # fmt: skip
     ref = rank_reference(shard, rule, device=device, backward=backward, key_grads=key_grads, rows=rows,
                          sizes=(plan_tile, plan_group), tick=tick)  # fmt: skip
-    fwd_err = _error(out, ref.out, rows)
+    errors = {"out": _error(out, ref.out, rows)}
+    if lse is not None:
+        errors["lse"] = _lse_error(lse, ref.lse, rows)
     names: tuple[str, ...] = ()
     bwd_err = math.nan
     if backward:
         dq, dk, dv = grads
         names = ("dq", "dk", "dv") if key_grads else ("dq",)
-        bwd_err = _error(dq, ref.dq, rows)
+        errors["dq"] = bwd_err = _error(dq, ref.dq, rows)
         if key_grads:
-            bwd_err = _worst(bwd_err, _error(dk, ref.dk, None), _error(dv, ref.dv, None))
+            errors |= {"dk": _error(dk, ref.dk, None), "dv": _error(dv, ref.dv, None)}
+            bwd_err = _worst(bwd_err, errors["dk"], errors["dv"])
         else:
             bwd_err = _worst(bwd_err, _nonfinite(dk.detach()), _nonfinite(dv.detach()))
     checked = total if rows is None else rows.numel()
     return CheckResult(
-        fwd_err=fwd_err, bwd_err=bwd_err, sampled=bool(note), rows_checked=checked, rows_total=total, grads=names,
-        estimated_s=estimated, note=note,
+        fwd_err=errors["out"], bwd_err=bwd_err, sampled=bool(note), rows_checked=checked, rows_total=total,
+        grads=names, estimated_s=estimated, note=note, **{f"{name}_err": err for name, err in errors.items()},
     )  # fmt: skip
 
 
-__all__ = ["CheckResult", "RankReference", "attention", "check_errors", "default_sizes", "rank_reference"]
+__all__ = ["TENSORS", "CheckResult", "RankReference", "attention", "check_errors", "default_sizes", "rank_reference"]

@@ -16,7 +16,7 @@ def layer_rules(case) -> list:
 def check_layers(rules, outs, grads, shard, device, budget_s: float, tick):
     """The float64 check of every layer (each distinct mask once: layers with one mask compute the same) of this
     rank's ``shard`` (ringbench.engine.inputs.ShardSpec), the worst errors over them, and the budget shared out."""
-    from ringbench.engine.reference import CheckResult, check_errors
+    from ringbench.engine.reference import TENSORS, CheckResult, check_errors
 
     first = {}
     for layer, rule in enumerate(rules):
@@ -35,11 +35,12 @@ def check_layers(rules, outs, grads, shard, device, budget_s: float, tick):
         values = list(values)
         return math.nan if any(math.isnan(x) for x in values) else max(values)
 
+    per_tensor = {f"{name}_err": worst_of(r.errors()[name] for r in results) for name in TENSORS}
     return CheckResult(
         fwd_err=worst_of(r.fwd_err for r in results), bwd_err=worst_of(r.bwd_err for r in results),
         sampled=any(r.sampled for r in results), rows_checked=min(r.rows_checked for r in results),
         rows_total=worst.rows_total, grads=worst.grads, estimated_s=sum(r.estimated_s for r in results),
-        note="; ".join(notes),
+        note="; ".join(notes), **per_tensor,
     )  # fmt: skip
 
 

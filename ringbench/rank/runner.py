@@ -303,6 +303,7 @@ def _report(case: Case, setup: _CaseSetup, session: RankSession, settings: RunSe
         case_id=case.case_id, rank=session.env.rank, rows=rows,
         fwd_err=check.fwd_err if check is not None else math.nan,
         bwd_err=check.bwd_err if check is not None else math.nan, check_note=check.note if check is not None else "",
+        errors=check.errors() if check is not None else {},
         nonfinite=nonfinite_tensors(outs, grads) if outs is not None else "",
         **_clock_report(clock, origin), emulated_gflops=setup.emulated_gflops,
         saturated_blocks=pacer.saturated_blocks if pacer is not None else 0,

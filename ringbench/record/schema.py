@@ -9,7 +9,8 @@ Schema versions (readers accept every one of them; missing columns read as null,
        ringbench/engine/pgroups.py labels it: ``<role>:<ranks>`` such as ``inner-kv:0-1`` or ``outer-kv:1-3``,
        ``shared:<role>`` when it rode on the caller's group; null in older records, in imported and simulated ones,
        and on spans that are no exchange). Later in version 4: cases gain the axis ``kv_heads`` (grouped-query
-       attention; 0 -- and absent in older records -- as many as heads).
+       attention; 0 -- and absent in older records -- as many as heads) and the per-tensor errors ``out_err``,
+       ``lse_err``, ``dq_err``, ``dk_err``, ``dv_err`` (null in older records).
   3 -- strategies beyond one ring: cases gain the ``strategy`` and ``placement`` axes and ``attn_mem_mb`` (the
        peak of the attention's own tensors per rank); events gain ``exchange`` (what a send / recv / wait moved:
        ``qkv``, ``out``, ``dout``, ``dqkv`` for the all-to-alls, ``kv`` / ``dkv`` where a strategy labels its ring
@@ -146,6 +147,11 @@ CASE_COLUMNS = (
     "exposed_comm_frac",  # exposed_comm_ms / step_ms
     "fwd_max_abs_err",  # against the float64 single-device reference (NaN when --no-check)
     "bwd_max_abs_err",
+    "out_err",  # per tensor: its max abs error over all ranks, as `ringbench check` reports them; NaN when not
+    "lse_err",  # compared (lse: only where the implementation exposes it; dk, dv: over the check's budget) or when
+    "dq_err",  # the tensor held a NaN (``nonfinite`` names it). fwd_max_abs_err is out_err; bwd_max_abs_err the
+    "dk_err",  # worst gradient's
+    "dv_err",
     "passed",  # bool: errors within the dtype's tolerance (True when unchecked)
     "status",  # ok | failed
     "peak_mem_mb",  # largest peak memory of any rank during the case, MB (NaN: not reported)

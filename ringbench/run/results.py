@@ -135,6 +135,8 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
     peaks = [float(r.peak_mem_mb) for r in per_rank if r.peak_mem_mb is not None]
     fwd_err = float(np.max([r.fwd_err for r in per_rank]))  # np.max: a NaN on any rank stays NaN
     bwd_err = float(np.max([r.bwd_err for r in per_rank]))
+    errors = {f"{name}_err": float(np.max([(r.errors or {}).get(name, math.nan) for r in per_rank]))
+              for name in ("out", "lse", "dq", "dk", "dv")}  # fmt: skip
     fwd_tol, bwd_tol = tolerance(case.dtype, case.heads // case.key_value_heads)
     passed = True
     if scenario.check:
@@ -147,6 +149,7 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
         **{name: float(figures.get(name, math.nan)) for name in CASE_FIGURES},
         "fwd_max_abs_err": fwd_err,
         "bwd_max_abs_err": bwd_err,
+        **errors,
         "passed": passed,
         "status": "ok",
         "peak_mem_mb": float(np.nanmax(peaks)) if peaks and not np.isnan(peaks).all() else math.nan,
