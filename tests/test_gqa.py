@@ -1,7 +1,7 @@
 """Grouped-query attention (K and V of KV < H heads; query head h reads KV head h // (H / KV)) in ringbench's own
 engine: the block kernels against float64 ``scaled_dot_product_attention(enable_gqa=True)``, every strategy against
 float64 single-device attention forward and backward (worlds 1 to 4 here, 1 to 8 in the slow tier), K/V bytes on the
-wire proportional to the KV heads, the sweep axis and its one-line errors.
+wire proportional to the KV heads, the sweep axis and its one-line errors, and `check --impl ringbench` taking it.
 """
 
 from __future__ import annotations
@@ -160,3 +160,17 @@ def test_a_run_moves_kv_blocks_of_kv_heads_and_records_each_tensors_error(tmp_pa
     by_kv = {kv: int(b) for kv, b in qkv.groupby("kv_heads")["bytes"].max().items()}
     # a member's message: its 2 query heads and the KV heads they read (2 of 4; the one KV head, repeated to both)
     assert by_kv == {0: (2 + 2 * 2) * 32 * 8 * 4, 1: (2 + 2 * 1) * 32 * 8 * 4}
+
+
+def test_check_takes_grouped_query_attention_for_ringbench():
+    from ringbench.conformance.matrix import default_matrix
+    from ringbench.rank.impls import get_adapter
+
+    cases, _ = default_matrix(get_adapter("ringbench").support)
+    assert any(case.key_value_heads < case.heads for case in cases)
+    result = CliRunner().invoke(app, ["check", "--impl", "ringbench", "--world", "3", "--heads", "4", "--kv-heads",
+                                      "1", "--mask", "causal", "--layout", "zigzag", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    (case,) = document["cases"]
+    assert document["verdict"] == "pass" and case["kv_heads"] == 1 and case["lse"], case

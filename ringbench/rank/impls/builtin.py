@@ -3,7 +3,8 @@
 Peers are optional (``pip install ringbench[peers]``), imported only when used; one that is absent, or needs
 CUDA on a machine without it, gives one line saying so (``missing``).
 
-* ``ringbench``: ringbench.engine.api.ring_attention with the case's mask, layout, buffer, order and kernel.
+* ``ringbench``: ringbench.engine.api.ring_attention with the case's mask, layout, buffer, order and kernel; K and V
+  of the case's KV heads (grouped-query attention); returns (out, lse).
 * ``ring-attention-pytorch`` (lucidrains): ``ring_flash_attn(q, k, v, causal=..., ring_reduce_col=True,
   striped_ring_attn=...)``, tensors (B, L, H, D); contiguous or striped shards; one bucket per rank (its striped
   mask is exact only then); the default process group only (it caches rank and world size per process).
@@ -44,14 +45,15 @@ class RingbenchAdapter(Adapter):
     name = "ringbench"
     description = "ringbench's own ring engine (ringbench.engine.api.ring_attention)"
     support = Support(layouts={m: ALL_LAYOUTS for m in ("none", "causal", "causal-naive", "window")}
-                      | dict.fromkeys(DOCUMENT_MASKS, (*ALL_LAYOUTS, "doc-balanced")), orders=("*",))  # fmt: skip
+                      | dict.fromkeys(DOCUMENT_MASKS, (*ALL_LAYOUTS, "doc-balanced")), orders=("*",),
+                      gqa=True)  # fmt: skip
 
     def build(self, case, *, group, device, recorder) -> AttentionFn:
         from ringbench.engine.api import ring_attention
 
         options = dict(mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order, kernel=case.kernel,
-                       group=group, recorder=recorder, docs=case.docs)  # fmt: skip
-        return AttentionFn(call=lambda q, k, v: ring_attention(q, k, v, **options))
+                       group=group, recorder=recorder, docs=case.docs, return_lse=True)  # fmt: skip
+        return AttentionFn(call=lambda q, k, v: ring_attention(q, k, v, **options))  # (out, lse): both checked
 
 
 def _installed(module: str, package: str) -> str | None:
