@@ -46,11 +46,11 @@ HEAD_DIMS = (16, 32, 64, 128)  # tl.arange needs a power of two; tl.dot needs at
 MAX_BLOCK = 64
 
 
-# Plain int arguments that vary between calls of one run: the head count, the block lengths and the mask's row
-# stride or window. Triton would specialise each (an int equal to 1, or divisible by 16, gets a variant of its own),
-# so a check or a warm-up at other heads or lengths than the measured run compiles the same kernel again, seconds
-# each, inside a deadline or a timed iteration. Strides stay specialised: their classes follow HEAD_DIM (16..128).
-RUNTIME_INTS = ("mask_arg", "heads", "q_len", "k_len")
+# Plain int arguments that vary between calls of one run: the head count and its KV group, the block lengths and the
+# mask's row stride or window. Triton would specialise each (an int equal to 1, or divisible by 16, gets a variant of
+# its own), so a check or a warm-up at other heads or lengths than the measured run compiles the same kernel again,
+# seconds each, inside a deadline or a timed iteration. Strides stay specialised: their classes follow HEAD_DIM.
+RUNTIME_INTS = ("mask_arg", "heads", "group", "q_len", "k_len")
 
 
 def _jit(fn):
