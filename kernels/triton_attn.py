@@ -356,7 +356,10 @@ def _attn_bwd_dkdv(
 ):
     """One program per (key tile, batch*KV head): walks the query tiles of each of the ``group`` query heads that
     read this K/V head, so its dk and dv are summed over them in the tile's accumulators (no atomics); dk and dv
-    are (B, KV, Lk, D), contiguous."""
+    are (B, KV, Lk, D), contiguous.
+
+    Long because a Triton kernel takes no structs (every pointer, stride and block size is a parameter, one a line).
+    """
     start_n = tl.program_id(0)
     off_bkv = tl.program_id(1)
     kv_heads = heads // group

@@ -127,6 +127,10 @@ CASE_AXES = (
     "docs",  # the packed documents' spec (version 3; "none" without documents)
     "layers",  # attention layers per iteration: a count or a pattern of masks (version 3; older records: 1)
 )
+# Per tensor: its max abs error over all ranks, as `ringbench check` reports them; NaN when not compared (lse: only
+# where the implementation exposes it; dk, dv: over the check's budget) or when the tensor held a NaN (``nonfinite``
+# names it). fwd_max_abs_err is out_err; bwd_max_abs_err the worst gradient's.
+ERROR_COLUMNS = ("out_err", "lse_err", "dq_err", "dk_err", "dv_err")
 CASE_COLUMNS = (
     "case_id",
     "repeat",
@@ -147,11 +151,7 @@ CASE_COLUMNS = (
     "exposed_comm_frac",  # exposed_comm_ms / step_ms
     "fwd_max_abs_err",  # against the float64 single-device reference (NaN when --no-check)
     "bwd_max_abs_err",
-    "out_err",  # per tensor: its max abs error over all ranks, as `ringbench check` reports them; NaN when not
-    "lse_err",  # compared (lse: only where the implementation exposes it; dk, dv: over the check's budget) or when
-    "dq_err",  # the tensor held a NaN (``nonfinite`` names it). fwd_max_abs_err is out_err; bwd_max_abs_err the
-    "dk_err",  # worst gradient's
-    "dv_err",
+    *ERROR_COLUMNS,
     "passed",  # bool: errors within the dtype's tolerance (True when unchecked)
     "status",  # ok | failed
     "peak_mem_mb",  # largest peak memory of any rank during the case, MB (NaN: not reported)

@@ -23,7 +23,7 @@ from ringbench.kernels import get_kernel
 from ringbench.rank.report import RankReport
 from ringbench.record.folder import RecordFolder
 from ringbench.record.rows import case_row
-from ringbench.record.schema import EVENT_COLUMNS
+from ringbench.record.schema import ERROR_COLUMNS, EVENT_COLUMNS
 from ringbench.run.interrupt import shielded
 from ringbench.scenario.scenario import Case, Scenario
 from ringbench.vocab import tolerance
@@ -135,8 +135,8 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
     peaks = [float(r.peak_mem_mb) for r in per_rank if r.peak_mem_mb is not None]
     fwd_err = float(np.max([r.fwd_err for r in per_rank]))  # np.max: a NaN on any rank stays NaN
     bwd_err = float(np.max([r.bwd_err for r in per_rank]))
-    errors = {f"{name}_err": float(np.max([(r.errors or {}).get(name, math.nan) for r in per_rank]))
-              for name in ("out", "lse", "dq", "dk", "dv")}  # fmt: skip
+    errors = {column: float(np.max([(r.errors or {}).get(column.removesuffix("_err"), math.nan) for r in per_rank]))
+              for column in ERROR_COLUMNS}  # fmt: skip
     fwd_tol, bwd_tol = tolerance(case.dtype, case.heads // case.key_value_heads)
     passed = True
     if scenario.check:
