@@ -142,9 +142,11 @@ class _Dtypes:
 class BlockKernel:
     """Base class: subclasses implement forward and backward for one (query block, key block) pair.
 
-    Shapes: q (B, H, Lq, D), k and v (B, H, Lk, D); out (B, H, Lq, D) in q's dtype; lse (B, H, Lq) in
-    stats_dtype(q.dtype). Backward receives the *final* (merged) out and lse of the whole ring, which makes each
-    block's gradient contribution exact: P = exp(S - lse_final) and D = rowsum(dO * O_final).
+    Shapes: q (B, H, Lq, D), k and v (B, KV, Lk, D) with KV dividing H (grouped-query attention: query head h reads
+    KV head h // (H / KV), the convention of torch's ``enable_gqa`` and flash-attn); out (B, H, Lq, D) in q's dtype;
+    lse (B, H, Lq) in stats_dtype(q.dtype). Backward receives the *final* (merged) out and lse of the whole ring,
+    which makes each block's gradient contribution exact: P = exp(S - lse_final) and D = rowsum(dO * O_final); its
+    dk, dv are (B, KV, Lk, D), each KV head's summed over the query heads of its group.
     """
 
     name: str = "base"
@@ -179,6 +181,25 @@ class BlockKernel:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def kv_group(q: torch.Tensor, k: torch.Tensor) -> int:
+    """Query heads per KV head, H / KV (1 without grouped-query attention)."""
+    return q.shape[1] // k.shape[1]
+
+
+def expand_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """(B, KV, L, D) -> (B, KV * group, L, D), KV head c serving query heads c * group .. (c + 1) * group - 1: for
+    an op that cannot take grouped K/V itself (a local copy, never made before a transfer)."""
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
+
+
+def sum_kv(grad: torch.Tensor, group: int) -> torch.Tensor:
+    """The gradient of ``expand_kv``: (B, KV * group, L, D) -> (B, KV, L, D), each KV head summed over its group
+    (in the statistics dtype, rounded once)."""
+    if group == 1:
+        return grad
+    return grad.unflatten(1, (-1, group)).sum(2, dtype=stats_dtype(grad.dtype)).to(grad.dtype)
 
 
 def additive_mask(mask: BlockMask, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:

@@ -13,6 +13,11 @@ The CUDA choices honour ``torch.nn.attention.sdpa_kernel`` (``torch.backends.cud
 ``math``: explicit matmuls and logsumexp in the statistics dtype; slow, but any dtype and device: the reference the
 other kernels are checked against.
 
+Grouped-query attention (K and V of KV < H heads; query head h reads KV head h // (H / KV)): the CPU op and flash
+take it as it is (their backward sums dK, dV over each group); ``math`` folds a KV head's query heads into its rows
+(one matmul per KV head); only the memory-efficient op needs K and V repeated per query head, on this rank, and
+its dK, dV summed back.
+
 Conventions the CUDA ops rely on (read from PyTorch's attention.cu / attention_backward.cu, checked against the
 op schemas of torch 2.13):
   * Both fused ops work in (B, M, H, K) memory: the forward's output is a (B, H, M, K) view of (B, M, H, K)
@@ -37,7 +42,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ringbench.kernels.base import BlockKernel, BlockMask, MaskKind, MaskTensors, clear_empty_rows, stats_dtype
+from ringbench.kernels.base import (
+    BlockKernel,
+    BlockMask,
+    MaskKind,
+    MaskTensors,
+    clear_empty_rows,
+    expand_kv,
+    kv_group,
+    stats_dtype,
+    sum_kv,
+)
 
 aten = torch.ops.aten
 
@@ -50,9 +65,24 @@ _flash_rng: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 # -- math: the reference ------------------------------------------------------------------------------------------
+def _fold(x: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(B, H, L, X) -> (B, KV, G L, X): the G = H / KV query heads of a KV head one after another along the rows,
+    so that one matmul against that KV head's (B, KV, Lk, D) serves them all (grouped-query attention without
+    repeating K or V); a view when ``x`` is contiguous, the identity when G = 1."""
+    batch, heads, rows, last = x.shape
+    return x if heads == kv_heads else x.reshape(batch, kv_heads, heads // kv_heads * rows, last)
+
+
+def _unfold(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """The inverse of ``_fold``: (B, KV, G L, X) -> (B, H, L, X)."""
+    batch, kv_heads, rows, last = x.shape
+    return x if heads == kv_heads else x.reshape(batch, heads, rows * kv_heads // heads, last)
+
+
 def _math_scores(q, k, mask: BlockMask, scale: float, tensors: MaskTensors) -> torch.Tensor:
     acc = stats_dtype(q.dtype)
-    scores = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale  # (B, H, Lq, Lk)
+    scores = _unfold(torch.matmul(_fold(q.to(acc), k.shape[1]), k.to(acc).transpose(-1, -2)), q.shape[1]) * scale
+    # (B, H, Lq, Lk); query head h against KV head h // (H / KV)
     if mask.kind is MaskKind.CAUSAL:
         lq, lk = scores.shape[-2:]
         scores = scores.masked_fill(~tensors.causal(lq, lk, q.device), float("-inf"))
@@ -71,20 +101,24 @@ class MathKernel(BlockKernel):
         scores = _math_scores(q, k, mask, scale, self.mask_tensors)
         lse = torch.logsumexp(scores, dim=-1)  # (B, H, Lq); -inf on rows with no visible key
         probs = torch.exp(scores - lse[..., None]).nan_to_num_(0.0)
-        out = torch.matmul(probs, v.to(probs.dtype)).to(q.dtype)
+        kv_heads, heads = k.shape[1], q.shape[1]
+        out = _unfold(torch.matmul(_fold(probs, kv_heads), v.to(probs.dtype)), heads).to(q.dtype)
         return clear_empty_rows(out, lse, self.mask_tensors.empty_rows(mask, q.device))
 
     def backward(self, dout, q, k, v, out, lse, mask, scale):
         acc = stats_dtype(q.dtype)
+        kv_heads, heads = k.shape[1], q.shape[1]
         scores = _math_scores(q, k, mask, scale, self.mask_tensors)
         probs = torch.exp(scores - lse.to(acc)[..., None]).nan_to_num_(0.0)  # P against the final lse
         dout_acc = dout.to(acc)
-        dv = torch.matmul(probs.transpose(-1, -2), dout_acc)
-        dprobs = torch.matmul(dout_acc, v.to(acc).transpose(-1, -2))
+        # Folded, the sums over a KV head's query heads are the matmuls' own: dK and dV come out per KV head.
+        probs_f, dout_f = _fold(probs, kv_heads), _fold(dout_acc, kv_heads)  # (B, KV, G Lq, Lk), (B, KV, G Lq, D)
+        dv = torch.matmul(probs_f.transpose(-1, -2), dout_f)  # (B, KV, Lk, D)
+        dprobs = _unfold(torch.matmul(dout_f, v.to(acc).transpose(-1, -2)), heads)  # (B, H, Lq, Lk)
         delta = (dout_acc * out.to(acc)).sum(-1, keepdim=True)  # D = rowsum(dO * O_final)
-        dscores = probs * (dprobs - delta) * scale
-        dq = torch.matmul(dscores, k.to(acc))
-        dk = torch.matmul(dscores.transpose(-1, -2), q.to(acc))
+        dscores = _fold(probs * (dprobs - delta) * scale, kv_heads)
+        dq = _unfold(torch.matmul(dscores, k.to(acc)), heads)
+        dk = torch.matmul(dscores.transpose(-1, -2), _fold(q.to(acc), kv_heads))
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -293,7 +327,9 @@ class TorchSdpaKernel(BlockKernel):
             return clear_empty_rows(out, lse.to(stats_dtype(q.dtype)), rows)
         q, k, v = (_kernel_ready(t) for t in (q, k, v))
         if route == "flash":
-            return flash_forward(q, k, v, causal, scale)  # FULL / square CAUSAL: no empty rows
+            return flash_forward(q, k, v, causal, scale)  # FULL / square CAUSAL: no empty rows; takes GQA itself
+        group = kv_group(q, k)  # the memory-efficient op wants K/V per query head: repeated here, on this rank
+        k, v = (_kernel_ready(expand_kv(t, group)) for t in (k, v))
         out, lse = efficient_forward(q, k, v, self._bias(mask, q), causal, scale)
         return clear_empty_rows(out, lse, rows)
 
@@ -322,5 +358,8 @@ class TorchSdpaKernel(BlockKernel):
             )
         q, k, v = (_kernel_ready(t) for t in (q, k, v))
         if route == "flash":
-            return flash_backward(dout, q, k, v, out, lse, causal, scale)
-        return efficient_backward(dout, q, k, v, out, lse, self._bias(mask, q), causal, scale)
+            return flash_backward(dout, q, k, v, out, lse, causal, scale)  # dk, dv per KV head
+        group = kv_group(q, k)
+        k_full, v_full = (_kernel_ready(expand_kv(t, group)) for t in (k, v))
+        dq, dk, dv = efficient_backward(dout, q, k_full, v_full, out, lse, self._bias(mask, q), causal, scale)
+        return dq, sum_kv(dk, group), sum_kv(dv, group)

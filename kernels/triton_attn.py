@@ -2,7 +2,8 @@
 
 Credits: the structure follows Triton's fused-attention tutorial (python/tutorials/06-fused-attention.py, after
 Tri Dao's FlashAttention-2, https://tridao.me/publications/flash2/flash2.pdf). Changes for ringbench: any Lq and
-Lk (tails are masked), three mask kinds (FULL, CAUSAL top-left aligned, PARTIAL from an explicit (Lq, Lk) mask or
+Lk (tails are masked), grouped-query attention (query head h reads K/V head h // group; the dK/dV program of a
+K/V head walks its group's query heads), three mask kinds (FULL, CAUSAL top-left aligned, PARTIAL from an explicit (Lq, Lk) mask or
 from a positional rule -- token positions, document ids, a causal flag and a window -- evaluated inside each tile,
 fully masked tiles skipped without arithmetic), rows that see no key return (out=0, lse=-inf), strided inputs (the ring passes slices), fp32 dots in IEEE
 precision, fp64 on the interpreter, and a backward that takes the *final* out and lse of the whole ring.
@@ -45,11 +46,11 @@ HEAD_DIMS = (16, 32, 64, 128)  # tl.arange needs a power of two; tl.dot needs at
 MAX_BLOCK = 64
 
 
-# Plain int arguments that vary between calls of one run: the head count, the block lengths and the mask's row
-# stride or window. Triton would specialise each (an int equal to 1, or divisible by 16, gets a variant of its own),
-# so a check or a warm-up at other heads or lengths than the measured run compiles the same kernel again, seconds
-# each, inside a deadline or a timed iteration. Strides stay specialised: their classes follow HEAD_DIM (16..128).
-RUNTIME_INTS = ("mask_arg", "heads", "q_len", "k_len")
+# Plain int arguments that vary between calls of one run: the head count and its KV group, the block lengths and the
+# mask's row stride or window. Triton would specialise each (an int equal to 1, or divisible by 16, gets a variant of
+# its own), so a check or a warm-up at other heads or lengths than the measured run compiles the same kernel again,
+# seconds each, inside a deadline or a timed iteration. Strides stay specialised: their classes follow HEAD_DIM.
+RUNTIME_INTS = ("mask_arg", "heads", "group", "q_len", "k_len")
 
 
 def _jit(fn):
@@ -196,6 +197,7 @@ def _attn_fwd(
     stride_om,
     mask_arg,
     heads,
+    group,
     q_len,
     k_len,
     SM_SCALE: tl.constexpr,
@@ -208,7 +210,8 @@ def _attn_fwd(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    """One program per (query tile, batch*head): out (B, H, Lq, D) and lse (B, H, Lq), natural units.
+    """One program per (query tile, batch*head): out (B, H, Lq, D) and lse (B, H, Lq), natural units; query head h
+    reads K/V head h // group (grouped-query attention; group 1 without).
 
     Long because a Triton kernel takes no structs: every pointer, stride and block size is its own parameter (31,
     one a line), and 22 of them pass on to ``_attn_fwd_inner``, which already holds the key loop; what is left is
@@ -218,6 +221,7 @@ def _attn_fwd(
     off_bh = tl.program_id(1)
     off_b = (off_bh // heads).to(tl.int64)
     off_h = (off_bh % heads).to(tl.int64)
+    off_kvh = off_h // group
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     # Constants are made in the accumulator dtype: a Python float would enter the kernel as fp32.
@@ -236,8 +240,8 @@ def _attn_fwd(
         l_i,
         m_i,
         q,
-        k_ptr + off_b * stride_kb + off_h * stride_kh,
-        v_ptr + off_b * stride_vb + off_h * stride_vh,
+        k_ptr + off_b * stride_kb + off_kvh * stride_kh,
+        v_ptr + off_b * stride_vb + off_kvh * stride_vh,
         stride_kn,
         stride_vn,
         mask_ptr,
@@ -337,6 +341,7 @@ def _attn_bwd_dkdv(
     stride_dom,
     mask_arg,
     heads,
+    group,
     q_len,
     k_len,
     SM_SCALE: tl.constexpr,
@@ -349,42 +354,51 @@ def _attn_bwd_dkdv(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    """One program per (key tile, batch*head): walks the query tiles; dk and dv are (B, H, Lk, D), contiguous."""
+    """One program per (key tile, batch*KV head): walks the query tiles of each of the ``group`` query heads that
+    read this K/V head, so its dk and dv are summed over them in the tile's accumulators (no atomics); dk and dv
+    are (B, KV, Lk, D), contiguous.
+
+    Long because a Triton kernel takes no structs (every pointer, stride and block size is a parameter, one a line).
+    """
     start_n = tl.program_id(0)
-    off_bh = tl.program_id(1)
-    off_b = (off_bh // heads).to(tl.int64)
-    off_h = (off_bh % heads).to(tl.int64)
+    off_bkv = tl.program_id(1)
+    kv_heads = heads // group
+    off_b = (off_bkv // kv_heads).to(tl.int64)
+    off_kvh = (off_bkv % kv_heads).to(tl.int64)
     offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     qk_scale = tl.full([], SM_SCALE * 1.4426950408889634, ACC_DTYPE)
     sm_scale = tl.full([], SM_SCALE, ACC_DTYPE)
 
-    k = _load_rows(k_ptr + off_b * stride_kb + off_h * stride_kh, offs_n, offs_d, stride_kn, k_len)  # (BLOCK_N, D)
-    v = _load_rows(v_ptr + off_b * stride_vb + off_h * stride_vh, offs_n, offs_d, stride_vn, k_len)  # (BLOCK_N, D)
-    q_base = q_ptr + off_b * stride_qb + off_h * stride_qh
-    dout_base = dout_ptr + off_b * stride_dob + off_h * stride_doh
-    stats_offset = off_bh.to(tl.int64) * q_len
+    k = _load_rows(k_ptr + off_b * stride_kb + off_kvh * stride_kh, offs_n, offs_d, stride_kn, k_len)  # (BLOCK_N, D)
+    v = _load_rows(v_ptr + off_b * stride_vb + off_kvh * stride_vh, offs_n, offs_d, stride_vn, k_len)  # (BLOCK_N, D)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=ACC_DTYPE)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=ACC_DTYPE)
     q_lo = 0
     if IS_CAUSAL:  # queries above the tile's first key see none of it
         q_lo = (start_n * BLOCK_N // BLOCK_M) * BLOCK_M
-    for start_m in range(q_lo, q_len, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, mask_arg, IS_CAUSAL, MASK_MODE)
-        if _live(visible, MASK_MODE) > 0:
-            q = _load_rows(q_base, offs_m, offs_d, stride_qm, q_len)  # (BLOCK_M, D)
-            dout = _load_rows(dout_base, offs_m, offs_d, stride_dom, q_len)  # (BLOCK_M, D)
-            lse, delta = _load_row_stats(lse_ptr + stats_offset, delta_ptr + stats_offset, offs_m, q_len, ACC_DTYPE)
-            s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
-            p = tl.where(visible, tl.exp2(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N): share of the final softmax
-            dv = _dot(tl.trans(p.to(dout.dtype)), dout, dv, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
-            dp = _dot(dout, tl.trans(v), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)  # (BLOCK_M, BLOCK_N)
-            ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
-            dk = _dot(tl.trans(ds.to(q.dtype)), q, dk, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
+    for member in range(0, group):  # the query heads that read this K/V head
+        off_h = off_kvh * group + member
+        q_base = q_ptr + off_b * stride_qb + off_h * stride_qh
+        dout_base = dout_ptr + off_b * stride_dob + off_h * stride_doh
+        stats_offset = (off_b * heads + off_h) * q_len
+        for start_m in range(q_lo, q_len, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            visible = _visible(offs_m, offs_n, q_len, k_len, mask_ptr, mask_arg, IS_CAUSAL, MASK_MODE)
+            if _live(visible, MASK_MODE) > 0:
+                q = _load_rows(q_base, offs_m, offs_d, stride_qm, q_len)  # (BLOCK_M, D)
+                dout = _load_rows(dout_base, offs_m, offs_d, stride_dom, q_len)  # (BLOCK_M, D)
+                lse, delta = _load_row_stats(lse_ptr + stats_offset, delta_ptr + stats_offset, offs_m, q_len,
+                                             ACC_DTYPE)  # fmt: skip
+                s = _dot(q, tl.trans(k), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT) * qk_scale  # (BLOCK_M, BLOCK_N)
+                p = tl.where(visible, tl.exp2(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N): share of the final softmax
+                dv = _dot(tl.trans(p.to(dout.dtype)), dout, dv, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
+                dp = _dot(dout, tl.trans(v), None, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)  # (BLOCK_M, BLOCK_N)
+                ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
+                dk = _dot(tl.trans(ds.to(q.dtype)), q, dk, ACC_DTYPE, DOT_PRECISION, UPCAST_DOT)
     dk = dk * sm_scale
     row_ok = offs_n[:, None] < k_len
-    tile = off_bh.to(tl.int64) * k_len * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tile = off_bkv.to(tl.int64) * k_len * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(dk_ptr + tile, dk.to(dk_ptr.dtype.element_ty), mask=row_ok)
     tl.store(dv_ptr + tile, dv.to(dv_ptr.dtype.element_ty), mask=row_ok)
 
@@ -413,6 +427,7 @@ def _attn_bwd_dq(
     stride_dom,
     mask_arg,
     heads,
+    group,
     q_len,
     k_len,
     SM_SCALE: tl.constexpr,
@@ -425,11 +440,13 @@ def _attn_bwd_dq(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    """One program per (query tile, batch*head): walks the key tiles; dq is (B, H, Lq, D), contiguous."""
+    """One program per (query tile, batch*head): walks the key tiles of K/V head h // group; dq is (B, H, Lq, D),
+    contiguous."""
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = (off_bh // heads).to(tl.int64)
     off_h = (off_bh % heads).to(tl.int64)
+    off_kvh = off_h // group
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     qk_scale = tl.full([], SM_SCALE * 1.4426950408889634, ACC_DTYPE)
@@ -439,8 +456,8 @@ def _attn_bwd_dq(
     dout = _load_rows(dout_ptr + off_b * stride_dob + off_h * stride_doh, offs_m, offs_d, stride_dom, q_len)
     stats_offset = off_bh.to(tl.int64) * q_len
     lse, delta = _load_row_stats(lse_ptr + stats_offset, delta_ptr + stats_offset, offs_m, q_len, ACC_DTYPE)
-    k_base = k_ptr + off_b * stride_kb + off_h * stride_kh
-    v_base = v_ptr + off_b * stride_vb + off_h * stride_vh
+    k_base = k_ptr + off_b * stride_kb + off_kvh * stride_kh
+    v_base = v_ptr + off_b * stride_vb + off_kvh * stride_vh
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=ACC_DTYPE)
     k_hi = k_len
     if IS_CAUSAL:
@@ -583,9 +600,10 @@ class TritonKernel(BlockKernel):
             )
 
     def _check_inputs(self, q, k, v, mask: BlockMask) -> None:
-        if q.dim() != 4 or k.shape != v.shape or k.shape[:2] != q.shape[:2] or k.shape[-1] != q.shape[-1]:
+        if (q.dim() != 4 or k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]
+                or k.shape[1] < 1 or q.shape[1] % k.shape[1]):  # fmt: skip
             raise ValueError(
-                f"expected q (B, H, Lq, D) and k, v (B, H, Lk, D); got {tuple(q.shape)}, "
+                f"expected q (B, H, Lq, D) and k, v (B, KV, Lk, D) with KV dividing H; got {tuple(q.shape)}, "
                 f"{tuple(k.shape)}, {tuple(v.shape)}"
             )
         if not q.dtype == k.dtype == v.dtype:
@@ -636,7 +654,7 @@ class TritonKernel(BlockKernel):
         _attn_fwd[grid](
             q, k, v, mask_ptr, out, lse,
             *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-            mask_arg, heads, q_len, k_len,
+            mask_arg, heads, heads // k.shape[1], q_len, k_len,
             SM_SCALE=float(scale),
             HEAD_DIM=head_dim,
             BLOCK_M=block_m,
@@ -657,8 +675,8 @@ class TritonKernel(BlockKernel):
         k_len = k.shape[-2]
         acc = stats_dtype(q.dtype)
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # (B, H, Lq, D)
-        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)  # (B, H, Lk, D)
-        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)  # (B, H, Lk, D)
+        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)  # (B, KV, Lk, D)
+        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)  # (B, KV, Lk, D)
         if q_len == 0 or k_len == 0 or batch * heads == 0:
             return dq, dk, dv
         lse = lse.to(acc).contiguous()  # (B, H, Lq), the final lse of the ring
@@ -681,8 +699,9 @@ class TritonKernel(BlockKernel):
             out, dout, delta, *_strides(out), *_strides(dout), heads, q_len,
             HEAD_DIM=head_dim, BLOCK_M=block_m, ACC_DTYPE=constants["ACC_DTYPE"], **options,
         )  # fmt: skip
-        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(dout), mask_arg, heads, q_len, k_len)
-        _attn_bwd_dkdv[(triton.cdiv(k_len, block_n), batch * heads)](
+        group = heads // k.shape[1]
+        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(dout), mask_arg, heads, group, q_len, k_len)
+        _attn_bwd_dkdv[(triton.cdiv(k_len, block_n), batch * k.shape[1])](
             q, k, v, mask_ptr, dout, lse, delta, dk, dv, *strides, **constants, **options
         )
         _attn_bwd_dq[(triton.cdiv(q_len, block_m), batch * heads)](

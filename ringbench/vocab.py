@@ -160,6 +160,15 @@ TOLERANCE = {
 }
 
 
+def tolerance(dtype: str, kv_group: int = 1) -> tuple[float, float]:
+    """(forward, backward) largest absolute error allowed for ``dtype`` (TOLERANCE). With grouped-query attention
+    (``kv_group`` = heads / kv_heads query heads per KV head) a KV head's dK and dV sum the contributions of that
+    many query heads: their magnitude, and with it each rounding to the dtype (a block kernel returns its dK/dV in
+    the input dtype), grows up to that many times, and so does the backward's bound."""
+    forward, backward = TOLERANCE[dtype]
+    return forward, backward * max(1, int(kv_group))
+
+
 # -- strategies: how N ranks share one attention (ringbench/engine/strategy.py runs them) -------------------------
 STRATEGY_HELP = (
     "ring, ulysses, hybrid:U (Ulysses of degree U inside groups, a ring of N/U across them), double-ring:W "
@@ -248,8 +257,10 @@ class Strategy:
             return ("double", "sync", "double-short", "sync-short")  # the short ring: ringbench/engine/short_ring.py
         return ("double", "sync")
 
-    def check(self, world: int, heads: int, field: str = "strategy") -> None:
-        """One line when the degrees do not divide the world or the heads."""
+    def check(self, world: int, heads: int, field: str = "strategy", *, kv_heads: int = 0) -> None:
+        """One line when the degrees do not divide the world or the heads, or the Ulysses degree neither divides
+        the KV heads (``kv_heads``; 0: as many as heads) nor is a multiple of them (each KV head then goes to
+        degree / kv_heads ranks of the group, as DeepSpeed repeats them)."""
         size = self.group_size(world)
         if world % size:
             divisors = [d for d in range(1, world + 1) if world % d == 0]
@@ -259,4 +270,9 @@ class Strategy:
             raise UsageError(
                 f"{field}={self.spec!r} is not allowed with heads={heads} on world={world}: Ulysses of degree "
                 f"{ulysses} needs the heads divisible by {ulysses}"
+            )
+        if kv_heads and kv_heads % ulysses and ulysses % kv_heads:
+            raise UsageError(
+                f"{field}={self.spec!r} is not allowed with kv_heads={kv_heads} on world={world}: Ulysses of degree "
+                f"{ulysses} needs the KV heads divisible by {ulysses}, or dividing it (each then repeated)"
             )

@@ -241,6 +241,10 @@ def test_impl_runs_another_ring_under_the_same_sweep_and_check(tmp_path):
         assert len(reasons) == 2 and all("transformer-engine" in r and "CUDA" in r for r in reasons)  # sync, double
         assert "skipped 2 case(s): impl='transformer-engine'" in result.stderr
     assert by_impl["torch-ring:alltoall"]["bwd_max_abs_err"] < 5e-5
+    theirs_errors = {name: by_impl["torch-ring:alltoall"][f"{name}_err"] for name in ("out", "lse", "dq", "dk", "dv")}
+    assert all(err is not None and err < 5e-5 for err in theirs_errors.values()), theirs_errors  # lse: exposed
+    assert by_impl["torch-ring:alltoall"]["bwd_max_abs_err"] == max(theirs_errors[g] for g in ("dq", "dk", "dv"))
+    assert by_impl["ringbench"]["lse_err"] is None and by_impl["ringbench"]["dk_err"] < 5e-5  # the engine's: no lse
     events = pd.read_parquet(Path(document["run_dir"]) / "events.parquet")
     theirs = events[events["case_id"] == by_impl["torch-ring:alltoall"]["case_id"]]
     assert {"iteration", "compute"} <= set(theirs["kind"])  # per-step spans from the profiler capture

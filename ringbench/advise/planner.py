@@ -374,6 +374,8 @@ def _command(request: PlanRequest, top: list[Candidate], emulate: bool) -> str:
     words = ["ringbench", "run", "--world", str(request.world), "--seq", str(request.seq), "--heads",
              str(request.heads), "--head-dim", str(request.head_dim), "--batch", str(request.batch), "--dtype",
              request.dtype, "--mask", request.mask]  # fmt: skip
+    if request.key_value_heads != request.heads:  # the engine runs grouped-query attention as priced
+        words += ["--kv-heads", str(request.key_value_heads)]
     if request.docs != "none":
         words += ["--docs", request.docs]
     if request.layers != "1":
@@ -480,8 +482,6 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
         candidate.why = f"{candidate.label}: {candidate.refused}"
     top = kept[: request.top]
     notes = []
-    if request.kv_heads and request.kv_heads != request.heads:
-        notes.append("the engine has no grouped-query attention: the measuring command runs with K, V of all heads")
     if kept[0].kv_repeat > 1:
         notes.append(f"the first choice's Ulysses degree exceeds the {request.kv_heads} KV heads: each is repeated "
                      f"×{kept[0].kv_repeat} (DeepSpeed's rule), priced in its all-to-all bytes and its memory")  # fmt: skip

@@ -133,6 +133,7 @@ COMMAND_MODULES = (
     "report_cmd",
     "compare_cmd",
     "baseline_cmd",
+    "check_cmd",
     "check_timeline_cmd",
     "import_cmd",
     "topo_cmd",

@@ -286,7 +286,10 @@ def json_cases(cases) -> list[dict]:
     for row in cases.to_dict("records"):
         clean = json_value(row)
         clean["ring"] = [int(r) for r in str(row["ring"]).split("-")]
-        if clean.get("fwd_max_abs_err") is None and clean.get("bwd_max_abs_err") is None:
+        nonfinite = str(row.get("nonfinite") or "")
+        if nonfinite and nonfinite != "nan":
+            clean["passed"] = False  # NaN errors because the tensors hold NaN: checked, and failed
+        elif clean.get("fwd_max_abs_err") is None and clean.get("bwd_max_abs_err") is None:
             clean["passed"] = None  # not checked: no verdict (the cases table keeps True: nothing failed)
         records.append(clean)
     return records

@@ -19,10 +19,23 @@ def _fmt(value: float, digits: int = 2) -> str:
     return number(value, f".{digits}f", missing="n/a")
 
 
+def _nonfinite(row: dict) -> str:
+    value = row.get("nonfinite")
+    return value if isinstance(value, str) and value not in ("", "nan") else ""
+
+
+def _kv_heads(row: dict) -> int | None:
+    """The K/V heads of a cases row (0, or absent in an older record: as many as the heads; None without heads)."""
+    value, heads = row.get("kv_heads"), row.get("heads")
+    return int(value) if value is not None and value == value and int(value) else heads
+
+
 def case_line(row: dict, done: int, total: int) -> str:
     """One finished case, for the progress stream."""
     label = " [emulated]" if row["emulated"] else ""
     check = "" if math.isnan(row["fwd_max_abs_err"]) else ("  check ok" if row["passed"] else "  CHECK FAILED")
+    if _nonfinite(row):
+        check = f"  CHECK FAILED (non-finite {_nonfinite(row)})"
     kernel = row["kernel"]
     rate = row.get("emulated_gflops")
     if kernel == "emulated:auto" and rate is not None and not math.isnan(rate):
@@ -34,6 +47,8 @@ def case_line(row: dict, done: int, total: int) -> str:
         kernel += f", {strategy}" + (f" @{row['placement']}" if row.get("placement") else "")
     if str(row.get("layers") or "1") != "1":
         kernel += f", layers {row['layers']}"
+    if _kv_heads(row) != row.get("heads"):
+        kernel += f", {row['heads']} heads / {_kv_heads(row)} KV"
     if row.get("check_note"):
         check += f" [{row['check_note']})"
     exposed = f"exposed comm {exposed_text(row['exposed_comm_frac'], row['world'])}"
@@ -60,13 +75,15 @@ def summary_table(cases, emulated: bool, faults: list[str]) -> Table:
         table.add_column(name, justify="right")
     shown = [axis for axis in varying if axis not in ("world", "seq", "heads", "head_dim", "dtype")] or ["mask"]
     for row in cases.to_dict("records"):
-        parts = [str(row[axis]) for axis in shown]
+        parts = [f"kv{_kv_heads(row)}" if axis == "kv_heads" else str(row[axis]) for axis in shown]
         parts += [f"{axis[0]}{row[axis]}" for axis in ("world", "seq") if axis in varying]
         if int(row.get("repeat", 0)):
             parts.append(f"r{row['repeat']}")
         label = " ".join(parts) + (" *" if row["emulated"] else "")
         bwd = row["bwd_max_abs_err"] if not math.isnan(row["bwd_max_abs_err"]) else 0.0
-        if math.isnan(row["fwd_max_abs_err"]):
+        if _nonfinite(row):
+            err_text = f"NaN in {_nonfinite(row)} FAIL"
+        elif math.isnan(row["fwd_max_abs_err"]):
             err_text = "unchecked"
         else:
             err_text = f"{max(row['fwd_max_abs_err'], bwd):.1e}" + ("" if row["passed"] else " FAIL")

@@ -74,33 +74,44 @@ class ShardSpec:
     """A layout name or a resolved doc-balanced layout (ringbench.engine.layout)."""
     world: int = 1
     rank: int = 0
+    kv_heads: int = 0
+    """Heads of k and v (grouped-query attention: fewer than ``heads``, dividing it); 0: as many as ``heads``."""
 
     def __post_init__(self) -> None:
         _check_shape(batch=self.batch, heads=self.heads, head_dim=self.head_dim, seq=self.seq, world=self.world)
         parse_dtype(self.dtype)
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 0 <= self.rank < self.world:
             raise bad_value("rank", self.rank, f"an integer in [0, {self.world})")
+        kv = self.kv_heads
+        if isinstance(kv, bool) or not isinstance(kv, int) or kv < 0 or (kv and self.heads % kv):
+            raise bad_value("kv_heads", kv, f"an integer >= 1 dividing heads={self.heads} (0: as many as heads)")
+
+    def heads_of(self, name: str) -> int:
+        """Heads of tensor ``name``: the KV heads for k and v, the query heads for q and dout."""
+        return (self.kv_heads or self.heads) if name in ("k", "v") else self.heads
 
     @classmethod
     def of(cls, workload, *, seed: int, rank: int, layout=None) -> ShardSpec:
         """The shard of ``rank`` of a workload (anything with batch, heads, head_dim, seq, dtype, layout, world: a
-        scenario's Case); ``layout``: the resolved layout in its place (doc-balanced)."""
+        scenario's Case, with its ``key_value_heads``); ``layout``: the resolved layout in its place (doc-balanced)."""
         return cls(seed=seed, batch=workload.batch, heads=workload.heads, head_dim=workload.head_dim,
                    seq=workload.seq, dtype=workload.dtype, layout=workload.layout if layout is None else layout,
-                   world=workload.world, rank=rank)  # fmt: skip
+                   world=workload.world, rank=rank, kv_heads=workload.key_value_heads)  # fmt: skip
 
 
 def chunk_values(shard: ShardSpec, name: str, chunk: int) -> torch.Tensor:
-    """Tokens [chunk * CHUNK_TOKENS, (chunk + 1) * CHUNK_TOKENS) of one tensor: (B, H, CHUNK_TOKENS, D) in dtype."""
+    """Tokens [chunk * CHUNK_TOKENS, (chunk + 1) * CHUNK_TOKENS) of one tensor: (B, H, CHUNK_TOKENS, D) in dtype
+    (H: ``shard.heads_of(name)``)."""
     generator = torch.Generator().manual_seed(chunk_seed(shard.seed, name, chunk))
-    values = torch.randn((shard.batch, shard.heads, CHUNK_TOKENS, shard.head_dim), generator=generator)  # float32
+    shape = (shard.batch, shard.heads_of(name), CHUNK_TOKENS, shard.head_dim)
+    values = torch.randn(shape, generator=generator)  # float32
     return values.to(parse_dtype(shard.dtype))
 
 
 def token_rows(shard: ShardSpec, name: str, positions: torch.Tensor, *, float64: bool = False) -> torch.Tensor:
     """The rows of tensor ``name`` at the global token ``positions`` (any order, no repeats), on the CPU.
 
-    Returns (B, H, len(positions), D) in the shard's dtype (or the same values widened to float64 with
+    Returns (B, H, len(positions), D) (H: ``shard.heads_of(name)``) in the shard's dtype (or the same values widened to float64 with
     ``float64``). The positions are visited in sorted order, so each chunk is generated once and only one chunk is
     alive at a time.
     """
@@ -109,7 +120,7 @@ def token_rows(shard: ShardSpec, name: str, positions: torch.Tensor, *, float64:
     positions = torch.as_tensor(positions, dtype=torch.long).cpu()
     if positions.numel() and int(positions.min()) < 0:
         raise bad_value("positions", int(positions.min()), "token positions >= 0")
-    rows = torch.empty((shard.batch, shard.heads, positions.numel(), shard.head_dim),
+    rows = torch.empty((shard.batch, shard.heads_of(name), positions.numel(), shard.head_dim),
                        dtype=torch.float64 if float64 else dtype)  # fmt: skip
     order = torch.argsort(positions, stable=True)  # local rows by ascending position
     ordered = positions[order]
@@ -139,7 +150,7 @@ def token_block(shard: ShardSpec, name: str, lo: int, hi: int, device=None) -> t
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
         raise bad_value("lo, hi", (lo, hi), "integers with 0 <= lo < hi")
     _check_name(name)
-    block = torch.empty((shard.batch, shard.heads, hi - lo, shard.head_dim), dtype=torch.float64)  # (B, H, hi-lo, D)
+    block = torch.empty((shard.batch, shard.heads_of(name), hi - lo, shard.head_dim), dtype=torch.float64)
     for chunk in range(lo // CHUNK_TOKENS, (hi - 1) // CHUNK_TOKENS + 1):
         base = chunk * CHUNK_TOKENS
         first, last = max(lo, base), min(hi, base + CHUNK_TOKENS)
@@ -149,7 +160,7 @@ def token_block(shard: ShardSpec, name: str, lo: int, hi: int, device=None) -> t
 
 
 def rank_shards(shard: ShardSpec, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """This rank's (q, k, v, dout), each (B, H, S/N, D) in the shard's dtype on ``device``.
+    """This rank's (q, k, v, dout), each (B, H, S/N, D) in the shard's dtype on ``device`` (k and v: KV heads).
 
     Rows are in the local-row order of ``ringbench.engine.layout.token_positions(layout, seq, world, rank)``, so the
     shards of all ranks reassemble (``unshard``) to the same global tensors for any N and layout. Built on the CPU

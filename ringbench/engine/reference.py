@@ -11,6 +11,9 @@ leaves m_i = -inf; the update then subtracts 0 instead (m_safe), so exp(-inf - 0
 sees at least its own key, so lse_i is finite at the end. Backward, with dO:
     dp_ij = dO_i . v_j,   delta_i = sum_j p_ij dp_ij = dO_i . o_i,   ds_ij = p_ij (dp_ij - delta_i),
     dq_i = c sum_j ds_ij k_j,   dk_j = c sum_i ds_ij q_i,   dv_j = sum_i p_ij dO_i.
+Grouped-query attention (K, V of KV heads, query head h reading KV head h // (H / KV)): the reference repeats each KV
+head for its query heads as it reads them (it is the oracle, so clarity beats memory) and sums dk, dv over each
+group at the end, in float64.
 dq of a rank's rows streams over key tiles. dk, dv of its key rows need every query row's lse and delta, so the
 whole sequence is swept in query groups (a constant number of tokens): each group's (o, lse) is recomputed by
 streaming the keys, then its contribution is added to the rank's dk, dv. Inputs are regenerated from the seed
@@ -32,6 +35,7 @@ from ringbench.engine.inputs import CHUNK_TOKENS, ShardSpec, token_block, token_
 from ringbench.engine.layout import token_positions
 from ringbench.engine.masks import MaskRule, mask_rule
 from ringbench.errors import bad_value
+from ringbench.kernels.base import expand_kv, sum_kv
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +178,11 @@ def attention(q, k, v, *, causal: bool = True, scale: float | None = None, tile:
     """Float64 attention of in-memory (B, H, S, D) tensors, token i at position i; autograd-capable.
 
     ``rule``: the mask (a MaskRule of ringbench.engine.masks); without it, causal or none. The small-shape oracle
-    behind ``ringbench.engine.api.reference_attention``: the same math as the streaming check.
+    behind ``ringbench.engine.api.reference_attention``: the same math as the streaming check. k, v may have fewer
+    heads than q (grouped-query attention); their gradients then sum over each group.
     """
-    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    q, k, v = q.double(), expand_kv(k.double(), group), expand_kv(v.double(), group)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     seq = k.shape[-2]
     rule = rule if rule is not None else mask_rule("causal" if causal else "none", "none", seq)
@@ -197,7 +203,7 @@ class RankReference:
     out: torch.Tensor  # (B, H, R, D), R = the rows asked for
     lse: torch.Tensor  # (B, H, R)
     dq: torch.Tensor | None
-    dk: torch.Tensor | None
+    dk: torch.Tensor | None  # (B, KV, R, D)
     dv: torch.Tensor | None
 
 
@@ -216,16 +222,18 @@ def rank_reference(shard: ShardSpec, mask, *, device=None, backward=True, key_gr
     device = torch.device(device) if device is not None else torch.device("cpu")
     plan_tile, plan_group = _sizes(device, shard.batch * shard.heads, sizes)
     scale = shard.head_dim**-0.5
+    group = shard.heads // shard.heads_of("k")  # query heads per KV head (module doc)
     positions = token_positions(shard.layout, seq, shard.world, shard.rank, rule)  # (R,) CPU
     q_positions = positions if rows is None else positions[torch.as_tensor(rows, dtype=torch.long)]
 
     def local(name: str, where: torch.Tensor) -> torch.Tensor:
-        return token_rows(shard, name, where, float64=True).to(device)  # (B, H, R, D)
+        return expand_kv(token_rows(shard, name, where, float64=True).to(device), group if name in ("k", "v") else 1)
 
     def key_tiles(lo: int, hi: int):
         for block in _tiles_of(lo, min(hi, seq), plan_tile, device):
             a, b = block.rows.start, block.rows.stop
-            yield block, token_block(shard, "k", a, b, device), token_block(shard, "v", a, b, device)
+            k, v = (expand_kv(token_block(shard, n, a, b, device), group) for n in ("k", "v"))  # (B, H, c, D)
+            yield block, k, v
 
     common = dict(scale=scale)
     with torch.no_grad():
@@ -253,7 +261,7 @@ def rank_reference(shard: ShardSpec, mask, *, device=None, backward=True, key_gr
             add_key_grads(dk, dv, k, v, k_blocks, q_g, dout_g, lse_g, delta_g, g_blocks, scale=scale)
             if tick is not None:
                 tick(step)
-    return RankReference(out=out, lse=lse, dq=dq, dk=dk, dv=dv)
+    return RankReference(out=out, lse=lse, dq=dq, dk=sum_kv(dk, group), dv=sum_kv(dv, group))
 
 
 # --- sizes, cost and the budgeted check -------------------------------------------------------------------------
@@ -337,6 +345,9 @@ def estimate_units(positions: torch.Tensor, *, seq: int, causal: bool, tile: int
     }
 
 
+TENSORS = ("out", "lse", "dq", "dk", "dv")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckResult:
     """Max abs errors of a rank's rows against the float64 reference, and how much was checked."""
@@ -349,6 +360,17 @@ class CheckResult:
     grads: tuple[str, ...]  # the gradients compared: ("dq", "dk", "dv"), ("dq",) or ()
     estimated_s: float  # the estimated cost of the full check on this device (NaN when no budget was given)
     note: str  # one line saying what was left out and why; "" for a full check
+    # Per tensor (TENSORS): its max abs error over the checked rows; NaN when not compared (lse not given, a forward-
+    # only case, dk/dv over the budget) or when it holds a NaN (the run's ``nonfinite`` column tells which).
+    out_err: float = math.nan
+    lse_err: float = math.nan
+    dq_err: float = math.nan
+    dk_err: float = math.nan
+    dv_err: float = math.nan
+
+    def errors(self) -> dict[str, float]:
+        """{tensor: max abs error} for every tensor of TENSORS (NaN where not compared)."""
+        return {name: getattr(self, f"{name}_err") for name in TENSORS}
 
 
 def _nonfinite(got: torch.Tensor) -> float:
@@ -369,12 +391,20 @@ def _error(got: torch.Tensor, want: torch.Tensor, rows: torch.Tensor | None) -> 
     return _worst(err, _nonfinite(got.detach()))
 
 
-def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=None, tick=None,
-                 sizes=None) -> CheckResult:  # fmt: skip
-    """Compare the ring's ``out`` and ``grads`` = (dq, dk, dv) (this rank's local rows, (B, H, S/N, D), any dtype
-    and device; grads None for a forward-only case) with the float64 reference, computed on ``device`` (default:
-    out's device) from the ``shard`` ringbench.engine.inputs.rank_shards made. ``mask``: a mode name or a MaskRule;
-    ``sizes``: as ``rank_reference`` takes them.
+def _lse_error(got: torch.Tensor, want: torch.Tensor, rows: torch.Tensor | None) -> float:
+    """Max abs error of a log-sum-exp (B, H, R), natural-log units as the reference's; NaN or inf in it wins."""
+    chosen = got if rows is None else got.index_select(2, rows.to(got.device))
+    return float((chosen.detach().to(want.device, torch.float64) - want).abs().max()) if want.numel() else 0.0
+
+
+def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=None, tick=None, sizes=None,
+                 lse=None) -> CheckResult:  # fmt: skip
+    """Compare the ring's ``out`` and ``grads`` = (dq, dk, dv) (this rank's local rows: out and dq (B, H, S/N, D),
+    dk and dv (B, KV, S/N, D); any dtype and device; grads None for a forward-only case) and, when given, its
+    ``lse`` (B, H, S/N) with the float64 reference, computed on ``device`` (default: out's device) from the
+    ``shard`` ringbench.engine.inputs.rank_shards made. ``mask``: a mode name or a MaskRule; ``sizes``: as
+    ``rank_reference`` takes them. Each tensor's error is in the result (``CheckResult.errors``); ``fwd_err`` is
+    out's, ``bwd_err`` the worst gradient's.
 
     With ``budget_s`` (seconds), the full check's cost is estimated from a quick timing on the device; beyond the
     budget it drops dk, dv (their full-sequence sweep) and, if still too slow, checks out and dq on an evenly
@@ -386,10 +416,12 @@ def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=No
     causal = rule.causal or rule.documents  # the cost estimate: a document mask sees no more than causal would
     positions = token_positions(shard.layout, seq, shard.world, shard.rank, rule)
     total = positions.numel()
-    expected = (shard.batch, shard.heads, total, shard.head_dim)
     for name, got in zip(("out", "dq", "dk", "dv"), (out, *(grads or ())), strict=False):
+        expected = (shard.batch, shard.heads_of("k" if name in ("dk", "dv") else "q"), total, shard.head_dim)
         if tuple(got.shape) != expected:
             raise bad_value(f"{name}.shape", tuple(got.shape), f"{expected} (this rank's rows)")
+    if lse is not None and tuple(lse.shape) != (shard.batch, shard.heads, total):
+        raise bad_value("lse.shape", tuple(lse.shape), f"{(shard.batch, shard.heads, total)} (this rank's rows)")
     backward = grads is not None
     plan_tile, plan_group = _sizes(device, batch_heads, sizes)
     rows, key_grads, estimated, note = None, backward, math.nan, ""
@@ -413,22 +445,25 @@ def check_errors(out, grads, shard: ShardSpec, mask, *, device=None, budget_s=No
                     f": the full check (est. {estimated:.3g} s) exceeds budget_s={budget_s:g}")  # fmt: skip
     ref = rank_reference(shard, rule, device=device, backward=backward, key_grads=key_grads, rows=rows,
                          sizes=(plan_tile, plan_group), tick=tick)  # fmt: skip
-    fwd_err = _error(out, ref.out, rows)
+    errors = {"out": _error(out, ref.out, rows)}
+    if lse is not None:
+        errors["lse"] = _lse_error(lse, ref.lse, rows)
     names: tuple[str, ...] = ()
     bwd_err = math.nan
     if backward:
         dq, dk, dv = grads
         names = ("dq", "dk", "dv") if key_grads else ("dq",)
-        bwd_err = _error(dq, ref.dq, rows)
+        errors["dq"] = bwd_err = _error(dq, ref.dq, rows)
         if key_grads:
-            bwd_err = _worst(bwd_err, _error(dk, ref.dk, None), _error(dv, ref.dv, None))
+            errors |= {"dk": _error(dk, ref.dk, None), "dv": _error(dv, ref.dv, None)}
+            bwd_err = _worst(bwd_err, errors["dk"], errors["dv"])
         else:
             bwd_err = _worst(bwd_err, _nonfinite(dk.detach()), _nonfinite(dv.detach()))
     checked = total if rows is None else rows.numel()
     return CheckResult(
-        fwd_err=fwd_err, bwd_err=bwd_err, sampled=bool(note), rows_checked=checked, rows_total=total, grads=names,
-        estimated_s=estimated, note=note,
+        fwd_err=errors["out"], bwd_err=bwd_err, sampled=bool(note), rows_checked=checked, rows_total=total,
+        grads=names, estimated_s=estimated, note=note, **{f"{name}_err": err for name, err in errors.items()},
     )  # fmt: skip
 
 
-__all__ = ["CheckResult", "RankReference", "attention", "check_errors", "default_sizes", "rank_reference"]
+__all__ = ["TENSORS", "CheckResult", "RankReference", "attention", "check_errors", "default_sizes", "rank_reference"]

@@ -114,7 +114,8 @@ def group_world_rank(group) -> tuple[int, int]:
 
 
 def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """q, k, v: this rank's (B, H, S/N, D) shards, alike in shape, dtype and device."""
+    """q: this rank's (B, H, S/N, D) shard; k, v: (B, KV, S/N, D), KV dividing H (grouped-query attention: query
+    head h reads KV head h // (H / KV)); alike in dtype and device."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
@@ -123,8 +124,10 @@ def check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise bad_value(f"{name}.dtype", str(t.dtype), "a floating-point dtype")
     if k.shape != v.shape:
         raise bad_value("v.shape", tuple(v.shape), f"the shape of k, {tuple(k.shape)}")
-    if q.shape != k.shape:
-        raise bad_value("k.shape", tuple(k.shape), f"the shape of q, {tuple(q.shape)} (same heads and local length)")
+    batch, heads, local, head_dim = q.shape
+    if (k.shape[0], k.shape[2], k.shape[3]) != (batch, local, head_dim) or k.shape[1] < 1 or heads % k.shape[1]:
+        raise bad_value("k.shape", tuple(k.shape), f"({batch}, KV, {local}, {head_dim}): q's batch, local length and "
+                        f"head dim, with KV heads dividing q's {heads} (grouped-query attention)")  # fmt: skip
     if not (q.dtype == k.dtype == v.dtype):
         raise bad_value("k.dtype/v.dtype", f"{k.dtype}/{v.dtype}", f"q's dtype, {q.dtype}")
     if not (q.device == k.device == v.device):

@@ -115,6 +115,8 @@ class StrategyContext:
     seq: int
     heads: int
     kernel: object
+    kv_heads: int = 0
+    """K/V heads (grouped-query attention: query head h reads KV head h // (heads / kv_heads)); 0: as many."""
     scale: float
     group: object = None
     timeout_s: float = 60.0
@@ -144,6 +146,18 @@ class StrategyContext:
     @property
     def heads_per_rank(self) -> int:
         return self.heads // self.groups.size
+
+    @property
+    def kv_repeats(self) -> int:
+        """Ranks of a Ulysses group that receive each KV head: 1 when the degree divides the KV heads, else
+        degree / kv_heads (every member's query heads then read one KV head, which goes to that many members)."""
+        return max(1, self.groups.size // (self.kv_heads or self.heads))
+
+    def kv_span(self, index: int) -> tuple[int, int]:
+        """[lo, hi): the KV heads the Ulysses group's member ``index`` reads (its query heads' KV heads)."""
+        group = self.heads // (self.kv_heads or self.heads)  # query heads per KV head
+        first, last = index * self.heads_per_rank, (index + 1) * self.heads_per_rank - 1
+        return first // group, last // group + 1
 
     @property
     def comm(self) -> CommSet:
@@ -222,7 +236,7 @@ def grouped_context(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Att
                          "(allgather is a strategy of its own)")  # fmt: skip
     group = runtime.group
     world, rank = group_world_rank(group)
-    strategy.check(world, q.shape[1])
+    strategy.check(world, q.shape[1], kv_heads=k.shape[1])
     size = strategy.group_size(world)
     placement = spec.placement
     ranks = parse_placement(placement, world, size) if isinstance(placement, str) else list(placement)
@@ -243,7 +257,7 @@ def grouped_context(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: Att
     timeline = runtime.timeline if runtime.timeline is not None else timeline_for(q.device)
     comms = _strategy_comms(strategy, placed, rank, group, policy, runtime, watch=recorder.enabled, timeline=timeline)
     return StrategyContext(strategy=strategy, mask=mask, layout=layout, buffer=buffer, groups=placed, rank=rank,
-                           seq=seq, heads=q.shape[1], kernel=block_kernel, scale=scale, group=group,
+                           seq=seq, heads=q.shape[1], kv_heads=k.shape[1], kernel=block_kernel, scale=scale, group=group,
                            timeout_s=runtime.timeout_s, recorder=recorder, timeline=timeline, **comms)  # fmt: skip
 
 

@@ -27,16 +27,19 @@ def compiles(kernel) -> bool:
     return False
 
 
-def _rings(ctx, q: torch.Tensor) -> list[tuple[RingContext, torch.Tensor]]:
-    """Each ring loop the context runs, with a query tensor of the shape its blocks see."""
+def _rings(ctx, q: torch.Tensor, k: torch.Tensor) -> list[tuple[RingContext, torch.Tensor, torch.Tensor]]:
+    """Each ring loop the context runs, with query and key tensors of the shapes its blocks see (the K/V heads
+    pick a JIT kernel's variant too: grouped-query attention)."""
     if isinstance(ctx, RingContext):
-        return [(ctx, q)]
+        return [(ctx, q, k)]
     kind = ctx.strategy.kind
     if kind == "double-ring":
-        return [(ctx.inner_context(o), q) for o in range(ctx.outer_world)]
+        return [(ctx.inner_context(o), q, k) for o in range(ctx.outer_world)]
     batch, heads, local, head_dim = q.shape
-    size = ctx.groups.size  # after the all-to-all: H/U heads of U members' rows
-    return [(ctx.ring_context(), q.new_zeros(batch, heads // size, size * local, head_dim))]
+    size = ctx.groups.size  # after the all-to-all: H/U heads (and their KV heads) of U members' rows
+    lo, hi = ctx.kv_span(ctx.groups.slot(ctx.rank)[1])
+    return [(ctx.ring_context(), q.new_zeros(batch, heads // size, size * local, head_dim),
+             q.new_zeros(batch, hi - lo, size * local, head_dim))]  # fmt: skip
 
 
 def _rule_mode(rule) -> tuple:
@@ -46,13 +49,14 @@ def _rule_mode(rule) -> tuple:
     return (rule.causal, rule.window > 0, rule.q_doc is not None)
 
 
-def warm(ctx, q: torch.Tensor) -> int:
-    """Run every distinct block of the context's plans once (module docstring); returns how many ran."""
+def warm(ctx, q: torch.Tensor, k: torch.Tensor | None = None) -> int:
+    """Run every distinct block of the context's plans once (module docstring); returns how many ran. ``k``: this
+    rank's K shard (its KV heads; default: as many heads as q)."""
     if not compiles(ctx.kernel):
         return 0
     ran = 0
-    for ring_ctx, shape in _rings(ctx, q):
-        zeros = torch.zeros_like(shape)
+    for ring_ctx, shape, key_shape in _rings(ctx, q, q if k is None else k):
+        zeros, key_zeros = torch.zeros_like(shape), torch.zeros_like(key_shape)
         seen = set()
         for owner in ring_ctx.ring:
             for block in ring_ctx.plan(owner).blocks:
@@ -61,7 +65,7 @@ def warm(ctx, q: torch.Tensor) -> int:
                 if key in seen or len(seen) >= MOST:
                     continue
                 seen.add(key)
-                rows, cols = zeros[:, :, block.q_lo : block.q_hi], zeros[:, :, block.k_lo : block.k_hi]
+                rows, cols = zeros[:, :, block.q_lo : block.q_hi], key_zeros[:, :, block.k_lo : block.k_hi]
                 out, lse = ring_ctx.kernel.forward(rows, cols, cols, mask, ring_ctx.scale)
                 ring_ctx.kernel.backward(rows, rows, cols, cols, out, lse, mask, ring_ctx.scale)
                 ran += 1

@@ -24,7 +24,8 @@ from ringbench.record.store import RunData
 # injected faults are kept with the axes; whether they take part in matching is decided in match.py (only when a
 # side mixes fault sets: they are otherwise one run-level setting per side, reported rather than matched).
 MATCH_FIELDS = (*CASE_AXES, "faults")
-AXIS_DEFAULTS = {"impl": "ringbench", "placement": "", "docs": "none", "layers": "1"}  # axes before records had them
+# Axes before records had them (kv_heads 0: as many as heads).
+AXIS_DEFAULTS = {"impl": "ringbench", "placement": "", "docs": "none", "layers": "1", "kv_heads": 0}
 
 SAMPLE_COLUMNS = ("case_id", "repeat", "iteration", "step_ms")
 

@@ -16,7 +16,7 @@ def layer_rules(case) -> list:
 def check_layers(rules, outs, grads, shard, device, budget_s: float, tick):
     """The float64 check of every layer (each distinct mask once: layers with one mask compute the same) of this
     rank's ``shard`` (ringbench.engine.inputs.ShardSpec), the worst errors over them, and the budget shared out."""
-    from ringbench.engine.reference import CheckResult, check_errors
+    from ringbench.engine.reference import TENSORS, CheckResult, check_errors
 
     first = {}
     for layer, rule in enumerate(rules):
@@ -35,12 +35,29 @@ def check_layers(rules, outs, grads, shard, device, budget_s: float, tick):
         values = list(values)
         return math.nan if any(math.isnan(x) for x in values) else max(values)
 
+    per_tensor = {f"{name}_err": worst_of(r.errors()[name] for r in results) for name in TENSORS}
     return CheckResult(
         fwd_err=worst_of(r.fwd_err for r in results), bwd_err=worst_of(r.bwd_err for r in results),
         sampled=any(r.sampled for r in results), rows_checked=min(r.rows_checked for r in results),
         rows_total=worst.rows_total, grads=worst.grads, estimated_s=sum(r.estimated_s for r in results),
-        note="; ".join(notes),
+        note="; ".join(notes), **per_tensor,
     )  # fmt: skip
 
 
-__all__ = ["check_layers", "layer_rules"]
+def nonfinite_tensors(outs, grads) -> str:
+    """The tensors holding a NaN or an infinity on this rank, comma-joined ("out,dk"; "" when none): the check's
+    errors are NaN then, which alone would read like a case never checked. ``outs``: a tensor or one per layer;
+    ``grads``: (dq, dk, dv), one such triple per layer, or None."""
+    import torch
+
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    if grads is not None and len(grads) and isinstance(grads[0], torch.Tensor):
+        grads = [grads]
+    named = [("out", t) for t in outs if t is not None]
+    for layer in grads or ():
+        named += [(name, t) for name, t in zip(("dq", "dk", "dv"), layer, strict=False) if t is not None]
+    bad = {name for name, tensor in named if not bool(torch.isfinite(tensor.detach()).all())}
+    return ",".join(name for name in ("out", "dq", "dk", "dv") if name in bad)
+
+
+__all__ = ["check_layers", "layer_rules", "nonfinite_tensors"]

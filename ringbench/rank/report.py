@@ -20,6 +20,11 @@ class RankReport:
     """Largest absolute error of the outputs against float64 attention (NaN: not checked)."""
     bwd_err: float = math.nan
     check_note: str = ""
+    errors: dict = field(default_factory=dict)
+    """Largest absolute error of each tensor (out, lse, dq, dk, dv: ringbench.engine.reference.TENSORS) against
+    float64 attention; NaN where not compared (lse not exposed, dk/dv over the check's budget) or non-finite."""
+    nonfinite: str = ""
+    """The tensors holding a NaN or an infinity, comma-joined (out, dq, dk, dv); "" when none."""
     clock_offset_ns: int = 0
     clock_residual_ns: int = 0
     clock_method: str = ""

@@ -23,14 +23,14 @@ from ringbench.engine.recorder import ListRecorder
 from ringbench.engine.spec import AttentionSpec, Runtime
 from ringbench.engine.timeline import timeline_for
 from ringbench.engine.warm import compiles, warm
-from ringbench.errors import UsageError, bad_value
+from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
 from ringbench.rank.autorate import AutoModel, calibrate_auto, check_pacing
 from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.injection import RankFaults
-from ringbench.rank.layer_checks import check_layers, layer_rules
+from ringbench.rank.layer_checks import check_layers, layer_rules, nonfinite_tensors
 from ringbench.rank.memory import TensorPeak, peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
 from ringbench.rank.report import RankReport
@@ -186,9 +186,6 @@ def run_case(case: Case, *, session: RankSession, progress, settings: RunSetting
     if case.impl != "ringbench":
         return _run_impl_case(case, session=session, progress=progress, settings=settings, repeat=repeat,
                               profile_path=profile_path)  # fmt: skip
-    if case.key_value_heads != case.heads:
-        raise bad_value("kv_heads", case.kv_heads, f"{case.heads} (as many as heads) with impl='ringbench': its "
-                        "engine has no grouped-query attention yet (simulate and plan model it)")  # fmt: skip
     if progress is not None:
         progress.set_case(case_index)
     setup = _set_up(case, session, settings, progress)
@@ -214,7 +211,7 @@ def _set_up(case: Case, session: RankSession, settings: RunSettings, progress) -
     # This rank's shards only, made on its device from (seed, token chunk): O(S/N) memory, the same global
     # tensors whatever the world size or layout.
     shard = ShardSpec.of(case, seed=settings.seed, rank=rank, layout=layout)
-    q0, k0, v0, dout = rank_shards(shard, device=device)  # (B, H, S/N, D) each
+    q0, k0, v0, dout = rank_shards(shard, device=device)  # (B, H, S/N, D) each; k0, v0: (B, KV, S/N, D)
     # Each layer attends over the same tokens through leaves of its own (views, no copies), so its gradients
     # stay apart for the check; autograd runs the layers' backward rings in reverse order.
     leaves = [tuple(t.detach().requires_grad_(case.backward) for t in (q0, k0, v0)) for _ in rules]
@@ -229,7 +226,7 @@ def _set_up(case: Case, session: RankSession, settings: RunSettings, progress) -
                 for layer, rule in enumerate(rules)]  # fmt: skip
     if compiles(kernel):  # a JIT kernel compiles here, rank by rank, not inside the first (timed) iterations
         for layer_ctx in contexts:
-            warm(layer_ctx, q0)
+            warm(layer_ctx, q0, k0)
         session.ops.min_int_after(0, settings.timeout + COMPILE_PATIENCE_S)  # ranks compile for different times
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
@@ -306,6 +303,8 @@ def _report(case: Case, setup: _CaseSetup, session: RankSession, settings: RunSe
         case_id=case.case_id, rank=session.env.rank, rows=rows,
         fwd_err=check.fwd_err if check is not None else math.nan,
         bwd_err=check.bwd_err if check is not None else math.nan, check_note=check.note if check is not None else "",
+        errors=check.errors() if check is not None else {},
+        nonfinite=nonfinite_tensors(outs, grads) if outs is not None else "",
         **_clock_report(clock, origin), emulated_gflops=setup.emulated_gflops,
         saturated_blocks=pacer.saturated_blocks if pacer is not None else 0,
         paced_blocks=pacer.blocks if pacer is not None else 0, peak_mem_mb=peak, attn_mem_mb=tensors.peak_mb,

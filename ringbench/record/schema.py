@@ -8,7 +8,9 @@ Schema versions (readers accept every one of them; missing columns read as null,
   4 -- one process group per ring: events gain ``comm_group`` (the channel an exchange used, as
        ringbench/engine/pgroups.py labels it: ``<role>:<ranks>`` such as ``inner-kv:0-1`` or ``outer-kv:1-3``,
        ``shared:<role>`` when it rode on the caller's group; null in older records, in imported and simulated ones,
-       and on spans that are no exchange).
+       and on spans that are no exchange). Later in version 4: cases gain the axis ``kv_heads`` (grouped-query
+       attention; 0 -- and absent in older records -- as many as heads) and the per-tensor errors ``out_err``,
+       ``lse_err``, ``dq_err``, ``dk_err``, ``dv_err`` (null in older records).
   3 -- strategies beyond one ring: cases gain the ``strategy`` and ``placement`` axes and ``attn_mem_mb`` (the
        peak of the attention's own tensors per rank); events gain ``exchange`` (what a send / recv / wait moved:
        ``qkv``, ``out``, ``dout``, ``dqkv`` for the all-to-alls, ``kv`` / ``dkv`` where a strategy labels its ring
@@ -21,7 +23,8 @@ Schema versions (readers accept every one of them; missing columns read as null,
        Masks beyond one causal sequence: events gain ``layer`` (the attention layer of a multi-layer iteration, 0
        for one layer); cases gain the ``docs`` and ``layers`` axes, the documents' ``docs_count``, ``docs_mean``,
        ``docs_max``, the balance figure (``imbalance``, ``predicted_imbalance``), ``bytes_moved``, ``kernel_calls``
-       and ``ring_steps``; later ``short_ring_bytes`` (what the short ring would move; null in records before it).
+       and ``ring_steps``; later ``short_ring_bytes`` (what the short ring would move; null in records before it)
+       and ``nonfinite`` (the tensors that held a NaN or an infinity: a failed check, never an unchecked one).
   2 -- events gain ``nccl_ms`` (NCCL's own duration of an exchange, when NCCL timing is on); cases gain
        ``peak_mem_mb``, ``saturated_blocks``, ``emulated_blocks``, ``emulated_gflops``, ``check_note`` and the ``impl`` axis.
   1 -- first version. Files of version 1 are kept as test fixtures (tests/data/).
@@ -108,6 +111,7 @@ CASE_AXES = (
     "world",
     "seq",
     "heads",
+    "kv_heads",  # key/value heads, grouped-query attention (0: as many as heads; older records: 0)
     "head_dim",
     "batch",
     "dtype",
@@ -123,6 +127,10 @@ CASE_AXES = (
     "docs",  # the packed documents' spec (version 3; "none" without documents)
     "layers",  # attention layers per iteration: a count or a pattern of masks (version 3; older records: 1)
 )
+# Per tensor: its max abs error over all ranks, as `ringbench check` reports them; NaN when not compared (lse: only
+# where the implementation exposes it; dk, dv: over the check's budget) or when the tensor held a NaN (``nonfinite``
+# names it). fwd_max_abs_err is out_err; bwd_max_abs_err the worst gradient's.
+ERROR_COLUMNS = ("out_err", "lse_err", "dq_err", "dk_err", "dv_err")
 CASE_COLUMNS = (
     "case_id",
     "repeat",
@@ -143,6 +151,7 @@ CASE_COLUMNS = (
     "exposed_comm_frac",  # exposed_comm_ms / step_ms
     "fwd_max_abs_err",  # against the float64 single-device reference (NaN when --no-check)
     "bwd_max_abs_err",
+    *ERROR_COLUMNS,
     "passed",  # bool: errors within the dtype's tolerance (True when unchecked)
     "status",  # ok | failed
     "peak_mem_mb",  # largest peak memory of any rank during the case, MB (NaN: not reported)
@@ -150,6 +159,7 @@ CASE_COLUMNS = (
     "emulated_blocks",  # every emulated kernel call of the case, all ranks (saturated_blocks' denominator)
     "emulated_gflops",  # the emulated kernel's rate (emulated:auto: the rate it chose), NaN when not emulated
     "check_note",  # what the float64 check left out to stay in its time budget ("" when it checked everything)
+    "nonfinite",  # tensors that held a NaN or an infinity on some rank, e.g. "out,dk" ("" none; null in older records)
     "attn_mem_mb",  # largest per-rank peak of the attention's own tensors, inputs included, MiB (version 3)
     "docs_count",  # documents in the sequence (version 3; NaN without documents)
     "docs_mean",  # their mean length, tokens
@@ -161,7 +171,7 @@ CASE_COLUMNS = (
     "ring_steps",  # ring steps per phase and layer (N for the full ring; D + 1 for the short ring's deepest layer)
     "short_ring_bytes",  # what one iteration would move on the short ring, all ranks (the plan's route; NaN: no ring)
 )
-CASE_DEFAULTS = {"docs": "none", "layers": "1"}  # what an axis an older record lacks reads as
+CASE_DEFAULTS = {"docs": "none", "layers": "1", "kv_heads": 0}  # what an axis an older record lacks reads as
 
 
 def empty_events():

@@ -135,6 +135,11 @@ def _worker(rank, world, store_path, fn, args, messages, progress_array, stored,
     os._exit(0)  # skip interpreter teardown: gloo threads of a broken group must not keep us alive
 
 
+def phase_of(progress_array, rank: int) -> str:
+    """The phase a rank last reported (setup, fwd, bwd, done, check), "" when unknown."""
+    return PHASE_NAMES.get(progress_array[rank * _SLOTS + 1], "")
+
+
 def where_text(progress_array, rank: int, case_names: list[str] | None) -> str:
     base = rank * _SLOTS
     case_index, phase, iteration, step = (progress_array[base + i] for i in range(_SLOTS))
@@ -148,8 +153,9 @@ def where_text(progress_array, rank: int, case_names: list[str] | None) -> str:
 
 
 # What the fork server imports once: the caller's main module (as spawn would, so that functions defined there can
-# be run), torch and the runner, whose imports cover what a rank needs.
-_PRELOAD = ["__main__", "torch", "torch.distributed", "ringbench.rank.runner"]
+# be run), torch and the runner, whose imports cover what a rank needs, and what torch.autograd.grad imports on its
+# first call with grad_outputs (sympy, through torch.fx's symbolic shapes: about a second per rank otherwise).
+_PRELOAD = ["__main__", "torch", "torch.distributed", "ringbench.rank.runner", "torch.fx.experimental.symbolic_shapes"]
 
 
 def _context():
@@ -178,6 +184,53 @@ def launch_local(
     every rank's part of a case has arrived and been stored), which workers can wait for with ``wait_stored``.
     """
     _check_launch(world)
+    ranks = start_ranks(world, fn, args, timeout_s=timeout_s, device=device)
+    procs, channels = ranks.procs, ranks.channels
+    results: dict[int, Any] = {}
+    errors: dict[int, tuple[str, str, bool]] = {}
+    try:
+        _collect(procs, channels, results, errors, on_item=on_item, timeout_s=timeout_s, grace_s=grace_s)
+    except StopRequested as stop:
+        live = [r for r, p in enumerate(procs) if p.pid is not None and r not in results]
+        if live:  # the rank that got least far says where the interrupted work was
+            slowest = min(live, key=lambda r: _progress_key(channels.progress, r))
+            stop.where = where_text(channels.progress, slowest, case_names)
+        raise
+    finally:
+        ranks.stop()
+    if len(results) == world:
+        return [results[r] for r in range(world)]
+    raise _failure(procs, results, errors, channels.progress, case_names)
+
+
+@dataclass(slots=True)
+class _Channels:
+    """What the ranks share with the parent: the message queue, each rank's progress slots, the stored count."""
+
+    messages: Any
+    progress: Any
+    stored: Any  # items whose on_item call completed (counts complete items, see on_item)
+
+
+@dataclass(slots=True)
+class RankProcesses:
+    """Started ranks: their processes, what they share with the parent, and their rendezvous folder."""
+
+    procs: list
+    channels: _Channels
+    rendezvous: str
+
+    def stop(self) -> None:
+        """SIGTERM, a short wait, SIGKILL (ringbench.run.interrupt.stop_processes); the rendezvous goes too."""
+        stop_processes(self.procs)
+        shutil.rmtree(self.rendezvous, ignore_errors=True)
+
+
+def start_ranks(world: int, fn: Callable, args: tuple = (), *, timeout_s: float = 60.0,
+                device: str | None = None) -> RankProcesses:  # fmt: skip
+    """Start ``world`` ranks running ``fn(WorkerContext, *args)`` (the module doc says how) and return them
+    running; the caller reads ``channels.messages`` and calls ``stop()`` in the end, whatever happens."""
+    _check_launch(world)
     spawn = _context()
     channels = _Channels(messages=spawn.Queue(), progress=spawn.Array("i", world * _SLOTS, lock=False),
                          stored=spawn.Value("i", 0))  # fmt: skip
@@ -191,33 +244,14 @@ def launch_local(
                       name=f"ringbench-rank{rank}", daemon=True)
         for rank in range(world)
     ]  # fmt: skip
-    results: dict[int, Any] = {}
-    errors: dict[int, tuple[str, str, bool]] = {}
+    ranks = RankProcesses(procs=procs, channels=channels, rendezvous=rendezvous)
     try:
         for proc in procs:
             proc.start()
-        _collect(procs, channels, results, errors, on_item=on_item, timeout_s=timeout_s, grace_s=grace_s)
-    except StopRequested as stop:
-        live = [r for r, p in enumerate(procs) if p.pid is not None and r not in results]
-        if live:  # the rank that got least far says where the interrupted work was
-            slowest = min(live, key=lambda r: _progress_key(channels.progress, r))
-            stop.where = where_text(channels.progress, slowest, case_names)
+    except BaseException:
+        ranks.stop()
         raise
-    finally:
-        stop_processes(procs)
-        shutil.rmtree(rendezvous, ignore_errors=True)
-    if len(results) == world:
-        return [results[r] for r in range(world)]
-    raise _failure(procs, results, errors, channels.progress, case_names)
-
-
-@dataclass(slots=True)
-class _Channels:
-    """What the ranks share with the parent: the message queue, each rank's progress slots, the stored count."""
-
-    messages: Any
-    progress: Any
-    stored: Any  # items whose on_item call completed (counts complete items, see on_item)
+    return ranks
 
 
 def _check_launch(world: int) -> None:

@@ -23,10 +23,10 @@ from ringbench.kernels import get_kernel
 from ringbench.rank.report import RankReport
 from ringbench.record.folder import RecordFolder
 from ringbench.record.rows import case_row
-from ringbench.record.schema import EVENT_COLUMNS
+from ringbench.record.schema import ERROR_COLUMNS, EVENT_COLUMNS
 from ringbench.run.interrupt import shielded
 from ringbench.scenario.scenario import Case, Scenario
-from ringbench.vocab import TOLERANCE
+from ringbench.vocab import tolerance
 
 
 @dataclass(slots=True)
@@ -135,7 +135,9 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
     peaks = [float(r.peak_mem_mb) for r in per_rank if r.peak_mem_mb is not None]
     fwd_err = float(np.max([r.fwd_err for r in per_rank]))  # np.max: a NaN on any rank stays NaN
     bwd_err = float(np.max([r.bwd_err for r in per_rank]))
-    fwd_tol, bwd_tol = TOLERANCE[case.dtype]
+    errors = {column: float(np.max([(r.errors or {}).get(column.removesuffix("_err"), math.nan) for r in per_rank]))
+              for column in ERROR_COLUMNS}  # fmt: skip
+    fwd_tol, bwd_tol = tolerance(case.dtype, case.heads // case.key_value_heads)
     passed = True
     if scenario.check:
         passed = bool(fwd_err <= fwd_tol and (not case.backward or bwd_err <= bwd_tol))  # False for NaN
@@ -147,17 +149,25 @@ def summarize_case(case: Case, per_rank: list[RankReport], scenario: Scenario, r
         **{name: float(figures.get(name, math.nan)) for name in CASE_FIGURES},
         "fwd_max_abs_err": fwd_err,
         "bwd_max_abs_err": bwd_err,
+        **errors,
         "passed": passed,
         "status": "ok",
         "peak_mem_mb": float(np.nanmax(peaks)) if peaks and not np.isnan(peaks).all() else math.nan,
         "attn_mem_mb": _largest([r.attn_mem_mb for r in per_rank]),
         "emulated_gflops": _emulated_rate(per_rank),
         "check_note": "; ".join(sorted({r.check_note for r in per_rank if r.check_note})),
+        "nonfinite": _nonfinite(per_rank),
         "saturated_blocks": int(sum(int(r.saturated_blocks or 0) for r in per_rank)),
         "emulated_blocks": int(sum(int(r.paced_blocks or 0) for r in per_rank)),
         **_plan_figures(case, events, plan),
     }
     return events, row
+
+
+def _nonfinite(per_rank: list[RankReport]) -> str:
+    """The tensors that held a NaN or an infinity on any rank, comma-joined in a fixed order ("" when none)."""
+    found = {name for r in per_rank for name in str(getattr(r, "nonfinite", "") or "").split(",") if name}
+    return ",".join(name for name in ("out", "dq", "dk", "dv") if name in found)
 
 
 def _largest(values: list) -> float:

@@ -3,7 +3,8 @@
 Each rank builds the same full Q, K, V (same seed, small shapes), computes the float64 reference and its gradients,
 runs the ring on its own shard and reports the largest absolute errors of its rows. The test suite drives it
 (tests/test_ring_exact.py); from Python: ``run_selfcheck(world, all_cases(world))``. Tolerances per dtype are
-ringbench.vocab.TOLERANCE, the same the runs are checked against.
+ringbench.vocab.TOLERANCE (ringbench.vocab.tolerance: the backward's grows with a KV group), the same the runs are
+checked against.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ringbench.engine.masks import mask_rule
 from ringbench.engine.spec import AttentionSpec, Runtime
 from ringbench.fmt import ring_text
 from ringbench.scenario.workload import Workload, reads_workload
-from ringbench.vocab import TOLERANCE
+from ringbench.vocab import tolerance
 
 
 @reads_workload
@@ -44,6 +45,7 @@ class CheckCase:
     def name(self) -> str:
         docs = f"/{self.docs}" if self.docs != "none" else ""
         shape = "" if self.seq_per_rank == 8 else f"/L{self.seq_per_rank}"
+        shape += f"/h{self.heads}kv{self.key_value_heads}" if self.key_value_heads != self.heads else ""
         base = f"{self.mask}/{self.layout}/{self.buffer}/{self.order}/{self.dtype}/{self.kernel}{docs}{shape}"
         if self.strategy in ("ring", "allgather"):
             return base
@@ -166,10 +168,8 @@ def check_case(case: CheckCase, rank: int = 0, group=None, device=None) -> tuple
     device = device or torch.device("cpu")
     generator = torch.Generator().manual_seed(1234)
     world, seq = case.world, case.seq
-    full = [
-        torch.randn(case.batch, case.heads, seq, case.head_dim, generator=generator, dtype=torch.float64)
-        for _ in range(4)
-    ]
+    heads = (case.heads, case.key_value_heads, case.key_value_heads, case.heads)  # q, k, v, dO: K/V of KV heads
+    full = [torch.randn(case.batch, h, seq, case.head_dim, generator=generator, dtype=torch.float64) for h in heads]
     q, k, v, grad = (t.to(dtype).to(torch.float64).to(device) for t in full)  # values exactly representable
     q_ref, k_ref, v_ref = (t.clone().requires_grad_() for t in (q, k, v))
     rule = mask_rule(case.mask, case.docs, seq)
@@ -216,8 +216,41 @@ def run_selfcheck(world: int, cases: list[CheckCase], timeout_s: float = 60.0) -
 
 
 def within_tolerance(case: CheckCase, errors: tuple[float, float]) -> bool:
-    fwd_tol, bwd_tol = TOLERANCE[case.dtype]
+    fwd_tol, bwd_tol = tolerance(case.dtype, case.heads // case.key_value_heads)
     return errors[0] <= fwd_tol and errors[1] <= bwd_tol
+
+
+def gqa_cases(world: int, *, dtypes=("float64", "float32", "bfloat16"), wide: bool = False, seq_per_rank: int = 8,
+              kernels=("torch",), **shape) -> list[CheckCase]:  # fmt: skip
+    """Grouped-query attention (K, V of fewer heads than Q) in every strategy of ``world``: the ring (sync, double
+    and the short ring), allgather, ulysses, hybrid:U and double-ring:W, with H four times the Ulysses degree U and
+    KV heads H/2, H/4, 1 and, for U >= 4, U/2 (fewer than U: the KV heads repeated across the Ulysses group). Each
+    strategy's KV counts cycle through dtypes, masks, layouts, buffers, placements and ``kernels``; ``wide`` takes
+    every KV count x dtype. ``shape``: head_dim, batch."""
+    from ringbench.vocab import Strategy
+
+    seq = seq_per_rank * world
+    cells = (("causal", "zigzag"), ("causal-naive", "striped"), ("none", "contiguous"), ("window:3", "contiguous"),
+             ("causal-document", "doc-balanced"), ("full-document", "striped"))  # fmt: skip
+    out, n = [], 0
+    for spec in ("ring", "allgather", *strategy_specs(world)):
+        strategy = Strategy.parse(spec)
+        degree = strategy.ulysses_degree(world)
+        heads = 4 * degree
+        kv_counts = sorted({heads // 2, heads // 4, 1} | ({degree // 2} if degree >= 4 else set()), reverse=True)
+        buffers = ("double", "sync", "double-short") if spec == "ring" else strategy.buffers()
+        combos = (itertools.product(kv_counts, dtypes) if wide else
+                  [(kv, dtypes[(i + world) % len(dtypes)]) for i, kv in enumerate(kv_counts)])  # fmt: skip
+        for kv_heads, dtype in combos:
+            mask, layout = cells[n % len(cells)]
+            placement = "interleaved" if strategy.grouped and n % 2 else "heads-first"
+            out.append(CheckCase.of(world, strategy=spec, placement=placement, mask=mask, layout=layout,
+                                    buffer=buffers[n % len(buffers)], dtype=dtype, heads=heads, kv_heads=kv_heads,
+                                    kernel=kernels[n % len(kernels)], seq_per_rank=seq_per_rank,
+                                    docs=document_pack(seq, seed=world) if "document" in mask else "none",
+                                    **shape))  # fmt: skip
+            n += 1
+    return out
 
 
 def strategy_mask_cases(world: int, *, full: bool = False, dtypes=("float64", "float32"),

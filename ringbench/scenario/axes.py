@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RUN, SIMULATE, PLAN, CALIBRATE = "run", "simulate", "plan", "calibrate"
+RUN, SIMULATE, PLAN, CALIBRATE, CHECK = "run", "simulate", "plan", "calibrate", "check"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,30 +40,43 @@ MASK_HELP = ("none, causal, causal-naive, causal-document, full-document, window
 DOCS_HELP = ("Packed documents of the document masks: lengths:L1,L2,..., file:PATH[:COLUMN], "
              "lognormal:MEAN:SIGMA:SEED[:CAP], uniform:MIN:MAX:SEED[:CAP].")  # fmt: skip
 _ALL = (RUN, SIMULATE, PLAN, CALIBRATE)
+_CHECKED = (*_ALL, CHECK)
 
 AXES: tuple[Axis, ...] = (
-    Axis(name="world", shown=0, kind=int, help="Ranks N.", commands=_ALL, single=(PLAN, CALIBRATE)),
+    Axis(name="world", shown=0, kind=int, help="Ranks N.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
     Axis(
-        name="seq", shown=1, kind=int, help="Total sequence length S (tokens).", commands=_ALL, single=(PLAN, CALIBRATE)
+        name="seq",
+        shown=1,
+        kind=int,
+        help="Total sequence length S (tokens).",
+        commands=_CHECKED,
+        single=(PLAN, CALIBRATE),
     ),
-    Axis(name="heads", shown=2, kind=int, help="Attention (query) heads.", commands=_ALL, single=(PLAN, CALIBRATE)),
-    Axis(name="head_dim", shown=3, kind=int, help="Head dimension.", commands=_ALL, single=(PLAN, CALIBRATE)),
-    Axis(name="batch", shown=4, kind=int, help="Batch size.", commands=_ALL, single=(PLAN, CALIBRATE)),
+    Axis(name="heads", shown=2, kind=int, help="Attention (query) heads.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
+    Axis(
+        name="kv_heads",
+        shown=2,  # beside heads (a stable sort keeps the registry's order)
+        kind=int,
+        help="Key/value heads (grouped-query attention: dividing --heads; 0, the default: as many as --heads).",
+        commands=(RUN, CHECK),
+    ),
+    Axis(name="head_dim", shown=3, kind=int, help="Head dimension.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
+    Axis(name="batch", shown=4, kind=int, help="Batch size.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
     Axis(
         name="dtype",
         shown=5,
         kind=str,
         help="float32 (fp32), float64 (fp64), bfloat16 (bf16), float16 (fp16).",
-        commands=_ALL,
+        commands=_CHECKED,
         single=(PLAN, CALIBRATE),
     ),
-    Axis(name="mask", shown=8, kind=str, help=MASK_HELP, commands=_ALL, single=(PLAN,)),
+    Axis(name="mask", shown=8, kind=str, help=MASK_HELP, commands=_CHECKED, single=(PLAN,)),
     Axis(
         name="layout",
         shown=9,
         kind=str,
         help="contiguous, zigzag, striped, doc-balanced (document masks).",
-        commands=_ALL,
+        commands=_CHECKED,
         single=(PLAN, CALIBRATE),
     ),
     Axis(
@@ -111,7 +124,7 @@ AXES: tuple[Axis, ...] = (
         "in placement order such as 0-2-1-3.",
         commands=(RUN, SIMULATE),
     ),
-    Axis(name="docs", shown=14, kind=str, help=DOCS_HELP, commands=(RUN, SIMULATE, PLAN), single=(PLAN,)),
+    Axis(name="docs", shown=14, kind=str, help=DOCS_HELP, commands=(RUN, SIMULATE, PLAN, CHECK), single=(PLAN,)),
     Axis(
         name="layers",
         shown=15,
@@ -139,5 +152,5 @@ def axes_for(command: str) -> tuple[Axis, ...]:
     return tuple(a for a in AXES if command in a.commands)
 
 
-__all__ = ["AXES", "AXIS_NAMES", "CALIBRATE", "DOCS_HELP", "INT_AXES", "MASK_HELP", "PLAN", "RUN", "SHOWN_AXES",
+__all__ = ["AXES", "AXIS_NAMES", "CALIBRATE", "CHECK", "DOCS_HELP", "INT_AXES", "MASK_HELP", "PLAN", "RUN", "SHOWN_AXES",
            "SIMULATE", "Axis", "axes_for", "axis"]  # fmt: skip

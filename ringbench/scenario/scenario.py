@@ -46,6 +46,8 @@ class Scenario:
     seq: tuple[int, ...] = (2048,)
     """Total sequence length S over all ranks."""
     heads: tuple[int, ...] = (4,)
+    kv_heads: tuple[int, ...] = (0,)
+    """Key/value heads (grouped-query attention: each dividing every value of ``heads``); 0: as many as heads."""
     head_dim: tuple[int, ...] = (32,)
     batch: tuple[int, ...] = (1,)
     dtype: tuple[str, ...] = ("float32",)
@@ -148,9 +150,13 @@ class Scenario:
     def _validate_axes(self, where: str) -> None:
         """The integer axes, the dtypes, each mask, layout and buffer, and the masks' layers and documents."""
         for axis in INT_AXES:
+            low = 0 if axis == "kv_heads" else 1  # 0: as many as heads
             for value in getattr(self, axis):
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise _failure(where, axis, value, "an integer >= 1")
+                if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                    raise _failure(where, axis, value, f"an integer >= {low}")
+        for heads, kv_heads in itertools.product(self.heads, self.kv_heads):
+            if kv_heads and heads % kv_heads:
+                raise _failure(where, "kv_heads", kv_heads, f"an integer dividing heads={heads}, or 0 (as many)")
         for value in self.dtype:
             if value not in DTYPES:
                 raise _failure(where, "dtype", value, "one of: " + ", ".join([*DTYPES, *DTYPE_ALIASES]))
@@ -305,9 +311,9 @@ class Scenario:
             if others:
                 raise UsageError(where + f"strategy={strategy.spec!r} is not allowed with impl={others[0]!r}; "
                                  "strategies other than the ring run on ringbench's own engine")  # fmt: skip
-            for world, heads in itertools.product(self.world, self.heads):
+            for world, heads, kv_heads in itertools.product(self.world, self.heads, self.kv_heads):
                 try:
-                    strategy.check(world, heads)
+                    strategy.check(world, heads, kv_heads=kv_heads)
                 except UsageError as exc:  # the message names the world (or the heads) itself
                     raise UsageError(where + str(exc)) from None
             if strategy.grouped:

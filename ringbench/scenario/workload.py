@@ -64,8 +64,10 @@ class Workload:
     def __post_init__(self) -> None:
         # One canonical workload per computation, so a sweep over strategy x buffer x order x placement runs each
         # once: allgather is the buffer of that name; Ulysses has no ring to double-buffer; only grouped
-        # strategies have a placement, only ring strategies an order. A bad spec is left for checked() (or the
-        # scenario's validation) to name.
+        # strategies have a placement, only ring strategies an order; K/V heads as many as the heads are 0. A bad
+        # spec is left for checked() (or the scenario's validation) to name.
+        if self.kv_heads == self.heads and isinstance(self.kv_heads, int) and not isinstance(self.kv_heads, bool):
+            object.__setattr__(self, "kv_heads", 0)
         try:
             strategy = Strategy.parse(self.strategy)
             Buffer.parse(self.buffer, "buffer")
@@ -114,11 +116,7 @@ class Workload:
         sequence is the engine's arithmetic (ringbench.engine.layout.check_divisible), checked by its users."""
         self.check_sizes()
         strategy = Strategy.parse(self.strategy, "strategy")
-        strategy.check(self.world, self.heads)
-        degree = strategy.ulysses_degree(self.world)
-        if self.key_value_heads % degree and degree % self.key_value_heads:  # fewer: each repeated (DeepSpeed)
-            raise bad_value("strategy", strategy.spec, f"a Ulysses degree dividing kv_heads={self.key_value_heads}, "
-                            "or a multiple of it (the KV heads repeated)")  # fmt: skip
+        strategy.check(self.world, self.heads, kv_heads=self.key_value_heads)
         if self.placement:
             parse_placement(self.placement, self.world, strategy.group_size(self.world))
         if self.dtype not in DTYPES:
@@ -180,13 +178,15 @@ class Case:
         """Readable and stable: the same axes give the same id in every run (resume and compare rely on it).
         ringbench's own engine is the default implementation and does not appear in the id; nor do the ring
         strategies (ring, allgather: the buffer says which), nor one layer without documents (the default workload),
-        so records made before strategies, documents and layers keep their ids."""
+        so records made before strategies, documents, layers and grouped-query attention keep their ids (K/V heads
+        appear only when fewer than the heads: ``h8kv2x128``)."""
         impl = "" if self.impl == "ringbench" else f"-{self.impl}"
         strategy = "" if self.strategy in ("ring", "allgather") else f"-{self.strategy}"
         if self.placement:
             strategy += f"-{self.placement}"
+        kv = f"kv{self.key_value_heads}" if self.key_value_heads != self.heads else ""
         slug = (
-            f"w{self.world}-s{self.seq}-h{self.heads}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
+            f"w{self.world}-s{self.seq}-h{self.heads}{kv}x{self.head_dim}-b{self.batch}-{self.dtype}-{self.mask}-"
             f"{self.layout}-{self.buffer}-{self.order}-{self.kernel}{impl}{strategy}-{'fb' if self.backward else 'f'}"
         )
         readable = slug

@@ -22,7 +22,7 @@ import pandas as pd
 from ringbench.errors import UsageError
 from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, max_over_mean, rank_balance
 from ringbench.record.meta import write_meta
-from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.record.schema import CASE_COLUMNS, ERROR_COLUMNS, SCHEMA_VERSION
 from ringbench.record.store import RunData, write_cases, write_events
 from ringbench.simulate.case import Cluster, SimCase, class_flops
 from ringbench.simulate.case_result import CaseResult, case_axes
@@ -109,8 +109,9 @@ def _row(case: SimCase, costs: Costs, timeline: Timeline, events: pd.DataFrame, 
     rate = case.gflops or costs.gflops
     return axes | values | {
         "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": True, "status": "ok",
+        **dict.fromkeys(ERROR_COLUMNS, math.nan),  # per-tensor errors: nothing computed, nothing checked
         "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_blocks": 0, "emulated_gflops": float(rate), "check_note": NOTE,
-        "attn_mem_mb": _predicted_memory(case),
+        "attn_mem_mb": _predicted_memory(case), "nonfinite": "",
     } | plan_figures(case, timeline, events, bounded, case_id or case.case_id)  # fmt: skip
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ringbench.figures.metrics import CASE_FIGURES, case_figures
-from ringbench.record.schema import EVENT_COLUMNS
+from ringbench.record.schema import ERROR_COLUMNS, EVENT_COLUMNS
 from ringbench.simulate.case import class_flops
 from ringbench.simulate.case_result import CaseResult, case_axes
 from ringbench.simulate.costs import Costs
@@ -59,9 +59,11 @@ def strategy_case(case, costs: Costs, cluster, *, repeat: int = 0, case_id: str 
     rate = case.gflops or costs.gflops
     row = axes | values | {
         "fwd_max_abs_err": math.nan, "bwd_max_abs_err": math.nan, "passed": True, "status": "ok",
+        **dict.fromkeys(ERROR_COLUMNS, math.nan),  # per-tensor errors: nothing computed, nothing checked
         "peak_mem_mb": math.nan, "saturated_blocks": 0, "emulated_blocks": 0, "emulated_gflops": float(rate),
         "check_note": "simulated: not checked", "attn_mem_mb": predicted_memory_mb(case),
         "short_ring_bytes": math.nan,  # no one ring to shorten
+        "nonfinite": "",
     }  # fmt: skip
     critical = {"path_ms": values["step_ms"], "ranks": [], "hops": [], "bytes_by_class": timeline.bytes_by_class}
     return CaseResult(case=case, events=events, row=row, bounded=False, exposed_ms=list(timeline.exposed_ms),

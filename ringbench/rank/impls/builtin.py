@@ -3,7 +3,8 @@
 Peers are optional (``pip install ringbench[peers]``), imported only when used; one that is absent, or needs
 CUDA on a machine without it, gives one line saying so (``missing``).
 
-* ``ringbench``: ringbench.engine.api.ring_attention with the case's mask, layout, buffer, order and kernel.
+* ``ringbench``: ringbench.engine.api.ring_attention with the case's mask, layout, buffer, order and kernel; K and V
+  of the case's KV heads (grouped-query attention); returns (out, lse).
 * ``ring-attention-pytorch`` (lucidrains): ``ring_flash_attn(q, k, v, causal=..., ring_reduce_col=True,
   striped_ring_attn=...)``, tensors (B, L, H, D); contiguous or striped shards; one bucket per rank (its striped
   mask is exact only then); the default process group only (it caches rank and world size per process).
@@ -12,15 +13,20 @@ CUDA on a machine without it, gives one line saying so (``missing``).
   backward rounds dq through bf16, so fp16 would be held to a tolerance it cannot meet).
 * ``transformer-engine``: ``DotProductAttention`` with context parallelism over the group (``cp_comm_type``
   "p2p", the ring); qkv_format "bshd"; its load-balanced causal layout is zigzag; CUDA, fp16 / bf16.
-* ``module:function``: a user's ring, called as ``function(q, k, v, *, mask, layout, group)`` with this rank's
-  (B, H, S/N, D) shards in ringbench's layout and returning this rank's (B, H, S/N, D) output, differentiable
-  (autograd). Optional attributes on the function: ``ringbench_layouts`` (a tuple of layout names it accepts;
-  default all three) and ``ringbench_masks`` (default none and causal).
+* ``module:function``: a user's ring, called as ``function(q, k, v, *, mask, layout, group, **what_it_takes)``
+  with this rank's (B, H, S/N, D) shards in ringbench's layout (K, V: KV heads) and returning this rank's
+  (B, H, S/N, D) output, or (out, lse) with lse (B, H, S/N), differentiable (autograd). Besides mask, layout and
+  group it receives whichever of USER_KEYWORDS its signature names (all of them with ``**kwargs``): what every
+  mask needs. Optional attributes on the function declare what it supports (USER_DECLARATIONS); the defaults are
+  masks none and causal, the three layouts, every dtype, no GQA, even shards. docs/implementations.md has the
+  worked example.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import itertools
 
 import torch
 
@@ -32,17 +38,22 @@ RING_FLASH_FUNCTIONS = {"contiguous": "ring_flash_attn_func", "zigzag": "zigzag_
                         "striped": "stripe_flash_attn_func"}  # fmt: skip
 
 
+DOCUMENT_MASKS = ("causal-document", "full-document", "causal-document+window")
+
+
 class RingbenchAdapter(Adapter):
     name = "ringbench"
     description = "ringbench's own ring engine (ringbench.engine.api.ring_attention)"
-    support = Support(layouts={m: ALL_LAYOUTS for m in ("none", "causal", "causal-naive")}, orders=("*",))
+    support = Support(layouts={m: ALL_LAYOUTS for m in ("none", "causal", "causal-naive", "window")}
+                      | dict.fromkeys(DOCUMENT_MASKS, (*ALL_LAYOUTS, "doc-balanced")), orders=("*",),
+                      gqa=True)  # fmt: skip
 
     def build(self, case, *, group, device, recorder) -> AttentionFn:
         from ringbench.engine.api import ring_attention
 
         options = dict(mask=case.mask, layout=case.layout, buffer=case.buffer, order=case.order, kernel=case.kernel,
-                       group=group, recorder=recorder)  # fmt: skip
-        return AttentionFn(call=lambda q, k, v: ring_attention(q, k, v, **options))
+                       group=group, recorder=recorder, docs=case.docs, return_lse=True)  # fmt: skip
+        return AttentionFn(call=lambda q, k, v: ring_attention(q, k, v, **options))  # (out, lse): both checked
 
 
 def _installed(module: str, package: str) -> str | None:
@@ -147,6 +158,58 @@ class TransformerEngineAdapter(Adapter):
         return AttentionFn(call=call)
 
 
+USER_KEYWORDS = {
+    "causal": "bool: keys at or before the query only",
+    "window": "int or None: causal sliding window W (query t sees keys t-W+1..t)",
+    "doc_lengths": "tuple of ints or None: the packed documents' lengths, in sequence order (they sum to seq)",
+    "kv_heads": "int: key/value heads (k and v have this many; heads is q.shape[1])",
+    "seq": "int: the global sequence length S",
+    "positions": "LongTensor (S/N,): the global token positions of this rank's rows, in row order",
+    "scale": "float: the softmax scale, head_dim ** -0.5",
+}
+"""What a user's function may take besides mask, layout and group (it gets those its signature names)."""
+USER_DECLARATIONS = {
+    "ringbench_masks": "mask names or families: none, causal, causal-naive, causal-document, full-document, window "
+                       "(any window:W), causal-document+window (default: none, causal)",
+    "ringbench_layouts": "layout names (default: contiguous, zigzag, striped), or a dict mask -> layouts",
+    "ringbench_dtypes": "dtype names (default: float64, float32, bfloat16, float16)",
+    "ringbench_gqa": "bool: takes K/V with fewer heads than Q (default False)",
+    "ringbench_uneven": "bool: takes shards of unequal length, S not a multiple of N (default False)",
+    "ringbench_min_world": "int: the fewest ranks it runs on (default 1)",
+    "ringbench_multiple": "int: every run of consecutive tokens a rank holds (a contiguous shard, a zigzag chunk) "
+                          "is a multiple of this (default 1)",
+    "ringbench_backward": "bool: differentiable (default True)",
+}  # fmt: skip
+"""Optional attributes on a user's function: what it declares it supports."""
+
+
+def _accepted(function) -> set[str]:
+    """The USER_KEYWORDS ``function`` takes: those it names, or all with ``**kwargs``."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return set(USER_KEYWORDS)
+    return {p.name for p in parameters} & set(USER_KEYWORDS)
+
+
+def user_keywords(case, rank: int) -> dict:
+    """Every USER_KEYWORDS value for ``case`` on ``rank``."""
+    from ringbench.engine.layout import token_positions
+    from ringbench.engine.masks import mask_rule
+
+    rule = mask_rule(case.mask, case.docs, case.seq)
+    positions = (case.positions(rank) if hasattr(case, "positions")
+                 else token_positions(case.layout, case.seq, case.world, rank, rule))  # fmt: skip
+    lengths = None
+    if rule.documents:
+        ends = (0, *rule.doc_ends)
+        lengths = tuple(b - a for a, b in itertools.pairwise(ends))
+    return {"causal": rule.causal, "window": rule.window, "doc_lengths": lengths, "kv_heads": case.key_value_heads,
+            "seq": case.seq, "positions": positions, "scale": case.head_dim**-0.5}  # fmt: skip
+
+
 class UserAdapter(Adapter):
     """``module:function`` (see the module doc for the signature)."""
 
@@ -163,16 +226,15 @@ class UserAdapter(Adapter):
         if self._function is None:
             try:
                 module = importlib.import_module(self._module)
-            except ImportError as exc:
-                raise UsageError(f"impl={self.name!r}: cannot import {self._module!r} ({exc})") from None
+            except Exception as exc:
+                raise UsageError(f"impl={self.name!r}: cannot import {self._module!r} ({type(exc).__name__}: "
+                                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None  # fmt: skip
             function = getattr(module, self._attribute, None)
             if not callable(function):
                 raise UsageError(f"impl={self.name!r}: {self._module!r} has no function {self._attribute!r}")
             self._function = function
-            masks = tuple(getattr(function, "ringbench_masks", ("none", "causal")))
-            layouts = tuple(getattr(function, "ringbench_layouts", ALL_LAYOUTS))
+            self.support = _declared(self.name, function)
             self.compute_patterns = tuple(getattr(function, "ringbench_compute_patterns", ()))
-            self.support = Support(layouts=dict.fromkeys(masks, layouts), orders=("*",))
         return self._function
 
     def missing(self, device_type: str = "cpu") -> str | None:
@@ -183,10 +245,47 @@ class UserAdapter(Adapter):
         return None
 
     def build(self, case, *, group, device, recorder) -> AttentionFn:
+        import torch.distributed as dist
+
         function = self._load()
+        taken = _accepted(function)
+        rank = dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
+        extra = {key: value for key, value in user_keywords(case, rank).items() if key in taken}
         return AttentionFn(call=lambda q, k, v: function(q, k, v, mask=case.mask, layout=case.layout,
-                                                         group=group))  # fmt: skip
+                                                         group=group, **extra))  # fmt: skip
 
 
-__all__ = ["RingAttentionPytorchAdapter", "RingFlashAttnAdapter", "RingbenchAdapter", "TransformerEngineAdapter",
-           "UserAdapter"]  # fmt: skip
+def _declared(name: str, function) -> Support:
+    """The Support a user's function declares (USER_DECLARATIONS), each attribute checked: one line when wrong."""
+
+    def names(attribute: str, default: tuple) -> tuple:
+        value = getattr(function, attribute, default)
+        if isinstance(value, str) or not all(isinstance(x, str) for x in value):
+            raise UsageError(f"impl={name!r}: {attribute}={value!r} is not allowed; expected a tuple of names")
+        return tuple(value)
+
+    masks = names("ringbench_masks", ("none", "causal"))
+    layouts = getattr(function, "ringbench_layouts", ALL_LAYOUTS)
+    if isinstance(layouts, dict):
+        by_mask = {str(m): tuple(layouts.get(m, ())) for m in masks}
+    else:
+        by_mask = dict.fromkeys(masks, names("ringbench_layouts", ALL_LAYOUTS))
+    flags = {}
+    for attribute, field_name, default in (("ringbench_gqa", "gqa", False), ("ringbench_uneven", "uneven", False),
+                                           ("ringbench_backward", "backward", True)):  # fmt: skip
+        value = getattr(function, attribute, default)
+        if not isinstance(value, bool):
+            raise UsageError(f"impl={name!r}: {attribute}={value!r} is not allowed; expected True or False")
+        flags[field_name] = value
+    dtypes = names("ringbench_dtypes", ("float64", "float32", "bfloat16", "float16"))
+    counts = {}
+    for attribute in ("ringbench_multiple", "ringbench_min_world"):
+        value = getattr(function, attribute, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"impl={name!r}: {attribute}={value!r} is not allowed; expected an integer >= 1")
+        counts[attribute.removeprefix("ringbench_")] = value
+    return Support(layouts=by_mask, dtypes=dtypes, orders=("*",), **counts, **flags)
+
+
+__all__ = ["USER_DECLARATIONS", "USER_KEYWORDS", "RingAttentionPytorchAdapter", "RingFlashAttnAdapter",
+           "RingbenchAdapter", "TransformerEngineAdapter", "UserAdapter", "user_keywords"]  # fmt: skip

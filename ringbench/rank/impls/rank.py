@@ -57,6 +57,7 @@ def run_impl_case(
     """Run one case of adapter ``impl`` on this rank (see the module doc); ``before_iteration(i)``: a hook
     called before each iteration (warm-up ones negative), e.g. for progress reports."""
     from ringbench.engine.inputs import ShardSpec, rank_shards
+    from ringbench.engine.masks import mask_rule
     from ringbench.engine.reference import check_errors
     from ringbench.rank.memory import peak_mb, reset_peak
     from ringbench.rank.profiling import ProfileCapture
@@ -66,12 +67,11 @@ def run_impl_case(
     fn = adapter.prepare(case, group=group, device=device, recorder=recorder)
     layout = adapter.layout(case)
     memory_method = reset_peak(device)
-    shard = ShardSpec(seed=seed, batch=case.batch, heads=case.heads, head_dim=case.head_dim, seq=case.seq,
-                      dtype=case.dtype, layout=layout, world=world, rank=rank)  # fmt: skip
-    q, k, v, dout = rank_shards(shard, device=device)  # (B, H, S/N, D) each
+    shard = ShardSpec.of(case, seed=seed, rank=rank, layout=layout)
+    q, k, v, dout = rank_shards(shard, device=device)  # (B, H, S/N, D); k, v: (B, KV, S/N, D)
     backward = bool(case.backward)
     q, k, v = (t.requires_grad_(backward) for t in (q, k, v))
-    rows, out, grads = [], None, None
+    rows, out, lse, grads = [], None, None, None
     capture = ProfileCapture(profile_path, device) if profile_path is not None else contextlib.nullcontext()
     try:
         for iteration in range(-warmup, iters):
@@ -84,6 +84,8 @@ def run_impl_case(
             with marker:
                 start = time.perf_counter_ns()
                 out = fn(q, k, v)
+                if isinstance(out, (tuple, list)):  # (out, lse) where the implementation exposes it: both checked
+                    out, lse = out[0], (out[1] if len(out) > 1 else None)
                 _sync(device)
                 middle = time.perf_counter_ns()
                 if backward:
@@ -102,12 +104,18 @@ def run_impl_case(
         raise
     finally:
         fn.close()
+    from ringbench.rank.layer_checks import nonfinite_tensors
+
     result = {"impl": adapter.name, "rank": rank, "rows": rows, "fwd_err": math.nan, "bwd_err": math.nan,
-              "check_note": "", "peak_mem_mb": peak_mb(device), "memory_method": memory_method,
+              "check_note": "", "nonfinite": nonfinite_tensors(out, grads) if out is not None else "",
+              "peak_mem_mb": peak_mb(device), "memory_method": memory_method,
               "profile": str(profile_path) if profile_path is not None else None, "layout": layout}  # fmt: skip
     if check and out is not None:
-        checked = check_errors(out.detach(), grads, shard, case.mask, device=device, budget_s=check_budget_s)
-        result.update(fwd_err=checked.fwd_err, bwd_err=checked.bwd_err, check_note=checked.note)
+        lse = lse if isinstance(lse, torch.Tensor) and tuple(lse.shape) == tuple(q.shape[:-1]) else None
+        rule = mask_rule(case.mask, case.docs, case.seq)  # a document mask's documents travel in the rule
+        checked = check_errors(out.detach(), grads, shard, rule, device=device, budget_s=check_budget_s, lse=lse)
+        result.update(fwd_err=checked.fwd_err, bwd_err=checked.bwd_err, check_note=checked.note,
+                      errors=checked.errors())  # fmt: skip
     return result
 
 

@@ -167,10 +167,12 @@ class _TorchRing(torch.autograd.Function):
             )
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.settings = (module, group, causal, rotate, load_balance, scale, tuple(rest), op)
-        return out
+        lse_out = lse.detach().float().clone()  # (B, H, L): exposed for `check`, no gradient through it
+        ctx.mark_non_differentiable(lse_out)
+        return out, lse_out
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx, dout, _dlse=None):
         q, k, v, out, lse = ctx.saved_tensors
         module, group, causal, rotate, load_balance, scale, rest, op = ctx.settings
         backward_op = CUDA_OPS[op][1] if op in CUDA_OPS else _cpu_backward
@@ -213,7 +215,7 @@ class TorchRingAdapter(Adapter):
         load_balance = causal and case.layout == "zigzag"
         scale = case.head_dim**-0.5
 
-        def call(q, k, v):
+        def call(q, k, v):  # (out, lse): run times out, check compares both
             return _TorchRing.apply(q, k, v, module, process_group, causal, self.rotate, load_balance, scale)
 
         return AttentionFn(call=call, info={"rotate": self.rotate, "load_balance": load_balance})
