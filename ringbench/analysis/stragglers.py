@@ -72,6 +72,14 @@ STRAGGLER_COLUMNS = [
     "extra_ms",
     "flagged",
     "tied",
+    "ratio_p10",
+    "ratio_p90",
+    "cost_replayed",
+    "joint_cost_ms",
+    "joint_cost_ms_p10",
+    "joint_cost_ms_p90",
+    "structure",
+    "undecided",
 ]
 CULPRIT_COLUMNS = [
     "case_id",
@@ -92,6 +100,8 @@ CULPRIT_COLUMNS = [
     "clock_violations",
     "straggler_ranks",
     "slow_hops",
+    "ratio_p10",
+    "ratio_p90",
 ]
 RANK_MARGIN = 0.25  # a compute straggler is >= 25% slower per FLOP than the median of the other ranks
 LINK_MARGIN = 0.20  # a slow link is >= 20% slower per byte than the median of the other links
@@ -135,7 +145,7 @@ def _compare(
     """Per (group, member): unit time (median over iterations of the per-iteration low quantile of its spans),
     the peers' median, the ratio, and the share of iterations in which it alone was >= 1 + margin slower.
     With fewer than ``min_peers`` other members there is no baseline: ratio and consistency are NaN."""
-    columns = [*group, *members, "unit_time", "peer_unit_time", "ratio", "consistency"]
+    columns = [*group, *members, "unit_time", "peer_unit_time", "ratio", "consistency", "ratio_p10", "ratio_p90"]
     if spans.empty:
         return pd.DataFrame(columns=columns)
     spans = spans.astype({"unit_time": float})
@@ -162,15 +172,26 @@ def _compare(
     values = wide.to_numpy(float)
     groups = wide.index.droplevel(["repeat", "iteration"])
     slower = np.zeros(values.shape, bool)
+    ratios = np.full(values.shape, np.nan)
     for key in groups.unique():
         rows = np.asarray(groups == key)
         block = values[rows]
-        slower[rows] = _ratio(block, _leave_one_out_median(block)) >= 1.0 + margin
+        ratios[rows] = _ratio(block, _leave_one_out_median(block))
+        slower[rows] = ratios[rows] >= 1.0 + margin
     observed = ~np.isnan(values)
     hits = pd.DataFrame(slower & observed, index=wide.index, columns=wide.columns).groupby(level=group).sum()
     seen = pd.DataFrame(observed, index=wide.index, columns=wide.columns).groupby(level=group).sum()
     share = (hits / seen.where(seen > 0)).stack(list(range(len(members))), future_stack=True).rename("consistency")
-    return out.merge(share.reset_index(), on=[*group, *members], how="left")
+    out = out.merge(share.reset_index(), on=[*group, *members], how="left")
+    # The ratio's interval: its p10 and p90 over iterations (each iteration's ratio against that iteration's peers).
+    per = pd.DataFrame(ratios, index=wide.index, columns=wide.columns).groupby(level=group)
+    stacked = [per.quantile(q).stack(list(range(len(members))), future_stack=True).rename(name)
+               for q, name in ((0.1, "ratio_p10"), (0.9, "ratio_p90"))]  # fmt: skip
+    out = out.merge(pd.concat(stacked, axis=1).reset_index(), on=[*group, *members], how="left")
+    if min_peers > 1 and len(out):
+        few = out["ratio"].isna()
+        out.loc[few, ["ratio_p10", "ratio_p90"]] = np.nan
+    return out
 
 
 def rank_steps(events: pd.DataFrame) -> pd.DataFrame:
@@ -306,6 +327,7 @@ def straggler_table(
     out = shown.merge(_path_costs(path, segments, shown).reset_index(), on=_RESOURCE_KEYS, how="left")
     out["flagged"] = _flagged(out, clock_violations(xfers, tol_ns), no_blame)
     out["tied"] = _ties(out)
+    out = _replayed_costs(out, events, xfers, steps)
     return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
 
 
@@ -330,6 +352,31 @@ def _mark_candidates(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFr
     strong &= units["extra_ms"] >= MIN_EXTRA_SHARE * iteration
     link_ok = excess >= LINK_MIN_EXCESS * np.nan_to_num(step, nan=0.0)
     units["candidate"] = (strong & (~is_link | link_ok)).fillna(False).astype(bool)
+    _small_rings(units, events, steps, rank_margin, step_ms_ok=units["extra_ms"] >= MIN_EXTRA_SHARE * iteration)
+
+
+def _small_rings(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, rank_margin: float,
+                 step_ms_ok: pd.Series) -> None:  # fmt: skip
+    """Ranks of rings too small for a majority (analysis/few_ranks.py): a rank slower than its peer by the alarm's
+    margin, with the extra time, is a candidate when it was slower in most iterations *or* held its successor
+    waiting in most of them (``structure``); when neither holds it is ``undecided`` (the case is inconclusive)."""
+    from ringbench.analysis.few_ranks import downstream_structure
+
+    units["structure"] = np.nan
+    units["undecided"] = False
+    found = downstream_structure(events, steps, rank_margin)
+    if found.empty:
+        return
+    is_rank = (units["resource"] == "rank").to_numpy()
+    keyed = found.set_index(["case_id", "rank"])["structure"]
+    index = pd.MultiIndex.from_frame(units[["case_id", "rank"]].astype({"rank": "int64"}))
+    units["structure"] = np.where(is_rank, keyed.reindex(index).to_numpy(float), np.nan)
+    small = is_rank & units["structure"].notna().to_numpy()
+    alarm = small & (units["ratio"] >= 1.0 + rank_margin).to_numpy() & step_ms_ok.fillna(False).to_numpy(bool)
+    held = units["structure"].to_numpy(float) >= CONSISTENCY
+    steady = units["consistency"].to_numpy(float) >= CONSISTENCY
+    units["candidate"] = np.where(small, alarm & (steady | held), units["candidate"].to_numpy(bool))
+    units["undecided"] = alarm & ~(steady | held)
 
 
 def _path_costs(path: pd.DataFrame, segments: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
@@ -380,6 +427,31 @@ def _flagged(out: pd.DataFrame, violations: pd.Series, no_blame: frozenset[str])
     return (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
 
 
+def _replayed_costs(table: pd.DataFrame, events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame
+                    ) -> pd.DataFrame:  # fmt: skip
+    """The cost of every flagged resource replayed (analysis/what_if.py): what its iterations would save with it
+    at its peers' speed, alone (``cost_ms``) and, for resources tied with others, all of them together
+    (``joint_cost_ms``). Unflagged rows keep the critical path's estimate (``cost_replayed`` False)."""
+    from ringbench.analysis.what_if import replayed_cost
+
+    table = table.assign(cost_replayed=False, joint_cost_ms=np.nan, joint_cost_ms_p10=np.nan, joint_cost_ms_p90=np.nan)
+    for case_id, group in table[table["flagged"]].groupby("case_id", sort=False, observed=True):
+        for index, row in group.iterrows():
+            member = [(row["resource"], row["rank"], row["src"], row["dst"])]
+            cost = replayed_cost(events, xfers, steps, case_id, member)
+            if np.isfinite(cost[0]):
+                table.loc[index, ["cost_ms", "cost_ms_p10", "cost_ms_p90"]] = cost
+                table.at[index, "cost_replayed"] = True
+        for resource in ("rank", "link"):
+            company = group[group["tied"] & (group["resource"] == resource)]
+            if len(company) < 2:
+                continue
+            members = list(zip(company["resource"], company["rank"], company["src"], company["dst"], strict=True))
+            joint = replayed_cost(events, xfers, steps, case_id, members)
+            table.loc[company.index, ["joint_cost_ms", "joint_cost_ms_p10", "joint_cost_ms_p90"]] = joint
+    return table
+
+
 def _ties(table: pd.DataFrame) -> np.ndarray:
     """Per row: flagged and equally to blame with its case's culprit (module doc, "Ties"), the culprit included
     when it has company."""
@@ -414,11 +486,14 @@ def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.Dat
         if len(flagged):
             top = flagged.iloc[0]
             row |= {key: top[key] for key in ("ratio", "cost_ms", "cost_ms_p10", "cost_ms_p90", "cp_share")}
+            row |= {key: top.get(key) for key in ("ratio_p10", "ratio_p90")}
             company = (
                 flagged[flagged["tied"] & (flagged["resource"] == top["resource"])] if top["tied"] else top.to_frame().T
             )
             if len(company) > 1:  # equally to blame: every one is named, and fixing one alone does not help
-                row |= {key: float(company[key].sum()) for key in ("cost_ms", "cost_ms_p10", "cost_ms_p90")}
+                joint = company["joint_cost_ms"].notna().all() if "joint_cost_ms" in company else False
+                for key in ("cost_ms", "cost_ms_p10", "cost_ms_p90"):  # what fixing them all saves (replayed)
+                    row[key] = float(company[f"joint_{key}"].iloc[0]) if joint else float(company[key].sum())
                 row["cp_share"] = float(company["cp_share"].sum())
             if top["resource"] == "rank":
                 row |= {"straggler_kind": "compute", "straggler_rank": int(top["rank"])}

@@ -115,18 +115,22 @@ def late_tolerance(done: np.ndarray, ready: np.ndarray, residual_ns: int = 0) ->
     return np.maximum(float(max(LATE_NS, 2 * residual_ns)), LATE_SHARE * window)
 
 
-def classify_gaps(gaps: np.ndarray, times: np.ndarray, done: np.ndarray, ids: np.ndarray, late: np.ndarray):
+def classify_gaps(gaps: np.ndarray, times: np.ndarray, done: np.ndarray, ids: np.ndarray, late: np.ndarray,
+                  slack: np.ndarray | None = None):  # fmt: skip
     """Walk each gap forward through the completions observed in it (``times``: when this rank observed each,
     ``done``: its E, ``ids``: whose, ``late``: late_tolerance): returns (waits as (start, end, id) rows, own time
     as (start, end) rows).
 
-    An observation belongs to the gap that holds it (or ends within WAIT_TOL_NS before it); one outside every gap
-    (the rank was busy in an op: observed on another thread) waited for nothing."""
+    An observation belongs to the gap that holds it (or ends within ``slack`` before it: WAIT_TOL_NS unless given
+    per observation -- a completion known only from the peer's side is seen by the peer a little later than this
+    rank took it); one outside every gap (the rank was busy in an op: observed on another thread) waited for
+    nothing."""
     order = np.argsort(times, kind="stable")
     times, done, ids, late = times[order], done[order], ids[order], np.asarray(late)[order]
+    slack = np.full(len(times), WAIT_TOL_NS) if slack is None else np.asarray(slack)[order]
     gaps = np.asarray(gaps, np.int64).reshape(-1, 2)
     slot = np.searchsorted(gaps[:, 0], times, side="right") - 1
-    inside = (slot >= 0) & (times <= gaps[np.clip(slot, 0, None), 1] + WAIT_TOL_NS) if len(gaps) else slot >= 0
+    inside = (slot >= 0) & (times <= gaps[np.clip(slot, 0, None), 1] + slack) if len(gaps) else slot >= 0
     # The walk, vectorised: the observations of a gap are consecutive here (gaps are sorted and disjoint) and
     # their ``seen`` never decreases, so the cursor before one is the previous one's seen (the gap's start first).
     obs = np.nonzero(inside)[0]
