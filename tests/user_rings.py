@@ -35,11 +35,14 @@ Faults (``fault_rank`` F, ``delay_ms`` d, every ring step):
 * ``causal``: causal attention over a contiguous layout, no other fault: rank r holds the block of rank r - s at
   step s, which is visible only while s <= r (the diagonal block, s = 0, half of it): rank r computes r + 1 of the
   world's blocks, the last rank all of them. Imbalance of the work, not slowness of a rank.
+* ``balanced``: the same work as ``causal`` spread evenly (every rank computes half of every block, as a zigzag
+  layout would): what removing the imbalance leaves.
 
 Every program measures itself: ``step_ms`` is its own wall time per timed iteration (on each rank the median of
 its iterations' durations, robust to the odd iteration a busy machine stretches; the slowest rank's; host clock,
 the profiler's export excluded), so a verdict's cost can be checked against what the fault really added (the same
-program without the fault). ``run_programs`` runs many programs in one launch of the ranks (the
+program without the fault); ``programs.json`` also keeps each timed iteration's time (the slowest rank's), for
+spreads. ``run_programs`` runs many programs in one launch of the ranks (the
 spawn costs seconds; each program costs a few tenths).
 """
 
@@ -66,7 +69,7 @@ FAULTS = (
     "causal",
 )
 RANK_FAULTS = ("before_post", "after_compute", "in_compute", "twice")
-NO_CULPRIT = ("none", "jitter", "causal")  # faults whose right verdict names nobody
+NO_CULPRIT = ("none", "jitter", "causal", "balanced")  # faults whose right verdict names nobody
 COMPUTES = ("emulated", "matmul")
 LINK_FAULTS = ("link_thread", "link_post")
 BARRIERS = ("end", "start", "none")
@@ -146,6 +149,8 @@ def _post(dist, api: str, sends, recvs, succ: int, pred: int) -> list:
 def _visible_share(program: UserRing, rank: int, step: int) -> float:
     """The share of the block in hand that is computed: all of it, or with ``causal`` (contiguous layout) the
     visible part of block rank - step: whole below the diagonal, half on it, none above."""
+    if program.fault == "balanced":
+        return 0.5
     if program.fault != "causal":
         return 1.0
     return 0.5 if step == 0 else (1.0 if step <= rank else 0.0)
@@ -166,7 +171,7 @@ def _block(program: UserRing, q, in_hand, share: float, F, record_function, mark
     torch.matmul(torch.softmax(scores, dim=-1), v)  # (B, H, S_local, D)
 
 
-def _run_one(program: UserRing, rank: int, world: int, folder: Path) -> float:
+def _run_one(program: UserRing, rank: int, world: int, folder: Path) -> list[float]:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -240,17 +245,21 @@ def _run_one(program: UserRing, rank: int, world: int, folder: Path) -> float:
             prof.step()
     dist.barrier()
     ends = [*starts[2:], stop]  # iteration i runs from its start to the next one's (the last: to ``stop``)
-    durations = sorted(end - start for start, end in zip(starts[1:], ends, strict=True))
-    return durations[len(durations) // 2] * 1e3
+    return [(end - start) * 1e3 for start, end in zip(starts[1:], ends, strict=True)]  # ms, timed iterations
 
 
-def _worker(worker_ctx, programs: list[dict], root: str) -> dict[str, float]:
+def _worker(worker_ctx, programs: list[dict], root: str) -> dict[str, list[float]]:
     rank, world = worker_ctx.env.rank, worker_ctx.env.world
     out = {}
     for fields in programs:
         program = UserRing(**fields)
         out[program.name] = _run_one(program, rank, world, Path(root) / program.name)
     return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def run_programs(programs: list[UserRing], root: Path, world: int, timeout_s: float = 300.0) -> dict[str, float]:
@@ -263,8 +272,14 @@ def run_programs(programs: list[UserRing], root: Path, world: int, timeout_s: fl
     if len(set(names)) != len(names):
         raise ValueError("programs need distinct names")
     per_rank = launch_local(world, _worker, ([asdict(p) for p in programs], str(root)), timeout_s=timeout_s)
-    measured = {name: max(result[name] for result in per_rank) for name in names}
-    document = {"world": world, "programs": [asdict(p) | {"step_ms": measured[p.name]} for p in programs]}
+    measured = {name: max(_median(result[name]) for result in per_rank) for name in names}
+    # Per timed iteration, the slowest rank's time (the ranks run the iterations in step: a barrier or the ring).
+    iteration_ms = {name: [max(times) for times in zip(*(result[name] for result in per_rank), strict=True)]
+                    for name in names}  # fmt: skip
+    document = {
+        "world": world,
+        "programs": [asdict(p) | {"step_ms": measured[p.name], "iteration_ms": iteration_ms[p.name]} for p in programs],
+    }
     (Path(root) / "programs.json").write_text(json.dumps(document, indent=1))
     return measured
 

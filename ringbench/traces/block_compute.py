@@ -36,8 +36,9 @@ from ringbench.traces.rank_view import COMPUTE_COLUMNS, attention_flops, outermo
 
 CANDIDATE_COLUMNS = [*COMPUTE_COLUMNS, "family", "source", "hinted", "between"]
 # Where a candidate lies in its step: after a post (before the wait: double buffering), after a wait or an observed
-# completion and before the next post (a blocking ring), or elsewhere in an iteration.
-BETWEEN = ("post-wait", "wait-post", "other")
+# completion and before the next post (a blocking ring), after the iteration's last wait (a double-buffered ring's
+# last step, which posts nothing), or elsewhere in an iteration.
+BETWEEN = ("post-wait", "wait-post", "after-wait", "other")
 RANGE_SHARE = 0.5  # a record_function family holding this share of the pool's time is the block on its own
 OPS_SHARE = 0.9  # else the op families holding this share of it, together
 IGNORED = re.compile(r"^(?:ProfilerStep#|ringbench:(?:iteration|profiler|fwd step|bwd step)|autograd::engine::)")
@@ -68,26 +69,36 @@ class Choice:
 NONE = Choice(families=(), how="none", where="other")
 
 
-def _between(starts: np.ndarray, breaks: dict[str, np.ndarray]) -> np.ndarray:
-    """Per candidate start: which exchange event came last before it, and which comes next (BETWEEN)."""
+def _between(starts: np.ndarray, breaks: dict[str, np.ndarray], iteration_of=None) -> np.ndarray:
+    """Per candidate start: which exchange event came last before it and which comes next, in the same iteration
+    (BETWEEN); ``iteration_of(times)``: iteration index of host times (None: one iteration)."""
     waits = np.concatenate([breaks["wait"], breaks.get("wait_op", [])])
-    times = np.concatenate([breaks["post"], waits, breaks["other"]])
+    times = np.concatenate([breaks["post"], waits, breaks["other"]]).astype(np.int64)
     kinds = np.concatenate([np.full(len(breaks["post"]), 0), np.full(len(waits), 1),
                             np.full(len(breaks["other"]), 2)])  # fmt: skip
     order = np.argsort(times, kind="stable")
     times, kinds = times[order], kinds[order]
+    if not len(times):
+        return np.full(len(starts), BETWEEN[2], dtype=object)
+    of = iteration_of if iteration_of is not None else (lambda t: np.zeros(len(t), np.int64))
+    mine, theirs = of(np.asarray(starts, np.int64)), of(times)
     before = np.searchsorted(times, starts, side="right") - 1
-    prev = np.where(before >= 0, kinds[np.clip(before, 0, None)], 2)
-    after = np.clip(before + 1, 0, max(len(kinds) - 1, 0))
-    nxt = kinds[after] if len(kinds) else np.full(len(starts), 2)
-    return np.where(prev == 0, BETWEEN[0], np.where((prev == 1) & (nxt == 0), BETWEEN[1], BETWEEN[2]))
+    after = before + 1
+    has_prev = (before >= 0) & (theirs[np.clip(before, 0, None)] == mine)
+    has_next = (after < len(times)) & (theirs[np.clip(after, 0, len(times) - 1)] == mine)
+    prev = np.where(has_prev, kinds[np.clip(before, 0, None)], 2)
+    nxt = np.where(has_next, kinds[np.clip(after, 0, len(times) - 1)], 2)
+    return np.where(prev == 0, BETWEEN[0], np.where(prev == 1, np.where(nxt == 0, BETWEEN[1], BETWEEN[2]),
+                                                    BETWEEN[3]))  # fmt: skip
 
 
 def candidates(host: pd.DataFrame, tid: int, breaks: dict[str, np.ndarray], hint: re.Pattern,
-               kernels: pd.DataFrame | None = None, launches: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+               kernels: pd.DataFrame | None = None, launches: pd.DataFrame | None = None,
+               iteration_of=None) -> pd.DataFrame:  # fmt: skip
     """The outermost spans of the ring thread ``tid`` that hold no exchange event (``breaks``: post / wait / other
     times; ``wait`` holds the observed completions, ``wait_op`` the wait ops), with their family, source (range, op, kernel), whether they are or hold an attention op (``hint``) and
-    where they lie in the step. On a GPU, the kernels (not NCCL's, no copies) launched from there."""
+    where they lie in the step (``iteration_of``: _between). On a GPU, the kernels (not NCCL's, no copies) launched
+    from there."""
     mine = host[
         (host["tid"] == tid) & ~host["name"].str.startswith(_comm_prefixes()) & ~host["name"].str.match(IGNORED)
     ]
@@ -112,7 +123,7 @@ def candidates(host: pd.DataFrame, tid: int, breaks: dict[str, np.ndarray], hint
     if kernels is not None and len(kernels) and launches is not None and len(launches):
         frame = _kernels_instead(frame, kernels, launches, tid, hint)
     frame["family"] = [family_of(n, s) for n, s in zip(frame["name"], frame["source"], strict=True)]
-    frame["between"] = _between(frame["order_ns"].to_numpy(np.int64), breaks) if len(frame) else []
+    frame["between"] = _between(frame["order_ns"].to_numpy(np.int64), breaks, iteration_of) if len(frame) else []
     return frame[CANDIDATE_COLUMNS].sort_values("order_ns", kind="stable").reset_index(drop=True)
 
 
@@ -180,13 +191,14 @@ def choose(frame: pd.DataFrame, override: bool) -> Choice:
         return NONE
     if frame["hinted"].any():
         families = tuple(dict.fromkeys(frame.loc[frame["hinted"], "family"]))
+        found = set(frame.loc[frame["hinted"], "between"])
         return Choice(families=families, how="compute pattern" if override else "attention ops",
-                      where=str(frame.loc[frame["hinted"], "between"].mode().iloc[0]))  # fmt: skip
+                      where=next(w for w in BETWEEN if w in found))  # fmt: skip
     if override:
         return NONE
     for where in BETWEEN:
         pool = frame[frame["between"] == where]
-        if where == "other" and "iteration" in pool:  # outside the ring's steps only what recurs like them
+        if where in BETWEEN[2:] and "iteration" in pool:  # outside the ring's steps only what recurs like them
             recurs = pool.groupby(["family", "iteration"]).size().groupby(level="family").median() >= 2
             pool = pool[pool["family"].map(recurs).fillna(False).astype(bool)]
         if len(pool):
@@ -216,7 +228,7 @@ def select(frame: pd.DataFrame, choice: Choice) -> pd.DataFrame:
         return pd.DataFrame(columns=COMPUTE_COLUMNS)
     taken = frame["family"].isin(choice.families)
     if choice.how in ("ops", "kernels"):
-        taken &= frame["between"] != "other"
+        taken &= frame["between"] != BETWEEN[3]
     return frame.loc[taken, COMPUTE_COLUMNS].reset_index(drop=True)
 
 

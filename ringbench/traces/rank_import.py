@@ -188,7 +188,8 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=No
     posted = plain.loc[plain["tid"] == ring_tid, "post_ns"].to_numpy(np.int64)
     events_of_ring = {"post": posted, "wait": seen.astype(np.int64), "wait_op": waits,
                       "other": np.r_[syncs["join_ns"].to_numpy(np.int64), markers.to_numpy(np.int64)]}  # fmt: skip
-    found_spans = candidates(host, ring_tid, events_of_ring, override or pattern, kernels, launches)
+    found_spans = candidates(host, ring_tid, events_of_ring, override or pattern, kernels, launches,
+                             iteration_of=iterations.index_of)  # fmt: skip
     found_spans["iteration"] = iterations.index_of(found_spans["order_ns"].to_numpy(np.int64))
     found_spans = found_spans[found_spans["iteration"] >= 0].reset_index(drop=True)
     choice = choose(found_spans, override=override is not None)
