@@ -255,11 +255,16 @@ def _bounded_peers(links: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
         return links
     group, members = ["case_id", "phase", "exchange"], ["src", "dst"]
     bounded = _compare(every, group, members, LINK_MARGIN, min_peers=LINK_MIN_PEERS)
-    bounded = bounded.dropna(subset=["ratio"]).set_index([*group, *members])["peer_unit_time"]
-    peers = bounded.reindex(pd.MultiIndex.from_frame(links.loc[lacking, [*group, *members]])).to_numpy(float)
+    bounded = bounded.dropna(subset=["ratio"]).set_index([*group, *members])
+    where = pd.MultiIndex.from_frame(links.loc[lacking, [*group, *members]])
+    peers = bounded["peer_unit_time"].reindex(where).to_numpy(float)
     links = links.copy()
     links.loc[lacking, "peer_unit_time"] = peers
     links.loc[lacking, "ratio"] = _ratio(links.loc[lacking, "unit_time"].to_numpy(float), peers)
+    # Its interval: each iteration's bound against its peers' bounds, rescaled to the ratio measured here.
+    scale = _ratio(links.loc[lacking, "ratio"].to_numpy(float), bounded["ratio"].reindex(where).to_numpy(float))
+    for column in ("ratio_p10", "ratio_p90"):
+        links.loc[lacking, column] = bounded[column].reindex(where).to_numpy(float) * scale
     return links
 
 

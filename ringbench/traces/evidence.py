@@ -157,13 +157,21 @@ def measured(matched: pd.DataFrame, waits: dict[int, np.ndarray], observer_threa
     """Per matched message: True when E is a measurement (module doc), False when it is only a bound.
 
     ``waits``: per rank, classify_gaps' wait rows whose id is the row of ``matched``; ``observer_threads``: per
-    rank, the message ids it observed on another thread than its ring thread."""
+    rank, the message ids it observed on another thread than its ring thread. Only the *receiver*'s wait (or its
+    other thread) measures a message: a sender that waits for its send to complete may be waiting for a busy
+    receiver to take the block (gloo completes a send when the receiver's wait takes it), and that is the
+    receiver's time, not the link's. And the receiver must have waited longer than a late take (LATE_NS): a block
+    that completes a few microseconds after a busy receiver came to wait for it completed *because* it came (the
+    sender's transport waited for it), so its end bounds the transfer rather than measures it."""
     out = np.zeros(len(matched), bool)
-    for rows in waits.values():
+    dst = matched["dst"].to_numpy()
+    for rank, rows in waits.items():
         if len(rows):
-            out[rows[(rows[:, 1] - rows[:, 0]) >= WAIT_TOL_NS, 2]] = True
-    for ids in observer_threads.values():
-        out[np.asarray(list(ids), np.int64)] = True
+            ids = rows[(rows[:, 1] - rows[:, 0]) >= LATE_NS, 2]
+            out[ids[dst[ids] == rank]] = True
+    for rank, ids in observer_threads.items():
+        ids = np.asarray(list(ids), np.int64)
+        out[ids[dst[ids] == rank]] = True
     return out
 
 
