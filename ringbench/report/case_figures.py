@@ -308,7 +308,7 @@ def compute_wait_bars(events: pd.DataFrame, ring: list[int], case_id: str, culpr
     ax.set_ylabel("ms per iteration (median)")
     suffix = f"\nculprit: {culprit.text}, in red" if culprit.rank is not None or culprit.hop else ""
     ax.set_title(f"Compute vs wait per rank{suffix}", fontsize=10)
-    fig.legend(loc="outside lower center", ncols=4, frameon=False)
+    fig.legend(loc="outside lower center", ncols=3, frameon=False)
     return fig
 
 
