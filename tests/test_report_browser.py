@@ -116,7 +116,9 @@ IMPORT_WIDTHS = (1400, 1000)
 USER_RINGS = Path(__file__).parent / "data" / "kineto" / "user_rings"
 
 
-@pytest.mark.parametrize("program", ["w4_late_after_compute", "w4_held_back_send"])
+@pytest.mark.parametrize(
+    "program", ["w4_late_after_compute", pytest.param("w4_held_back_send", marks=pytest.mark.slow)]
+)
 def test_the_report_of_an_import_shows_its_culprit_and_fits(program, tmp_path):
     """An imported ring's report at 1,400 and 1,000 px: nothing overflows the page and every table fits its
     column (words wrap; no table needs a scroll bar); the screenshots are kept (docs/screenshots/)."""
