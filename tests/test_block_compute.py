@@ -88,3 +88,20 @@ def test_the_ranks_settle_on_the_most_common_choice_and_it_is_described():
     line = describe(a, {0: 4.0, 1: 4.0}, 0.62)
     assert line.startswith("compute taken: `blk` (a record_function range, found between each step's post and its")
     assert "4 per iteration on every rank; 62% of the step" in line
+
+
+def test_on_a_gpu_the_block_is_the_kernels_its_range_launched():
+    """A GPU trace: the block's time is its kernels' (on the device), named by the user's range that launched
+    them; NCCL's kernels are communication, never compute."""
+    host = _host([("cpu_op", "c10d::send", 0.0, 0.1), ("user_annotation", "blk", 1.0, 2.0),
+                  ("cpu_op", "aten::mm", 1.1, 1.3), ("cpu_op", "aten::mm", 1.5, 1.7)])  # fmt: skip
+    launches = pd.DataFrame({"tid": TID, "correlation": [11, 12, 13], "start_ns": [1_150_000, 1_550_000, 100_000]})
+    kernels = pd.DataFrame({"name": ["ampere_sgemm_128x64_nn", "ampere_sgemm_128x64_nn",
+                                     "ncclDevKernel_SendRecv(ncclDevComm*)"], "correlation": [11, 12, 13],
+                            "start_ns": [3_000_000, 6_000_000, 200_000], "end_ns": [5_000_000, 8_000_000, 9_000_000]})  # fmt: skip
+    breaks = {"post": np.array([0]), "wait": np.array([9_000_000]), "wait_op": np.empty(0, np.int64),
+              "other": np.empty(0, np.int64)}  # fmt: skip
+    frame = candidates(host, TID, breaks, HINT, kernels=kernels, launches=launches)
+    assert list(frame["family"]) == ["blk", "blk"] and list(frame["start_ns"]) == [3_000_000, 6_000_000], frame
+    choice = choose(frame, override=False)
+    assert choice.families == ("blk",) and choice.how == "record_function range", choice
