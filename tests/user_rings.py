@@ -67,6 +67,7 @@ FAULTS = (
     "two_slow",
     "jitter",
     "causal",
+    "balanced",
 )
 RANK_FAULTS = ("before_post", "after_compute", "in_compute", "twice")
 NO_CULPRIT = ("none", "jitter", "causal", "balanced")  # faults whose right verdict names nobody
