@@ -1,8 +1,8 @@
 """The import's cost against what removing the fault saves: user rings with one fault each, profiled, imported,
 analysed, beside the same program without the fault, twice over (two launches) for stability.
 
-    flock /tmp/ringbench-heavy.lock .venv/bin/python benchmarks/import_cost_matrix.py          # ~4 min, 2 cores
-    .venv/bin/python benchmarks/import_cost_matrix.py --runs 1 --iters 8 --out /tmp/m --json
+    flock /tmp/ringbench-heavy.lock .venv/bin/python benchmarks/import_cost_matrix.py          # ~6 min, 2 cores
+    .venv/bin/python benchmarks/import_cost_matrix.py --runs 1 --pairs 1 --iters 8 --out /tmp/m --json
 
 Programs (tests/user_rings.py: plain torch.distributed over gloo, torch.profiler, EMULATED block compute of
 ``--block`` ms so the 2 cores stay free; 4 ranks; a barrier after each iteration):
@@ -17,8 +17,10 @@ Programs (tests/user_rings.py: plain torch.distributed over gloo, torch.profiler
                     the work); its twin is the same work spread evenly (each rank half of every block)
 
 Each program runs next to its twin (the same program without the fault) in the same launch, ``--iters`` timed
-iterations each. ``measured`` is the program's own step time minus its twin's (medians of the slowest rank per
-iteration; the interval: p10-p90 of 2000 bootstrap resamples of the iterations). ``cost`` is the import's
+iterations each, the pair ``--pairs`` times over, alternating with the other programs (the machine's drift lands
+on both alike). ``measured`` is the program's own step time minus its twin's (medians of the slowest rank per
+iteration, pooled over the pairs; the interval: p10-p90 of 2000 bootstrap resamples of the iterations); the import
+reads the first pair's traces. ``cost`` is the import's
 straggler cost per iteration (median, p10-p90 over iterations) and ``ratio`` the culprit's ratio to its peers with
 its p10-p90 over iterations. A program whose fault is no one's (jitter, causal) is right when nobody is named.
 """
@@ -49,14 +51,21 @@ PROGRAMS = {  # name: (fault, fault rank, expected verdict)
 
 
 def programs(args, run: int) -> list[UserRing]:
+    """Each program and its twin, ``--pairs`` times, alternating (the machine's drift lands on both alike)."""
     out = []
-    for label, (fault, rank, _) in PROGRAMS.items():
-        slug = label.replace(" ", "_").replace("-", "_")
-        twin = "balanced" if fault == "causal" else "none"
-        common = dict(iters=args.iters, block_ms=args.block, barrier="end", seed=run)
-        out.append(UserRing(name=f"r{run}-{slug}-twin", fault=twin, **common))
-        out.append(UserRing(name=f"r{run}-{slug}", fault=fault, fault_rank=rank, delay_ms=args.delay, **common))
+    for pair in range(args.pairs):
+        for label, (fault, rank, _) in PROGRAMS.items():
+            slug = _slug(label)
+            twin = "balanced" if fault == "causal" else "none"
+            common = dict(iters=args.iters, block_ms=args.block, barrier="end", seed=run * 100 + pair)
+            out.append(UserRing(name=f"r{run}-{slug}-twin-{pair}", fault=twin, **common))
+            out.append(UserRing(name=f"r{run}-{slug}-{pair}", fault=fault, fault_rank=rank, delay_ms=args.delay,
+                                **common))  # fmt: skip
     return out
+
+
+def _slug(label: str) -> str:
+    return label.replace(" ", "_").replace("-", "_")
 
 
 def _bootstrap(fault: list[float], twin: list[float], rng: np.random.Generator) -> tuple[float, float, float]:
@@ -92,7 +101,8 @@ def _right(expected, row: dict) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="launches (the stability check compares them)")
-    parser.add_argument("--iters", type=int, default=12, help="timed iterations per program")
+    parser.add_argument("--iters", type=int, default=10, help="timed iterations per program")
+    parser.add_argument("--pairs", type=int, default=3, help="each program and its twin this many times per run")
     parser.add_argument("--block", type=float, default=4.0, help="modelled ms per block computation")
     parser.add_argument("--delay", type=float, default=8.0, help="the fault's ms per ring step")
     parser.add_argument("--out", type=Path, default=None, help="where the traces go (kept)")
@@ -107,11 +117,12 @@ def main() -> int:
         listed = json.loads((root / f"run{run}" / "programs.json").read_text())
         times = {p["name"]: p["iteration_ms"] for p in listed["programs"]}
         for label, (_, _, expected) in PROGRAMS.items():
-            slug = label.replace(" ", "_").replace("-", "_")
-            name = f"r{run}-{slug}"
-            measured, low, high = _bootstrap(times[name], times[f"{name}-twin"], rng)
+            name = f"r{run}-{_slug(label)}"
+            pooled = [t for pair in range(args.pairs) for t in times[f"{name}-{pair}"]]
+            twins = [t for pair in range(args.pairs) for t in times[f"{name}-twin-{pair}"]]
+            measured, low, high = _bootstrap(pooled, twins, rng)
             with tempfile.TemporaryDirectory() as tmp:
-                row = verdict(root / f"run{run}" / name, Path(tmp))
+                row = verdict(root / f"run{run}" / f"{name}-0", Path(tmp))
             row |= {"program": label, "run": run, "measured_ms": measured, "measured_p10": low, "measured_p90": high,
                     "right": _right(expected, row)}  # fmt: skip
             cost = row["cost_ms"] if row["kind"] is not None else 0.0

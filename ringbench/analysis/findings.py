@@ -151,7 +151,8 @@ def analyze(run: RunData) -> RunAnalysis:
     violations = clock_violations(xfers, tol_ns)
     confidence = case_confidence(events, cases, run.meta, violations=violations)
     blind = inconclusive_cases(confidence)
-    table = straggler_table(events, xfers, path, tol_ns=tol_ns, no_blame=blind, segments=segments)
+    table = straggler_table(events, xfers, path, tol_ns=tol_ns, no_blame=blind, segments=segments,
+                            link_floor_ms=_link_floor_ms(run.meta))  # fmt: skip
     blame = culprits(table, violations)
     named = set(table.loc[table["flagged"], "case_id"].astype(str))
     doubtful = {case: why for case, why in censored_suspects(xfers, events).items() if case not in named}
@@ -186,6 +187,15 @@ def analyze(run: RunData) -> RunAnalysis:
         worst_error=worst_error(cases),
         summary=summary,
     )
+
+
+def _link_floor_ms(meta) -> float:
+    """The shortest transfer a record resolves: an imported host-side trace observes completions when a rank comes
+    to take them, so transfers shorter than a late take (traces/evidence.py LATE_NS) are noise; 0 otherwise."""
+    from ringbench.traces.evidence import LATE_NS
+
+    host_side = meta.get("source") == "profiler" and str(meta.get("device_kind", "cpu")) == "cpu"
+    return LATE_NS / 1e6 if host_side else 0.0
 
 
 def _hop_causes(summary: pd.DataFrame, table: pd.DataFrame, events: pd.DataFrame, meta) -> None:

@@ -106,6 +106,7 @@ CULPRIT_COLUMNS = [
 RANK_MARGIN = 0.25  # a compute straggler is >= 25% slower per FLOP than the median of the other ranks
 LINK_MARGIN = 0.20  # a slow link is >= 20% slower per byte than the median of the other links
 UNIT_QUANTILE = 0.25  # per iteration, a resource's unit time is this quantile of its spans (noise only adds time)
+UNEVEN_QUANTILE = 1.0  # ... its longest step where ranks compute unknown partial blocks (_uneven_work)
 CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at least this share of iterations
 MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
 LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
@@ -140,7 +141,12 @@ def _ratio(values, peers) -> np.ndarray:
 
 
 def _compare(
-    spans: pd.DataFrame, group: list[str], members: list[str], margin: float, min_peers: int = 1
+    spans: pd.DataFrame,
+    group: list[str],
+    members: list[str],
+    margin: float,
+    min_peers: int = 1,
+    quantile: float = UNIT_QUANTILE,
 ) -> pd.DataFrame:
     """Per (group, member): unit time (median over iterations of the per-iteration low quantile of its spans),
     the peers' median, the ratio, and the share of iterations in which it alone was >= 1 + margin slower.
@@ -150,7 +156,7 @@ def _compare(
         return pd.DataFrame(columns=columns)
     spans = spans.astype({"unit_time": float})
     iter_keys = [*group, "repeat", "iteration"]
-    per_iter = spans.groupby([*iter_keys, *members], observed=True)["unit_time"].quantile(UNIT_QUANTILE)
+    per_iter = spans.groupby([*iter_keys, *members], observed=True)["unit_time"].quantile(quantile)
     overall = per_iter.groupby(level=[*group, *members], observed=True).median()
     frames = []
     for key, block in overall.groupby(level=group, observed=True, sort=False):
@@ -214,7 +220,12 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame |
     work = steps["flops"].where(steps["flops"] > 0) / 1e9
     judged = steps[(steps["computes"] > 0) & (~has_work | work.notna())]
     judged = judged.assign(unit_time=judged["ms"] / work.reindex(judged.index).fillna(1.0), exchange="")
-    ranks = _compare(judged, ["case_id", "phase", "exchange"], ["rank"], RANK_MARGIN)
+    uneven = _uneven_work(events, steps)
+    parts = [_compare(judged[judged["case_id"].isin(uneven) == flag], ["case_id", "phase", "exchange"], ["rank"],
+                      RANK_MARGIN, quantile=UNEVEN_QUANTILE if flag else UNIT_QUANTILE)
+             for flag in (False, True) if (judged["case_id"].isin(uneven) == flag).any()]  # fmt: skip
+    ranks = pd.concat(parts, ignore_index=True) if parts else _compare(judged, ["case_id", "phase", "exchange"],
+                                                                       ["rank"], RANK_MARGIN)  # fmt: skip
     unit = judged.assign(unit=np.where(has_work.reindex(judged.index), "ms/GFLOP", "ms")).groupby("case_id")["unit"]
     ranks["unit"] = unit.first().reindex(ranks["case_id"]).to_numpy()
     ranks["mb"] = np.nan
@@ -243,6 +254,40 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame |
         links.loc[~enough, ["ratio", "consistency"]] = np.nan
     links["cost_ratio"] = links["ratio"]
     return pd.concat([ranks.assign(resource="rank"), links.assign(resource="link")], ignore_index=True)
+
+
+def _floor_links(units: pd.DataFrame, floor_ms: float) -> None:
+    """Links' peers' baseline at least ``floor_ms`` per transfer (straggler_table); ratio and interval follow."""
+    is_link = (units["resource"] == "link").to_numpy()
+    per_mb = floor_ms / units["mb"].where(units["mb"] > 0).fillna(1.0)
+    peer = units["peer_unit_time"].to_numpy(float)
+    floored = np.where(is_link, np.fmax(peer, per_mb.to_numpy(float)), peer)
+    scale = _ratio(peer, floored)
+    units["peer_unit_time"] = floored
+    for column in ("ratio", "ratio_p10", "ratio_p90", "cost_ratio"):
+        if column in units:
+            units[column] = np.where(is_link, units[column].to_numpy(float) * scale, units[column].to_numpy(float))
+
+
+def _uneven_work(events: pd.DataFrame, steps: pd.DataFrame) -> set:
+    """Cases whose ranks compute different amounts of work per step with no mask plan to say which blocks are
+    partial (an imported causal or windowed ring: a trace shows shapes, not masks, so a diagonal block computed
+    half, or a masked one skipped inside an empty range, looks like a fast one). Told by the steps' own times: per
+    iteration, each rank's count of *full* steps (at least half its longest step) differs between ranks in most
+    iterations. There a rank's unit time is its longest step (its full blocks), not a low quantile."""
+    pairs = events.loc[events["kind"] == "compute", "pair"] if "pair" in events else pd.Series(dtype=object)
+    if (pairs.notna() & (pairs.astype(str) != "")).any():  # a plan says which pairs are partial
+        return set()
+    computed = steps[steps["computes"] > 0]
+    if computed.empty:
+        return set()
+    keys = ["case_id", "repeat", "iteration", "phase", "rank"]
+    longest = computed.groupby(keys, observed=True)["ms"].transform("max")
+    full = (computed["ms"] >= 0.5 * longest) & (longest > 0)
+    counts = full.groupby([computed[k] for k in keys], observed=True).sum()
+    spread = counts.groupby(level=keys[:-1], observed=True).agg(["min", "max"])
+    differ = (spread["max"] > spread["min"]).groupby(level="case_id", observed=True).mean()
+    return set(differ[differ > 0.5].index)
 
 
 def _bounded_peers(links: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
@@ -308,8 +353,13 @@ def straggler_table(
     tol_ns: int = DEFAULT_TOL_NS,
     no_blame: frozenset[str] = frozenset(),
     segments: pd.DataFrame | None = None,
+    link_floor_ms: float = 0.0,
 ) -> pd.DataFrame:
     """Per case, every rank and link: unit time against its peers, critical-path time and share, cost, flag.
+
+    ``link_floor_ms``: the shortest transfer the record can resolve (an imported host-side trace: a late take);
+    a link's peers' baseline is never shorter, so a ratio against healthy transfers below it does not measure
+    noise (its interval is rescaled with it).
 
     ``no_blame``: cases whose timings cannot single out a rank or a link (the inconclusive cases of
     confidence.case_confidence): nothing is flagged there.
@@ -323,6 +373,8 @@ def straggler_table(
         path, segments = critical_path_segments(events, xfers, tol_ns)
     steps = rank_steps(events)
     units = _unit_times(events, xfers, steps)
+    if link_floor_ms > 0 and len(units):
+        _floor_links(units, link_floor_ms)
     if path.empty or units.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
     units[["rank", "src", "dst"]] = units[["rank", "src", "dst"]].fillna(-1).astype("int64")
@@ -528,7 +580,12 @@ def censored_suspects(xfers: pd.DataFrame, events: pd.DataFrame) -> dict[str, st
     if xfers.empty or "censored" not in xfers or not xfers["censored"].any():
         return {}
     steps = rank_steps(events)
-    step_ms = steps[steps["computes"] > 0].groupby("case_id", observed=True)["ms"].median()
+    computed = steps[steps["computes"] > 0]
+    step_ms = computed.groupby("case_id", observed=True)["ms"].median()
+    # A receiver busy with a full block takes its next one late by up to that block: per rank, its full steps'
+    # median (steps of at least half its longest; a causal ring's empty and half blocks left out).
+    longest = computed.groupby(["case_id", "rank"], observed=True)["ms"].transform("max")
+    full_ms = computed[computed["ms"] >= 0.5 * longest].groupby(["case_id", "rank"], observed=True)["ms"].median()
     out = {}
     for case_id, case in xfers.groupby("case_id", observed=True, sort=False):
         measured_ms = case.loc[~case["censored"], "transfer_ms"]
@@ -537,7 +594,9 @@ def censored_suspects(xfers: pd.DataFrame, events: pd.DataFrame) -> dict[str, st
             share=("censored", "mean"), bound=("transfer_ms", "median")
         )
         step = float(step_ms.get(case_id, 0.0))
-        floor = (1.0 + LINK_MARGIN) * max(baseline, step) + LINK_MIN_EXCESS * step
+        busy = np.array([float(full_ms.get((case_id, dst), 0.0)) for _, dst in hops.index])
+        work = np.maximum(step, busy)
+        floor = (1.0 + LINK_MARGIN) * np.maximum(baseline, work) + LINK_MIN_EXCESS * work
         doubtful = hops[(hops["share"] > 0.5) & (hops["bound"] > floor)].sort_values("bound", ascending=False)
         if len(doubtful):
             (src, dst), top = next(iter(doubtful.iterrows()))
