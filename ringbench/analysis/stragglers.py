@@ -385,6 +385,10 @@ def straggler_table(
     out["flagged"] = _flagged(out, clock_violations(xfers, tol_ns), no_blame)
     out["tied"] = _ties(out)
     out = _replayed_costs(out, events, xfers, steps)
+    # The interval brackets the ratio it goes with (a ratio of medians may lie outside its iterations' p10-p90).
+    low, high, ratio = (out[c].to_numpy(float) for c in ("ratio_p10", "ratio_p90", "ratio"))
+    out["ratio_p10"] = np.where(np.isnan(low), np.nan, np.fmin(low, ratio))
+    out["ratio_p90"] = np.where(np.isnan(high), np.nan, np.fmax(high, ratio))
     return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
 
 
