@@ -15,6 +15,7 @@ form torch writes by default) from a watchdog thread and leaves; the gloo timeou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
@@ -33,15 +34,29 @@ def _dump(folder: Path, rank: int) -> None:
 
 def _rank(rank: int, world: int, folder: str, port: int, stuck_rank: int, stuck_step: int, ring: bool) -> None:
     os.environ["TORCH_FR_BUFFER_SIZE"] = BUFFER
+    out = Path(folder)
+
+    def dump_and_leave() -> None:
+        _dump(out, rank)
+        threading.Event().wait(
+            2.0
+        )  # every rank dumps before any leaves (a rank that leaves closes its peers' connections)
+        os._exit(0)
+
+    watchdog = threading.Timer(DUMP_AFTER_S, dump_and_leave)
+    watchdog.daemon = True
+    watchdog.start()
+    with contextlib.suppress(RuntimeError):  # a peer left first: wait for this rank's own dump all the same
+        _ring(rank, world, port, stuck_rank, stuck_step, ring)
+    threading.Event().wait(30.0)  # a finished (or failed) rank waits for the watchdog's dump and exit
+
+
+def _ring(rank: int, world: int, port: int, stuck_rank: int, stuck_step: int, ring: bool) -> None:
     import datetime
 
     import torch
     import torch.distributed as dist
 
-    out = Path(folder)
-    watchdog = threading.Timer(DUMP_AFTER_S, lambda: (_dump(out, rank), os._exit(0)))
-    watchdog.daemon = True
-    watchdog.start()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=30))  # fmt: skip
     block = torch.full((2, 4, 16), float(rank))  # (K and V, heads, tokens): one rank's block
@@ -59,7 +74,6 @@ def _rank(rank: int, world: int, folder: str, port: int, stuck_rank: int, stuck_
             dist.all_to_all_single(received, block.reshape(-1), arrives, splits)
             block = received.reshape(block.shape)
     dist.barrier()
-    threading.Event().wait(30.0)  # a finished rank waits for the watchdog's dump (and exit) like the others
 
 
 def main() -> int:

@@ -27,6 +27,7 @@ def test_the_replay_as_recorded_reproduces_every_iteration():
     assert (replayed["saved_ms"] == 0).all()
     pd.testing.assert_series_equal(replayed.set_index("iteration")["replayed_ms"], recorded.reindex(
         replayed["iteration"]), check_names=False, rtol=0.02)  # fmt: skip
+    # An imported ring is replayed through all its iterations at once: their lengths add up to the whole run.
 
 
 CASES = [

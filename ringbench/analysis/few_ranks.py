@@ -11,8 +11,9 @@ judged per iteration on
               successor's by at least the alarm's margin, and the successor sat blocked (waiting on an exchange,
               at a barrier) for at least half that excess: the wait the slow rank causes downstream.
 
-stragglers.py then names a rank of a small ring when it is slower than its peer in most iterations by either
-measure; when its ratio and extra time pass the alarm but neither measure holds in most iterations, the case is
+stragglers.py then names a rank of a small ring when it is slower than its peer in most iterations *and* the
+ring's structure confirms it (it held its successor waiting in most of them): one or two peers are too few to
+outvote noise alone. When its ratio and extra time pass the alarm but the two do not both hold, the case is
 *inconclusive* (confidence reason ``few_ranks``, ``undecided``): neither "no straggler" nor a name would be
 honest.
 """
@@ -66,9 +67,9 @@ def undecided_sentence(row: pd.Series, world: int) -> str:
     ratio = row["ratio"]
     return (
         f"rank {int(row['rank'])}'s own time is {ratio:.2f}x its peer's"
-        f"{' (median of the other two)' if world == 3 else ''}, yet it was slower in only "
-        f"{_pct(row.get('consistency'))} of the iterations and held its successor waiting in only "
-        f"{_pct(row.get('structure'))} of them"
+        f"{' (median of the other two)' if world == 3 else ''}; it was slower in "
+        f"{_pct(row.get('consistency'))} of the iterations and held its successor waiting in "
+        f"{_pct(row.get('structure'))} of them (both must hold in most)"
     )
 
 

@@ -419,8 +419,9 @@ def _mark_candidates(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFr
 def _small_rings(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, rank_margin: float,
                  step_ms_ok: pd.Series) -> None:  # fmt: skip
     """Ranks of rings too small for a majority (analysis/few_ranks.py): a rank slower than its peer by the alarm's
-    margin, with the extra time, is a candidate when it was slower in most iterations *or* held its successor
-    waiting in most of them (``structure``); when neither holds it is ``undecided`` (the case is inconclusive)."""
+    margin, with the extra time, is a candidate when it was slower in most iterations *and* held its successor
+    waiting in most of them (``structure``: the ring confirms what one or two peers cannot); otherwise it is
+    ``undecided`` (the case is inconclusive)."""
     from ringbench.analysis.few_ranks import downstream_structure
 
     units["structure"] = np.nan
@@ -436,8 +437,8 @@ def _small_rings(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame,
     alarm = small & (units["ratio"] >= 1.0 + rank_margin).to_numpy() & step_ms_ok.fillna(False).to_numpy(bool)
     held = units["structure"].to_numpy(float) >= CONSISTENCY
     steady = units["consistency"].to_numpy(float) >= CONSISTENCY
-    units["candidate"] = np.where(small, alarm & (steady | held), units["candidate"].to_numpy(bool))
-    units["undecided"] = alarm & ~(steady | held)
+    units["candidate"] = np.where(small, alarm & steady & held, units["candidate"].to_numpy(bool))
+    units["undecided"] = alarm & ~(steady & held)
 
 
 def _path_costs(path: pd.DataFrame, segments: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:

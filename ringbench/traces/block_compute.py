@@ -79,7 +79,7 @@ def _between(starts: np.ndarray, breaks: dict[str, np.ndarray], iteration_of=Non
     order = np.argsort(times, kind="stable")
     times, kinds = times[order], kinds[order]
     if not len(times):
-        return np.full(len(starts), BETWEEN[2], dtype=object)
+        return np.full(len(starts), BETWEEN[3], dtype=object)
     of = iteration_of if iteration_of is not None else (lambda t: np.zeros(len(t), np.int64))
     mine, theirs = of(np.asarray(starts, np.int64)), of(times)
     before = np.searchsorted(times, starts, side="right") - 1
@@ -251,6 +251,7 @@ def describe(choice: Choice, per_rank: dict[int, float], share: float) -> str:
     where = {
         "post-wait": "between each step's post and its wait",
         "wait-post": "between each wait and the next post (a blocking ring)",
+        "after-wait": "after the ring's waits",
         "other": "in the iterations (no step of the ring holds work)",
     }[choice.where]
     counts = sorted(set(per_rank.values()))

@@ -82,11 +82,9 @@ def _no_compute(ranks: list[RankImport], extra: tuple[str, ...]) -> UsageError:
 
 
 def _override(patterns: tuple[str, ...]) -> re.Pattern | None:
-    """The user's --compute-pattern as one expression (each checked, the error naming the field), or None."""
-    if not patterns:
-        return None
-    compile_patterns(patterns)
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
+    """The user's --compute-pattern added to the attention patterns, as one expression (each checked, the error
+    naming the field), or None: what it names is compute, outright, with the attention ops."""
+    return compile_patterns(patterns) if patterns else None
 
 
 def _compute_taken(events: pd.DataFrame, choice) -> tuple[str, dict]:

@@ -147,7 +147,7 @@ def _gpu_waits(exchanges: pd.DataFrame, messages: pd.DataFrame, compute: pd.Data
 def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=None, override=None) -> RankImport:
     """Read one trace (or take the read ``trace``) and keep only what the ring is made of (``progress(bytes)``:
     kineto.read_kineto_trace). ``pattern``: the attention ops (hints, block_compute.py); ``override``: the
-    user's --compute-pattern, which names the compute outright."""
+    user's --compute-pattern (with the attention patterns), which names the compute outright."""
     from ringbench.traces.kineto import read_kineto_trace
 
     trace = trace if trace is not None else read_kineto_trace(path, progress=progress)
