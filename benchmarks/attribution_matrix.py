@@ -89,7 +89,8 @@ def main() -> None:
         document = json.loads(listing.read_text())
         measured = {p["name"]: p["step_ms"] for p in document["programs"]}
         world = document["world"]
-        progs = [UserRing(**{k: v for k, v in p.items() if k != "step_ms"}) for p in document["programs"]]
+        progs = [UserRing(**{k: v for k, v in p.items() if k not in ("step_ms", "iteration_ms")})
+                 for p in document["programs"]]  # fmt: skip
     else:
         world = args.world
         progs = programs(world, args.delay, args.fault_rank, args.iters)

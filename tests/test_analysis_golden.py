@@ -2,8 +2,12 @@
 import's attribution and speed rework (tests/data/analysis/sim_w4_golden/tables, commit d7688cd), against today's.
 
 Columns added since are allowed; every column the tables had must hold the same values. One change is deliberate
-and checked apart: a straggler's cost now takes the ratio of its whole iterations (so a delay that lands on some
-steps only is counted in full), which on this record (every step of the slow rank 1.5x) agrees within 2%.
+and checked apart: a flagged straggler's cost is now what its iterations save when they are replayed with it at
+its peers' speed (analysis/what_if.py) rather than its critical-path time x (1 - 1/ratio). On this record (every
+step of the slow rank 1.5x) the two agree within 5% (p10 and p90 within 10%): 13.79 against 14.19 ms per
+iteration; the same simulation
+without the slow rank is 13.56 ms per iteration faster (tests/test_what_if.py checks the replay against such
+pairs).
 """
 
 from __future__ import annotations
@@ -49,4 +53,5 @@ def test_the_straggler_cost_agrees_with_the_old_one_where_every_step_is_slow(ana
     before = pd.read_parquet(GOLDEN / "tables" / f"{name}.parquet")
     after = getattr(analysis, name).reset_index(drop=True)
     for column in sorted(COST & set(before.columns)):
-        pd.testing.assert_series_equal(before[column], after[column], check_dtype=False, rtol=0.02, atol=0.05)
+        rtol = 0.05 if column == "cost_ms" else 0.10  # the spread over iterations: each one replayed on its own
+        pd.testing.assert_series_equal(before[column], after[column], check_dtype=False, rtol=rtol, atol=0.05)

@@ -115,6 +115,33 @@ def test_clocks_across_hosts_are_aligned_by_sends_and_receives(tmp_path):
     assert gap.max() <= residual / 1e6 + 1.0
 
 
+def _only_communication(document: dict) -> None:
+    """Keep a trace's communication, iterations and ring-step markers, drop every other op, and add a user range
+    outside the ring (``my_loss``)."""
+    keep = ("c10d::", "gloo:", "ringbench:iteration", "ringbench:fwd step", "ringbench:bwd step", "ProfilerStep")
+    events = [e for e in document["traceEvents"] if e.get("ph") != "X" or str(e.get("name", "")).startswith(keep)]
+    first = next(e for e in events if e.get("ph") == "X")
+    events.append(first | {"name": "my_loss", "cat": "user_annotation", "dur": 1, "args": {}})
+    document["traceEvents"] = events
+
+
+def test_compute_is_found_from_the_ring_without_attention_ops(tmp_path):
+    """Without SDPA ops (a ring written with matmuls), the block computation is what runs between each post and
+    its wait: the import says what it took, per rank, and its share of the step."""
+    plain = _copy(tmp_path / "plain")
+    for path in plain.glob("*.json.gz"):
+        _rewrite(path, lambda d: d.update(traceEvents=[e for e in d["traceEvents"]
+                                                        if "scaled_dot_product" not in e.get("name", "")]))  # fmt: skip
+    document = json.loads(invoke("import", str(plain), "--out", str(tmp_path / "out"), "--json").stdout)
+    compute = document["compute"]
+    assert compute["how"] == "ops" and compute["where"] == "post-wait", compute
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in compute["families"], compute
+    assert set(compute["per_iteration"]) == {"0", "1", "2", "3"} and 0 < compute["share_of_step"] < 1, compute
+    assert document["notes"][0].startswith("compute taken: "), document["notes"]
+    rebuilt = reconstruct([GLOO])
+    assert rebuilt.meta["imported"]["compute"]["how"] == "attention ops"
+
+
 def _error(tmp_path, *args) -> str:
     result = invoke("import", *map(str, args), "--out", str(tmp_path / "out"))
     assert result.exit_code == 2, result.output
@@ -146,12 +173,12 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
     assert "traces of different jobs" in _error(tmp_path, later)
     assert "traces of different jobs" in _error(tmp_path, GLOO / "r0-rank0.json.gz", GPU[0])
     assert "no compute spans matched" not in _error(tmp_path, *GPU)  # no ring comes first
-    plain = _copy(tmp_path / "d")
-    for path in plain.glob("*.json.gz"):
-        _rewrite(path, lambda d: d.update(traceEvents=[e for e in d["traceEvents"]
-                                                        if "scaled_dot_product" not in e.get("name", "")]))  # fmt: skip
-    line = _error(tmp_path, plain)
-    assert "no compute spans matched" in line and "--compute-pattern" in line
+    bare = _copy(tmp_path / "d")  # between the posts and the waits: no op at all (compute unprofiled)
+    for path in bare.glob("*.json.gz"):
+        _rewrite(path, _only_communication)
+    line = _error(tmp_path, bare)
+    assert "no compute spans matched" in line and "--compute-pattern" in line and "record_function" in line, line
+    assert "my_loss" in line and "aten::" not in line, line  # the user's own ranges, not aten internals
     assert "no such file" in _error(tmp_path, tmp_path / "absent.json")
     empty = tmp_path / "empty"
     empty.mkdir()

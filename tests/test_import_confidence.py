@@ -40,6 +40,9 @@ def test_an_import_whose_ranks_keep_more_cores_busy_than_there_are_is_inconclusi
     row = case_confidence(_events(8.0), CASES, _meta(busy=2.7)).iloc[0]
     assert row["confidence"] == "inconclusive" and "oversubscribed" in row["reason_codes"], row
     assert "2.7 ranks' worth of CPU work" in row["inconclusive_reasons"][0]
+    # Someone else's program cannot take ringbench's emulated kernel: the fix says how to capture a judgeable trace.
+    fix = row["inconclusive_reasons"][0]
+    assert "one rank per core (on this host at most 2 ranks" in fix and "on GPUs" in fix and "emulated" not in fix
     # The same ring with modelled (sleeping) compute keeps the cores free: judged, as `run` judges emulated cases.
     assert case_confidence(_events(8.0), CASES, _meta(busy=0.3)).iloc[0]["confidence"] == "conclusive"
     assert oversubscribed_cases(CASES, _meta(busy=2.7)) == {"c"}

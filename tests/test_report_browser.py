@@ -30,9 +30,10 @@ CHECK = """<script>window.addEventListener("load", () => {
   const dangling = [...document.querySelectorAll('a[href^="#"]')]
     .filter(a => !document.getElementById(decodeURIComponent(a.getAttribute("href").slice(1)))).length;
   const root = document.documentElement;
+  const clipped = [...document.querySelectorAll(".scroll")].filter(d => d.scrollWidth > d.clientWidth + 1).length;
   const mark = document.createElement("div"); mark.id = "rb-check";
   mark.textContent = "images=" + document.images.length + " broken=" + bad + " dangling=" + dangling +
-    " overflow=" + (root.scrollWidth - root.clientWidth) + " height=" + root.scrollHeight;
+    " overflow=" + (root.scrollWidth - root.clientWidth) + " height=" + root.scrollHeight + " clipped=" + clipped;
   document.body.appendChild(mark);
   if (bad) console.error("broken images: " + bad);
 });</script>"""
@@ -109,3 +110,34 @@ def test_report_renders_at_two_widths_with_screenshots(source, tmp_path):
         assert "Slow hop: 2 -&gt; 3 (link)" in html and "no rank blamed" in html
     else:
         assert "Straggler: rank 2 (compute)" in html
+
+
+IMPORT_WIDTHS = (1400, 1000)
+USER_RINGS = Path(__file__).parent / "data" / "kineto" / "user_rings"
+
+
+@pytest.mark.parametrize(
+    "program", ["w4_late_after_compute", pytest.param("w4_held_back_send", marks=pytest.mark.slow)]
+)
+def test_the_report_of_an_import_shows_its_culprit_and_fits(program, tmp_path):
+    """An imported ring's report at 1,400 and 1,000 px: nothing overflows the page and every table fits its
+    column (words wrap; no table needs a scroll bar); the screenshots are kept (docs/screenshots/)."""
+    from ringbench.traces.importer import import_traces
+
+    result = import_traces([USER_RINGS / program], out=tmp_path / "results")
+    folder = write_report(load_run(result.run_dir), tmp_path / "reports")
+    html = (folder / "report.html").read_text()
+    page = tmp_path / "page.html"
+    page.write_text(html.replace("</body>", CHECK + "</body>"))
+    shots = []
+    for width in IMPORT_WIDTHS:
+        seen = _check(page, width, tmp_path / f"profile-{width}")
+        assert seen["broken"] == 0 and seen["dangling"] == 0, seen
+        assert seen["overflow"] <= 0 and seen["clipped"] == 0, f"{program} at {width} px: {seen}"
+        height = min(seen["height"] + 40, MAX_HEIGHT)
+        shots.append(_screenshot(page, width, height, tmp_path / f"import-{program}-{width}.png",
+                                 tmp_path / f"shot-{width}"))  # fmt: skip
+    _keep(shots)
+    culprit = {"w4_late_after_compute": "rank 2 (compute)", "w4_held_back_send": "hop 1 → 2 (held back by rank 1"}
+    assert culprit[program] in html, html[:2000]
+    assert html.count('<tr class="flagged">') == 1  # only the verdict's culprit is red in the peers table

@@ -184,7 +184,7 @@ def test_slow_hop_is_red_in_timeline_ring_hops_and_bars(real):
     assert [t.get_text() for t in ax.get_xticklabels()] == [f"{r}→{(r + 1) % 8}" for r in ring]
     assert len(ax.patches) == 8  # only the ring's hops, not an 8 x 8 matrix
     assert [_red(p.get_facecolor()) for p in ax.patches] == [r == 2 for r in ring]
-    waits = case_figures.compute_wait_bars.figure(real.overlap_steps, ring, case_id, culprit)
+    waits = case_figures.compute_wait_bars.figure(real.run.events, ring, case_id, culprit)
     red = [t.get_text() for t in waits.axes[0].get_xticklabels() if _red(t.get_color())]
     assert red == ["2", "3"]
 
@@ -256,7 +256,7 @@ def test_figures_are_2x_with_labels_of_at_least_9_pt(sweep, sweep_content, real,
         case_figures.timeline.figure(iteration, sweep.transfers, [0, 1, 2, 3], culprit),
         case_figures.ring_diagram.figure(sweep.hops, [0, 1, 2, 3], case_id, culprit),
         case_figures.hop_bars.figure(sweep.hops, case_id, [0, 1, 2, 3], culprit),
-        case_figures.compute_wait_bars.figure(sweep.overlap_steps, [0, 1, 2, 3], case_id, culprit),
+        case_figures.compute_wait_bars.figure(sweep.run.events, [0, 1, 2, 3], case_id, culprit),
     ]
     for fig in drawn:
         sizes = {t.get_text(): t.get_fontsize() for t in _texts(fig)}

@@ -413,7 +413,10 @@ def _culprit(row) -> str:
         return f"ranks {tied} (compute)" if tied else f"rank {int(row['straggler_rank'])} (compute)"
     if tied:
         return f"hops {tied} (links)"
-    return f"hop {int(row['slow_hop_src'])} → {int(row['slow_hop_dst'])} (link)"
+    cause, src = row.get("hop_cause"), int(row["slow_hop_src"])
+    kind = {"held_back": f"held back by rank {src}'s code",
+            "link_or_sender": f"link, or rank {src}'s code: the trace cannot tell"}.get(cause, "link")  # fmt: skip
+    return f"hop {src} → {int(row['slow_hop_dst'])} ({kind})"
 
 
 def _caveats(analysis, label: str | None) -> str:

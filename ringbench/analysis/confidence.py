@@ -16,6 +16,9 @@ A verdict names a rank or a link only when the measurement could have seen one. 
   one rank        a ring of one rank has no peers to compare with
   compute         (imported traces) the compute cannot be found: a rank has no compute span, or the median rank's
                   compute spans cover less than COMPUTE_MIN_SHARE of its time, so a wait cannot be told from work
+  few_ranks       (set by findings.analyze when nothing is named) in a ring of 2 or 3 ranks a rank passes the
+                  alarm's ratio and extra time, but neither its peers nor the wait it causes its successor show it
+                  slower in most iterations (analysis/few_ranks.py)
   censored        (imported traces, set by findings.analyze when nothing else is named) a hop's transfers are
                   censored -- nobody waited when its blocks completed -- and their bounds would make it slow: a
                   slow link cannot be told from ranks that took their blocks late
@@ -31,7 +34,7 @@ import pandas as pd
 
 from ringbench.record.meta import RunMeta
 
-CONFIDENCE_COLUMNS = ["case_id", "confidence", "inconclusive_reasons", "reason_codes", "reason_details"]
+CONFIDENCE_COLUMNS = ["case_id", "confidence", "inconclusive_reasons", "reason_codes", "reason_details", "reason_fixes"]
 CONCLUSIVE, INCONCLUSIVE = "conclusive", "inconclusive"
 SATURATION_SHARE = 0.05  # more saturated kernel calls than this share of compute spans: the model did not hold
 MIN_ITERATIONS = 3  # consistency across iterations needs at least this many
@@ -129,6 +132,13 @@ REASONS = {
         "the ranks' time is mostly in no op the trace names, so a wait cannot be told from work",
         "pass --compute-pattern REGEX naming the attention ops or kernels (or the record_function range around them)",
     ),
+    "few_ranks": (
+        "too few ranks to decide",
+        "with fewer than 4 ranks no majority of peers can outvote a culprit, and the ring's own structure (the "
+        "wait a slow rank causes the next) did not settle it either",
+        "profile more iterations (a straggler must hold its successor waiting in most of them), give each rank a "
+        "core of its own (real compute sharing cores blurs both), or run more ranks",
+    ),
     "censored": (
         "transfers censored",
         "no rank was waiting when a hop's blocks completed, so a slow link cannot be told from ranks that took "
@@ -139,9 +149,29 @@ REASONS = {
 }
 
 
-def reason_sentence(code: str, detail: str, cases: int = 1) -> str:
-    """One sentence: what, why it defeats attribution (with the figures that show it), then how to fix it."""
-    what, why, fix = REASONS[code]
+# What fixes a reason in a profiler trace of someone else's program, where ringbench's own remedies (an emulated
+# kernel, --iters) do not apply: how to capture a trace that can be judged.
+TRACE_FIXES = {
+    "oversubscribed": (
+        "to make the trace judgeable, capture it with one rank per core (on this host at most {cores} ranks, or "
+        "ranks pinned to their own cores, e.g. taskset), with fewer ranks, or on GPUs (a trace with GPU kernels "
+        "times the compute on the device, not on shared cores)"
+    ),
+    "iterations": "profile at least 3 iterations (torch.profiler's schedule with active=3 or more) and import again",
+}
+
+
+def trace_fix(code: str, cores: int | None = None) -> str | None:
+    """The fix of a reason for an imported trace (TRACE_FIXES), or None when ringbench's own applies."""
+    fix = TRACE_FIXES.get(code)
+    return None if fix is None else fix.format(cores=cores if cores else "as many as it has cores")
+
+
+def reason_sentence(code: str, detail: str, cases: int = 1, fix: str | None = None) -> str:
+    """One sentence: what, why it defeats attribution (with the figures that show it), then how to fix it
+    (``fix`` instead of the reason's own, e.g. trace_fix for an imported trace)."""
+    what, why, own_fix = REASONS[code]
+    fix = fix or own_fix
     where = f" in {cases} cases" if cases > 1 else ""
     figures = f" ({'e.g. ' if cases > 1 else ''}{detail})" if detail else ""
     return f"{what}{where}: {why}{figures}; {fix}"
@@ -179,7 +209,8 @@ def case_confidence(
     calls = _case_column(cases, "emulated_blocks", ids)
     crowded = _crowding(cases, meta)
     bound_ms = 2 * meta.clock_residual_ns() / 1e6
-    missing_compute = _compute_missing(events, ids) if meta.get("source") == "profiler" else {}
+    imported = meta.get("source") == "profiler"
+    missing_compute = _compute_missing(events, ids) if imported else {}
     violations = violations if violations is not None else pd.Series(dtype=float)
 
     rows = []
@@ -209,22 +240,31 @@ def case_confidence(
                 found.append(
                     ("clock_bound", f"+/-{_fmt_ms(bound_ms)} against {_fmt_ms(median_compute)} of compute per step")
                 )
-            if iterations[case_id] < MIN_ITERATIONS:
-                found.append(("iterations", f"{iterations[case_id]} timed iteration(s)"))
-            if world[case_id] < 2:
-                found.append(("one_rank", ""))
-            if case_id in missing_compute:
-                found.append(("compute", missing_compute[case_id]))
+            found += _few_spans(iterations[case_id], world[case_id], missing_compute.get(case_id))
+        fixes = [trace_fix(code, meta.cpu_count) if imported else None for code, _ in found]
         rows.append(
             {
                 "case_id": case_id,
                 "confidence": INCONCLUSIVE if found else CONCLUSIVE,
-                "inconclusive_reasons": [reason_sentence(code, detail) for code, detail in found],
+                "inconclusive_reasons": [reason_sentence(c, d, fix=f) for (c, d), f in zip(found, fixes, strict=True)],
                 "reason_codes": [code for code, _ in found],
                 "reason_details": [detail for _, detail in found],
+                "reason_fixes": fixes,
             }
         )
     return pd.DataFrame(rows, columns=CONFIDENCE_COLUMNS)
+
+
+def _few_spans(iterations: int, world: int, missing_compute: str | None) -> list[tuple[str, str]]:
+    """The reasons about what the record holds: too few iterations, one rank, compute not found."""
+    found = []
+    if iterations < MIN_ITERATIONS:
+        found.append(("iterations", f"{iterations} timed iteration(s)"))
+    if world < 2:
+        found.append(("one_rank", ""))
+    if missing_compute is not None:
+        found.append(("compute", missing_compute))
+    return found
 
 
 def _text(column: pd.Series) -> pd.Series:
@@ -269,6 +309,7 @@ def with_reason(confidence: pd.DataFrame, reasons: dict[str, str], code: str) ->
             continue
         out.at[index, "reason_codes"] = [*row["reason_codes"], code]
         out.at[index, "reason_details"] = [*row["reason_details"], detail]
+        out.at[index, "reason_fixes"] = [*_fixes(row), None]
         out.at[index, "inconclusive_reasons"] = [*row["inconclusive_reasons"], reason_sentence(code, detail)]
         out.at[index, "confidence"] = INCONCLUSIVE
     return out
@@ -281,10 +322,21 @@ def run_reasons(confidence: pd.DataFrame, case_ids=None) -> list[str]:
     if case_ids is not None:
         rows = rows[rows["case_id"].isin(set(case_ids))]
     by_code: dict[str, list[str]] = {}
-    for codes, details in zip(rows["reason_codes"], rows["reason_details"], strict=True):
-        for code, detail in zip(codes, details, strict=True):
+    fix_of: dict[str, str | None] = {}
+    for _, row in rows.iterrows():
+        for code, detail, fix in zip(row["reason_codes"], row["reason_details"], _fixes(row), strict=True):
             by_code.setdefault(code, []).append(detail)
-    return [reason_sentence(code, details[0], len(details)) for code, details in by_code.items()]
+            fix_of.setdefault(code, fix)
+    return [reason_sentence(code, details[0], len(details), fix_of[code]) for code, details in by_code.items()]
+
+
+def _fixes(row) -> list:
+    """A confidence row's fixes, one per reason (None: the reason's own); older tables have none."""
+    fixes = row.get("reason_fixes") if hasattr(row, "get") else None
+    codes = list(row["reason_codes"])
+    if fixes is None or (isinstance(fixes, float) and np.isnan(fixes)) or len(fixes) != len(codes):
+        return [None] * len(codes)
+    return list(fixes)
 
 
 def inconclusive_cases(confidence: pd.DataFrame) -> frozenset[str]:

@@ -76,6 +76,10 @@ SUMMARY_COLUMNS = [
     "straggler_ranks",
     "slow_hops",
     "unattributed_frac",
+    "ratio_p10",
+    "ratio_p90",
+    "hop_cause",
+    "hop_cause_note",
 ]
 
 
@@ -147,11 +151,13 @@ def analyze(run: RunData) -> RunAnalysis:
     violations = clock_violations(xfers, tol_ns)
     confidence = case_confidence(events, cases, run.meta, violations=violations)
     blind = inconclusive_cases(confidence)
-    table = straggler_table(events, xfers, path, tol_ns=tol_ns, no_blame=blind, segments=segments)
+    table = straggler_table(events, xfers, path, tol_ns=tol_ns, no_blame=blind, segments=segments,
+                            link_floor_ms=_link_floor_ms(run.meta))  # fmt: skip
     blame = culprits(table, violations)
     named = set(table.loc[table["flagged"], "case_id"].astype(str))
     doubtful = {case: why for case, why in censored_suspects(xfers, events).items() if case not in named}
     confidence = with_reason(confidence, doubtful, "censored")
+    confidence = with_reason(confidence, _undecided(table, events, named), "few_ranks")
     figures = case_figures(events, cases, path=path, tol_ns=tol_ns)
     steps = overlap_steps(events, xfers)
     per_case = overlap_cases(events, steps, cases, figures=figures)
@@ -163,6 +169,7 @@ def analyze(run: RunData) -> RunAnalysis:
         balance = balance[~balance["case_id"].astype(str).isin(bounded)]
     summary = _summary(events, cases, figures, confidence, blame, per_case, balance, bounded)
     summary["unattributed_frac"] = summary["case_id"].map(_unattributed(path)).astype(float)
+    _hop_causes(summary, table, events, run.meta)
     return RunAnalysis(
         run=run,
         transfers=xfers,
@@ -180,6 +187,42 @@ def analyze(run: RunData) -> RunAnalysis:
         worst_error=worst_error(cases),
         summary=summary,
     )
+
+
+def _link_floor_ms(meta) -> float:
+    """The shortest transfer a record resolves: an imported host-side trace observes completions when a rank comes
+    to take them, so transfers shorter than a late take (traces/evidence.py LATE_NS) are noise; 0 otherwise."""
+    from ringbench.traces.evidence import LATE_NS
+
+    host_side = meta.get("source") == "profiler" and str(meta.get("device_kind", "cpu")) == "cpu"
+    return LATE_NS / 1e6 if host_side else 0.0
+
+
+def _hop_causes(summary: pd.DataFrame, table: pd.DataFrame, events: pd.DataFrame, meta) -> None:
+    """A slow hop's cause as far as the evidence goes (analysis/hop_cause.py), per case naming one. In place."""
+    from ringbench.analysis.hop_cause import hop_cause
+
+    summary["hop_cause"], summary["hop_cause_note"] = None, None
+    for index, row in summary[summary["straggler_kind"] == "link"].iterrows():
+        src, dst = int(row["slow_hop_src"]), int(row["slow_hop_dst"])
+        hop = table[(table["case_id"].astype(str) == str(row["case_id"])) & (table["src"] == src)
+                    & (table["dst"] == dst)]  # fmt: skip
+        extra = float(hop["extra_ms"].iloc[0]) if len(hop) and pd.notna(hop["extra_ms"].iloc[0]) else 0.0
+        cause, note = hop_cause(events, meta, row["case_id"], src, dst, extra)
+        summary.at[index, "hop_cause"], summary.at[index, "hop_cause_note"] = cause, note
+
+
+def _undecided(table: pd.DataFrame, events: pd.DataFrame, named: set[str]) -> dict[str, str]:
+    """Cases of small rings that name nobody although a rank passed the alarm's ratio (analysis/few_ranks.py):
+    case id -> why."""
+    from ringbench.analysis.few_ranks import undecided_sentence
+
+    rows = table[table["undecided"].fillna(False).astype(bool) & ~table["case_id"].astype(str).isin(named)]
+    if rows.empty:
+        return {}
+    world = events.groupby("case_id", observed=True)["rank"].nunique()
+    top = rows.sort_values("ratio", ascending=False).drop_duplicates("case_id")
+    return {str(r["case_id"]): undecided_sentence(r, int(world.get(r["case_id"], 2))) for _, r in top.iterrows()}
 
 
 def _unattributed(path: pd.DataFrame) -> dict[str, float]:
@@ -337,15 +380,35 @@ def straggler_sentence(row: pd.Series | None, analysis: RunAnalysis) -> str | No
         who = f"ranks {tied} (compute)" if tied else f"rank {int(row['straggler_rank'])} (compute)"
         own = " (its compute and its work outside any op)" if _has_own(analysis) else ""
         return (
-            f"Straggler{'s' if tied else ''}: {who}{where}: {_num(row['ratio'])}x the other ranks' median own time "
-            f"per unit of work{own}{alone}; {cost}"
+            f"Straggler{'s' if tied else ''}: {who}{where}: {_num(row['ratio'])}x{_interval(row)} the other ranks' "
+            f"median own time per unit of work{own}{alone}; {cost}"
         )
     hop = f"{int(row['slow_hop_src'])} -> {int(row['slow_hop_dst'])}"
-    who = f"{tied} (links)" if tied else f"{hop} (link)"
+    who = f"{tied} (links)" if tied else f"{hop} ({_hop_kind(row)})"
+    cause = row.get("hop_cause_note")
+    why = f"; {cause}" if isinstance(cause, str) and cause and row.get("hop_cause") != "link" else ""
     return (
-        f"Slow hop{'s' if tied else ''}: {who}{where}: transfer {_num(row['ratio'])}x the other hops' median per "
-        f"byte, upstream waits excluded; no rank blamed{alone}; {cost}"
+        f"Slow hop{'s' if tied else ''}: {who}{where}: transfer {_num(row['ratio'])}x{_interval(row)} the other "
+        f"hops' median per byte, upstream waits excluded; no rank blamed{why}{alone}; {cost}"
     )
+
+
+def _hop_kind(row) -> str:
+    """How a slow hop is named: the link, the sender's code, or either (analysis/hop_cause.py)."""
+    cause = row.get("hop_cause")
+    if cause == "held_back":
+        return f"held back by rank {int(row['slow_hop_src'])}'s code"
+    if cause == "link_or_sender":
+        return f"link, or rank {int(row['slow_hop_src'])}'s code: the trace cannot tell"
+    return "link"
+
+
+def _interval(row) -> str:
+    """ " (p10-p90 a-b)" of a culprit's ratio over iterations, when known."""
+    low, high = row.get("ratio_p10"), row.get("ratio_p90")
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return ""
+    return f" (p10-p90 {_num(low)}-{_num(high)}x)"
 
 
 def tied_names(row) -> str:
@@ -514,6 +577,10 @@ def verdict_document(analysis: RunAnalysis) -> dict:
         "straggler_ranks": None if top is None else _int_lists(top["straggler_ranks"]),
         "slow_hops": None if top is None else _int_lists(top["slow_hops"]),
         "straggler_cost_ms": None if top is None else top["cost_ms"],
+        "straggler_ratio": None if top is None else top["ratio"],
+        "straggler_ratio_p10": None if top is None else top["ratio_p10"],
+        "straggler_ratio_p90": None if top is None else top["ratio_p90"],
+        "hop_cause": None if top is None else top["hop_cause"],
         "exposed_comm_frac": summary["exposed_comm_frac"].median() if len(summary) else None,
         "overlap_efficiency": summary["overlap_efficiency"].median() if len(summary) else None,
         "imbalance": summary["imbalance"].max() if len(summary) else None,

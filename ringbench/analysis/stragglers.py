@@ -72,6 +72,14 @@ STRAGGLER_COLUMNS = [
     "extra_ms",
     "flagged",
     "tied",
+    "ratio_p10",
+    "ratio_p90",
+    "cost_replayed",
+    "joint_cost_ms",
+    "joint_cost_ms_p10",
+    "joint_cost_ms_p90",
+    "structure",
+    "undecided",
 ]
 CULPRIT_COLUMNS = [
     "case_id",
@@ -92,10 +100,13 @@ CULPRIT_COLUMNS = [
     "clock_violations",
     "straggler_ranks",
     "slow_hops",
+    "ratio_p10",
+    "ratio_p90",
 ]
 RANK_MARGIN = 0.25  # a compute straggler is >= 25% slower per FLOP than the median of the other ranks
 LINK_MARGIN = 0.20  # a slow link is >= 20% slower per byte than the median of the other links
 UNIT_QUANTILE = 0.25  # per iteration, a resource's unit time is this quantile of its spans (noise only adds time)
+UNEVEN_QUANTILE = 1.0  # ... its longest step where ranks compute unknown partial blocks (_uneven_work)
 CONSISTENCY = 0.8  # ... and it must be that much slower than its peers in at least this share of iterations
 MIN_EXTRA_SHARE = 0.03  # a flagged resource adds >= 3% of the iteration (what it costs the ring at most)
 LINK_MIN_EXCESS = 0.15  # a flagged link's extra time per transfer is >= 15% of a step's compute (same phase)
@@ -130,17 +141,22 @@ def _ratio(values, peers) -> np.ndarray:
 
 
 def _compare(
-    spans: pd.DataFrame, group: list[str], members: list[str], margin: float, min_peers: int = 1
+    spans: pd.DataFrame,
+    group: list[str],
+    members: list[str],
+    margin: float,
+    min_peers: int = 1,
+    quantile: float = UNIT_QUANTILE,
 ) -> pd.DataFrame:
     """Per (group, member): unit time (median over iterations of the per-iteration low quantile of its spans),
     the peers' median, the ratio, and the share of iterations in which it alone was >= 1 + margin slower.
     With fewer than ``min_peers`` other members there is no baseline: ratio and consistency are NaN."""
-    columns = [*group, *members, "unit_time", "peer_unit_time", "ratio", "consistency"]
+    columns = [*group, *members, "unit_time", "peer_unit_time", "ratio", "consistency", "ratio_p10", "ratio_p90"]
     if spans.empty:
         return pd.DataFrame(columns=columns)
     spans = spans.astype({"unit_time": float})
     iter_keys = [*group, "repeat", "iteration"]
-    per_iter = spans.groupby([*iter_keys, *members], observed=True)["unit_time"].quantile(UNIT_QUANTILE)
+    per_iter = spans.groupby([*iter_keys, *members], observed=True)["unit_time"].quantile(quantile)
     overall = per_iter.groupby(level=[*group, *members], observed=True).median()
     frames = []
     for key, block in overall.groupby(level=group, observed=True, sort=False):
@@ -162,15 +178,26 @@ def _compare(
     values = wide.to_numpy(float)
     groups = wide.index.droplevel(["repeat", "iteration"])
     slower = np.zeros(values.shape, bool)
+    ratios = np.full(values.shape, np.nan)
     for key in groups.unique():
         rows = np.asarray(groups == key)
         block = values[rows]
-        slower[rows] = _ratio(block, _leave_one_out_median(block)) >= 1.0 + margin
+        ratios[rows] = _ratio(block, _leave_one_out_median(block))
+        slower[rows] = ratios[rows] >= 1.0 + margin
     observed = ~np.isnan(values)
     hits = pd.DataFrame(slower & observed, index=wide.index, columns=wide.columns).groupby(level=group).sum()
     seen = pd.DataFrame(observed, index=wide.index, columns=wide.columns).groupby(level=group).sum()
     share = (hits / seen.where(seen > 0)).stack(list(range(len(members))), future_stack=True).rename("consistency")
-    return out.merge(share.reset_index(), on=[*group, *members], how="left")
+    out = out.merge(share.reset_index(), on=[*group, *members], how="left")
+    # The ratio's interval: its p10 and p90 over iterations (each iteration's ratio against that iteration's peers).
+    per = pd.DataFrame(ratios, index=wide.index, columns=wide.columns).groupby(level=group)
+    stacked = [per.quantile(q).stack(list(range(len(members))), future_stack=True).rename(name)
+               for q, name in ((0.1, "ratio_p10"), (0.9, "ratio_p90"))]  # fmt: skip
+    out = out.merge(pd.concat(stacked, axis=1).reset_index(), on=[*group, *members], how="left")
+    if min_peers > 1 and len(out):
+        few = out["ratio"].isna()
+        out.loc[few, ["ratio_p10", "ratio_p90"]] = np.nan
+    return out
 
 
 def rank_steps(events: pd.DataFrame) -> pd.DataFrame:
@@ -193,7 +220,12 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame |
     work = steps["flops"].where(steps["flops"] > 0) / 1e9
     judged = steps[(steps["computes"] > 0) & (~has_work | work.notna())]
     judged = judged.assign(unit_time=judged["ms"] / work.reindex(judged.index).fillna(1.0), exchange="")
-    ranks = _compare(judged, ["case_id", "phase", "exchange"], ["rank"], RANK_MARGIN)
+    uneven = _uneven_work(events, steps)
+    parts = [_compare(judged[judged["case_id"].isin(uneven) == flag], ["case_id", "phase", "exchange"], ["rank"],
+                      RANK_MARGIN, quantile=UNEVEN_QUANTILE if flag else UNIT_QUANTILE)
+             for flag in (False, True) if (judged["case_id"].isin(uneven) == flag).any()]  # fmt: skip
+    ranks = pd.concat(parts, ignore_index=True) if parts else _compare(judged, ["case_id", "phase", "exchange"],
+                                                                       ["rank"], RANK_MARGIN)  # fmt: skip
     unit = judged.assign(unit=np.where(has_work.reindex(judged.index), "ms/GFLOP", "ms")).groupby("case_id")["unit"]
     ranks["unit"] = unit.first().reindex(ranks["case_id"]).to_numpy()
     ranks["mb"] = np.nan
@@ -224,6 +256,40 @@ def _unit_times(events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame |
     return pd.concat([ranks.assign(resource="rank"), links.assign(resource="link")], ignore_index=True)
 
 
+def _floor_links(units: pd.DataFrame, floor_ms: float) -> None:
+    """Links' peers' baseline at least ``floor_ms`` per transfer (straggler_table); ratio and interval follow."""
+    is_link = (units["resource"] == "link").to_numpy()
+    per_mb = floor_ms / units["mb"].where(units["mb"] > 0).fillna(1.0)
+    peer = units["peer_unit_time"].to_numpy(float)
+    floored = np.where(is_link, np.fmax(peer, per_mb.to_numpy(float)), peer)
+    scale = _ratio(peer, floored)
+    units["peer_unit_time"] = floored
+    for column in ("ratio", "ratio_p10", "ratio_p90", "cost_ratio"):
+        if column in units:
+            units[column] = np.where(is_link, units[column].to_numpy(float) * scale, units[column].to_numpy(float))
+
+
+def _uneven_work(events: pd.DataFrame, steps: pd.DataFrame) -> set:
+    """Cases whose ranks compute different amounts of work per step with no mask plan to say which blocks are
+    partial (an imported causal or windowed ring: a trace shows shapes, not masks, so a diagonal block computed
+    half, or a masked one skipped inside an empty range, looks like a fast one). Told by the steps' own times: per
+    iteration, each rank's count of *full* steps (at least half its longest step) differs between ranks in most
+    iterations. There a rank's unit time is its longest step (its full blocks), not a low quantile."""
+    pairs = events.loc[events["kind"] == "compute", "pair"] if "pair" in events else pd.Series(dtype=object)
+    if (pairs.notna() & (pairs.astype(str) != "")).any():  # a plan says which pairs are partial
+        return set()
+    computed = steps[steps["computes"] > 0]
+    if computed.empty:
+        return set()
+    keys = ["case_id", "repeat", "iteration", "phase", "rank"]
+    longest = computed.groupby(keys, observed=True)["ms"].transform("max")
+    full = (computed["ms"] >= 0.5 * longest) & (longest > 0)
+    counts = full.groupby([computed[k] for k in keys], observed=True).sum()
+    spread = counts.groupby(level=keys[:-1], observed=True).agg(["min", "max"])
+    differ = (spread["max"] > spread["min"]).groupby(level="case_id", observed=True).mean()
+    return set(differ[differ > 0.5].index)
+
+
 def _bounded_peers(links: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
     """Hops left without a baseline because too few of their peers were measured (their transfers censored:
     nobody waited, so each end is only a bound): judged against the peers' bounds instead. A bound is never
@@ -234,11 +300,16 @@ def _bounded_peers(links: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
         return links
     group, members = ["case_id", "phase", "exchange"], ["src", "dst"]
     bounded = _compare(every, group, members, LINK_MARGIN, min_peers=LINK_MIN_PEERS)
-    bounded = bounded.dropna(subset=["ratio"]).set_index([*group, *members])["peer_unit_time"]
-    peers = bounded.reindex(pd.MultiIndex.from_frame(links.loc[lacking, [*group, *members]])).to_numpy(float)
+    bounded = bounded.dropna(subset=["ratio"]).set_index([*group, *members])
+    where = pd.MultiIndex.from_frame(links.loc[lacking, [*group, *members]])
+    peers = bounded["peer_unit_time"].reindex(where).to_numpy(float)
     links = links.copy()
     links.loc[lacking, "peer_unit_time"] = peers
     links.loc[lacking, "ratio"] = _ratio(links.loc[lacking, "unit_time"].to_numpy(float), peers)
+    # Its interval: each iteration's bound against its peers' bounds, rescaled to the ratio measured here.
+    scale = _ratio(links.loc[lacking, "ratio"].to_numpy(float), bounded["ratio"].reindex(where).to_numpy(float))
+    for column in ("ratio_p10", "ratio_p90"):
+        links.loc[lacking, column] = bounded[column].reindex(where).to_numpy(float) * scale
     return links
 
 
@@ -282,8 +353,13 @@ def straggler_table(
     tol_ns: int = DEFAULT_TOL_NS,
     no_blame: frozenset[str] = frozenset(),
     segments: pd.DataFrame | None = None,
+    link_floor_ms: float = 0.0,
 ) -> pd.DataFrame:
     """Per case, every rank and link: unit time against its peers, critical-path time and share, cost, flag.
+
+    ``link_floor_ms``: the shortest transfer the record can resolve (an imported host-side trace: a late take);
+    a link's peers' baseline is never shorter, so a ratio against healthy transfers below it does not measure
+    noise (its interval is rescaled with it).
 
     ``no_blame``: cases whose timings cannot single out a rank or a link (the inconclusive cases of
     confidence.case_confidence): nothing is flagged there.
@@ -297,6 +373,8 @@ def straggler_table(
         path, segments = critical_path_segments(events, xfers, tol_ns)
     steps = rank_steps(events)
     units = _unit_times(events, xfers, steps)
+    if link_floor_ms > 0 and len(units):
+        _floor_links(units, link_floor_ms)
     if path.empty or units.empty:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
     units[["rank", "src", "dst"]] = units[["rank", "src", "dst"]].fillna(-1).astype("int64")
@@ -306,6 +384,11 @@ def straggler_table(
     out = shown.merge(_path_costs(path, segments, shown).reset_index(), on=_RESOURCE_KEYS, how="left")
     out["flagged"] = _flagged(out, clock_violations(xfers, tol_ns), no_blame)
     out["tied"] = _ties(out)
+    out = _replayed_costs(out, events, xfers, steps)
+    # The interval brackets the ratio it goes with (a ratio of medians may lie outside its iterations' p10-p90).
+    low, high, ratio = (out[c].to_numpy(float) for c in ("ratio_p10", "ratio_p90", "ratio"))
+    out["ratio_p10"] = np.where(np.isnan(low), np.nan, np.fmin(low, ratio))
+    out["ratio_p90"] = np.where(np.isnan(high), np.nan, np.fmax(high, ratio))
     return out[STRAGGLER_COLUMNS].sort_values(["case_id", "resource", "rank", "src", "dst"]).reset_index(drop=True)
 
 
@@ -330,6 +413,32 @@ def _mark_candidates(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFr
     strong &= units["extra_ms"] >= MIN_EXTRA_SHARE * iteration
     link_ok = excess >= LINK_MIN_EXCESS * np.nan_to_num(step, nan=0.0)
     units["candidate"] = (strong & (~is_link | link_ok)).fillna(False).astype(bool)
+    _small_rings(units, events, steps, rank_margin, step_ms_ok=units["extra_ms"] >= MIN_EXTRA_SHARE * iteration)
+
+
+def _small_rings(units: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame, rank_margin: float,
+                 step_ms_ok: pd.Series) -> None:  # fmt: skip
+    """Ranks of rings too small for a majority (analysis/few_ranks.py): a rank slower than its peer by the alarm's
+    margin, with the extra time, is a candidate when it was slower in most iterations *and* held its successor
+    waiting in most of them (``structure``: the ring confirms what one or two peers cannot); otherwise it is
+    ``undecided`` (the case is inconclusive)."""
+    from ringbench.analysis.few_ranks import downstream_structure
+
+    units["structure"] = np.nan
+    units["undecided"] = False
+    found = downstream_structure(events, steps, rank_margin)
+    if found.empty:
+        return
+    is_rank = (units["resource"] == "rank").to_numpy()
+    keyed = found.set_index(["case_id", "rank"])["structure"]
+    index = pd.MultiIndex.from_frame(units[["case_id", "rank"]].astype({"rank": "int64"}))
+    units["structure"] = np.where(is_rank, keyed.reindex(index).to_numpy(float), np.nan)
+    small = is_rank & units["structure"].notna().to_numpy()
+    alarm = small & (units["ratio"] >= 1.0 + rank_margin).to_numpy() & step_ms_ok.fillna(False).to_numpy(bool)
+    held = units["structure"].to_numpy(float) >= CONSISTENCY
+    steady = units["consistency"].to_numpy(float) >= CONSISTENCY
+    units["candidate"] = np.where(small, alarm & steady & held, units["candidate"].to_numpy(bool))
+    units["undecided"] = alarm & ~(steady & held)
 
 
 def _path_costs(path: pd.DataFrame, segments: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
@@ -380,6 +489,31 @@ def _flagged(out: pd.DataFrame, violations: pd.Series, no_blame: frozenset[str])
     return (out["candidate"] & blamable & (is_rank | (trusted & ~touches))).astype(bool)
 
 
+def _replayed_costs(table: pd.DataFrame, events: pd.DataFrame, xfers: pd.DataFrame, steps: pd.DataFrame
+                    ) -> pd.DataFrame:  # fmt: skip
+    """The cost of every flagged resource replayed (analysis/what_if.py): what its iterations would save with it
+    at its peers' speed, alone (``cost_ms``) and, for resources tied with others, all of them together
+    (``joint_cost_ms``). Unflagged rows keep the critical path's estimate (``cost_replayed`` False)."""
+    from ringbench.analysis.what_if import replayed_cost
+
+    table = table.assign(cost_replayed=False, joint_cost_ms=np.nan, joint_cost_ms_p10=np.nan, joint_cost_ms_p90=np.nan)
+    for case_id, group in table[table["flagged"]].groupby("case_id", sort=False, observed=True):
+        for index, row in group.iterrows():
+            member = [(row["resource"], row["rank"], row["src"], row["dst"])]
+            cost = replayed_cost(events, xfers, steps, case_id, member)
+            if np.isfinite(cost[0]):
+                table.loc[index, ["cost_ms", "cost_ms_p10", "cost_ms_p90"]] = cost
+                table.at[index, "cost_replayed"] = True
+        for resource in ("rank", "link"):
+            company = group[group["tied"] & (group["resource"] == resource)]
+            if len(company) < 2:
+                continue
+            members = list(zip(company["resource"], company["rank"], company["src"], company["dst"], strict=True))
+            joint = replayed_cost(events, xfers, steps, case_id, members)
+            table.loc[company.index, ["joint_cost_ms", "joint_cost_ms_p10", "joint_cost_ms_p90"]] = joint
+    return table
+
+
 def _ties(table: pd.DataFrame) -> np.ndarray:
     """Per row: flagged and equally to blame with its case's culprit (module doc, "Ties"), the culprit included
     when it has company."""
@@ -414,11 +548,14 @@ def culprits(table: pd.DataFrame, violations: pd.Series | None = None) -> pd.Dat
         if len(flagged):
             top = flagged.iloc[0]
             row |= {key: top[key] for key in ("ratio", "cost_ms", "cost_ms_p10", "cost_ms_p90", "cp_share")}
+            row |= {key: top.get(key) for key in ("ratio_p10", "ratio_p90")}
             company = (
                 flagged[flagged["tied"] & (flagged["resource"] == top["resource"])] if top["tied"] else top.to_frame().T
             )
             if len(company) > 1:  # equally to blame: every one is named, and fixing one alone does not help
-                row |= {key: float(company[key].sum()) for key in ("cost_ms", "cost_ms_p10", "cost_ms_p90")}
+                joint = company["joint_cost_ms"].notna().all() if "joint_cost_ms" in company else False
+                for key in ("cost_ms", "cost_ms_p10", "cost_ms_p90"):  # what fixing them all saves (replayed)
+                    row[key] = float(company[f"joint_{key}"].iloc[0]) if joint else float(company[key].sum())
                 row["cp_share"] = float(company["cp_share"].sum())
             if top["resource"] == "rank":
                 row |= {"straggler_kind": "compute", "straggler_rank": int(top["rank"])}
@@ -448,7 +585,12 @@ def censored_suspects(xfers: pd.DataFrame, events: pd.DataFrame) -> dict[str, st
     if xfers.empty or "censored" not in xfers or not xfers["censored"].any():
         return {}
     steps = rank_steps(events)
-    step_ms = steps[steps["computes"] > 0].groupby("case_id", observed=True)["ms"].median()
+    computed = steps[steps["computes"] > 0]
+    step_ms = computed.groupby("case_id", observed=True)["ms"].median()
+    # A receiver busy with a full block takes its next one late by up to that block: per rank, its full steps'
+    # median (steps of at least half its longest; a causal ring's empty and half blocks left out).
+    longest = computed.groupby(["case_id", "rank"], observed=True)["ms"].transform("max")
+    full_ms = computed[computed["ms"] >= 0.5 * longest].groupby(["case_id", "rank"], observed=True)["ms"].median()
     out = {}
     for case_id, case in xfers.groupby("case_id", observed=True, sort=False):
         measured_ms = case.loc[~case["censored"], "transfer_ms"]
@@ -457,7 +599,9 @@ def censored_suspects(xfers: pd.DataFrame, events: pd.DataFrame) -> dict[str, st
             share=("censored", "mean"), bound=("transfer_ms", "median")
         )
         step = float(step_ms.get(case_id, 0.0))
-        floor = (1.0 + LINK_MARGIN) * max(baseline, step) + LINK_MIN_EXCESS * step
+        busy = np.array([float(full_ms.get((case_id, dst), 0.0)) for _, dst in hops.index])
+        work = np.maximum(step, busy)
+        floor = (1.0 + LINK_MARGIN) * np.maximum(baseline, work) + LINK_MIN_EXCESS * work
         doubtful = hops[(hops["share"] > 0.5) & (hops["bound"] > floor)].sort_values("bound", ascending=False)
         if len(doubtful):
             (src, dst), top = next(iter(doubtful.iterrows()))

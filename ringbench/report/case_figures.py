@@ -63,7 +63,7 @@ def timeline(iteration: pd.DataFrame, xfers: pd.DataFrame, ring: list[int], culp
     """Per-rank timeline of one iteration, one panel per phase: compute (numbered by ring step within the phase),
     each exchange's transfer into the rank, and the exposed wait. Dashed lines mark where a phase ends and the
     other begins; the culprit rank's row, or the slow hop's transfers, are red."""
-    spans = iteration[iteration["kind"].isin(["compute", "wait"])]
+    spans = iteration[iteration["kind"].isin(["compute", "own", "wait", "sync", "post"])]
     phases = [phase for phase in PHASES if (spans["phase"] == phase).any()]
     if not phases or not ring:
         return None
@@ -83,7 +83,7 @@ def timeline(iteration: pd.DataFrame, xfers: pd.DataFrame, ring: list[int], culp
         ins = moved[moved["phase"] == phase] if len(moved) else moved
         _phase_panel(ax, phase, spans[spans["phase"] == phase], ins, exchanges[phase], ring, culprit, origin, extent)
     axes[-1].set_xlabel("ms since the iteration began (numbers on compute: the ring step within the phase)")
-    _timeline_legend(fig, exchanges, culprit)
+    _timeline_legend(fig, exchanges, culprit, set(spans["kind"].astype(str)))
     return fig
 
 
@@ -99,12 +99,20 @@ def _phase_panel(ax, phase: str, mine: pd.DataFrame, ins: pd.DataFrame, exchange
             ax.axhspan(y - 0.5, y + 0.5, color=HIGHLIGHT, alpha=0.09, linewidth=0)
         own = mine[mine["rank"] == rank]
         compute = own[own["kind"] == "compute"]
-        _bars(ax, compute, "start_ns", "end_ns", origin, (y + lanes["compute"][0], lanes["compute"][1]),
-              COLORS["compute"])  # fmt: skip
+        work_lane = (y + lanes["compute"][0], lanes["compute"][1])
+        # A rank's own work outside its compute spans (imported traces: other ops, unprofiled code) is its time
+        # too: drawn in the compute lane, lighter, so a rank late outside its compute is not an empty row.
+        _bars(ax, own[own["kind"] == "own"], "start_ns", "end_ns", origin, work_lane, COLORS["own"])
+        _bars(ax, compute, "start_ns", "end_ns", origin, work_lane, COLORS["compute"])
         for exchange in exchanges:
             _transfers_into(ax, ins, rank, exchange, (y + lanes[exchange][0], lanes[exchange][1]), origin, culprit)
-        _bars(ax, own[own["kind"] == "wait"], "start_ns", "end_ns", origin,
-              (y + lanes["wait"][0], lanes["wait"][1]), COLORS["wait"])  # fmt: skip
+        held = own[own["kind"] == "post"]  # a send held back on one hop: that hop's time, on the sender's row
+        slow = held["dst"].to_numpy() == culprit.hop[1] if culprit.hop and rank == culprit.hop[0] else None
+        _bars(ax, held, "start_ns", "end_ns", origin, work_lane, COLORS["post"] if slow is None else
+              [HIGHLIGHT if s else COLORS["post"] for s in slow[(held["end_ns"] > held["start_ns"]).to_numpy()]])  # fmt: skip
+        wait_lane = (y + lanes["wait"][0], lanes["wait"][1])
+        _bars(ax, own[own["kind"] == "sync"], "start_ns", "end_ns", origin, wait_lane, COLORS["sync"])
+        _bars(ax, own[own["kind"] == "wait"], "start_ns", "end_ns", origin, wait_lane, COLORS["wait"])
         if len(ring) <= 16:
             _step_numbers(ax, compute, y + lanes["compute"][0] + lanes["compute"][1] / 2, origin, end - start)
     ax.set_xlim(start - pad, end + pad)
@@ -159,16 +167,22 @@ def _phase_boundaries(ax, phase: str, extent: dict[str, tuple[int, int]], origin
             ax.axvline(last, color="#444", linestyle=":", linewidth=1.1)
 
 
-def _timeline_legend(fig: Figure, exchanges: dict[str, list[str]], culprit: Culprit) -> None:
+def _timeline_legend(fig: Figure, exchanges: dict[str, list[str]], culprit: Culprit, kinds: set[str]) -> None:
     handles = [Patch(color=COLORS["compute"], label="compute")]
+    if "own" in kinds:
+        handles.append(Patch(color=COLORS["own"], label="own work outside compute"))
+    if "post" in kinds:
+        handles.append(Patch(color=COLORS["post"], label="send held back"))
     if any("kv" in e for e in exchanges.values()):
         handles.append(Patch(color=COLORS["transfer"], label="K/V transfer into the rank"))
     if any("dkv" in e for e in exchanges.values()):
         handles.append(Patch(color=COLORS["transfer_dkv"], label="dK/dV transfer into the rank"))
     handles.append(Patch(color=COLORS["wait"], label="exposed wait"))
+    if "sync" in kinds:
+        handles.append(Patch(color=COLORS["sync"], label="barrier"))
     if culprit.rank is not None or culprit.hop:
         handles.append(Patch(color=HIGHLIGHT, alpha=0.5, label=f"culprit: {culprit.text}"))
-    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), frameon=False)
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 5), frameon=False)
 
 
 @rendered
@@ -260,30 +274,43 @@ def hop_bars(hops: pd.DataFrame, case_id: str, ring: list[int], culprit: Culprit
 
 
 @rendered
-def compute_wait_bars(steps: pd.DataFrame, ring: list[int], case_id: str, culprit: Culprit) -> Figure | None:
-    """Per rank: median per iteration of compute ms and of the time the rank sat waiting (on or off the path)."""
-    rows = steps[steps["case_id"] == case_id]
+def compute_wait_bars(events: pd.DataFrame, ring: list[int], case_id: str, culprit: Culprit) -> Figure | None:
+    """Per rank, medians per iteration, stacked: its own time (compute, and own work outside compute spans in an
+    imported trace) beside the time it sat blocked (waiting on an exchange, at a barrier or collective)."""
+    rows = events[(events["case_id"] == case_id) & events["kind"].isin(list(WORK_STACK) + list(WAIT_STACK))]
     if rows.empty:
         return None
-    per_iter = rows.groupby(["repeat", "iteration", "rank"])[["compute_ms", "waited_ms"]].sum()
-    per_rank = per_iter.groupby(level="rank").median().reindex(ring)
+    ms = (rows["end_ns"] - rows["start_ns"]) / 1e6
+    per_iter = ms.groupby([rows["repeat"], rows["iteration"], rows["rank"], rows["kind"].astype(str)]).sum()
+    wide = per_iter.unstack("kind").fillna(0.0)
+    per_rank = wide.groupby(level="rank").median().reindex(ring).fillna(0.0)
     x = np.arange(len(ring))
-    fig = Figure(figsize=(max(4.8, 0.45 * len(ring) + 2.4), 3.5), layout="constrained")
+    fig = Figure(figsize=(max(4.8, 0.45 * len(ring) + 2.4), 3.6), layout="constrained")
     ax = fig.subplots()
     bad = [culprit.touches(r) for r in ring]
     edges = [HIGHLIGHT if b else "none" for b in bad]
-    ax.bar(x - 0.2, per_rank["compute_ms"], 0.4, label="compute", color=COLORS["compute"], edgecolor=edges,
-           linewidth=2)  # fmt: skip
-    ax.bar(x + 0.2, per_rank["waited_ms"], 0.4, label="wait", color=COLORS["wait"], edgecolor=edges, linewidth=2)
+    for offset, stack in ((-0.2, WORK_STACK), (0.2, WAIT_STACK)):
+        bottom = np.zeros(len(ring))
+        for kind, label in stack.items():
+            if kind not in per_rank or not (per_rank[kind] > 0).any():
+                continue
+            values = per_rank[kind].to_numpy(float)
+            ax.bar(x + offset, values, 0.4, bottom=bottom, label=label, color=COLORS[kind], edgecolor=edges,
+                   linewidth=2)  # fmt: skip
+            bottom += values
     step = max(1, math.ceil(len(ring) / 24))
     ax.set_xticks(x, [str(r) if i % step == 0 or bad[i] else "" for i, r in enumerate(ring)])
     for label, b in zip(ax.get_xticklabels(), bad, strict=True):
         if b:
             label.set_color(HIGHLIGHT)
             label.set_fontweight("bold")
-    ax.set_xlabel("rank (ring order)")
+    ax.set_xlabel("rank (ring order); left: its own time, right: blocked")
     ax.set_ylabel("ms per iteration (median)")
     suffix = f"\nculprit: {culprit.text}, in red" if culprit.rank is not None or culprit.hop else ""
     ax.set_title(f"Compute vs wait per rank{suffix}", fontsize=10)
-    fig.legend(loc="outside lower center", ncols=2, frameon=False)
+    fig.legend(loc="outside lower center", ncols=3, frameon=False)
     return fig
+
+
+WORK_STACK = {"compute": "compute", "own": "own work", "post": "send held back"}
+WAIT_STACK = {"wait": "wait (exchange)", "sync": "barrier", "collective": "collective"}

@@ -147,7 +147,7 @@ def _case_section(analysis: RunAnalysis, cases: Cases, case_id: str, why: list[s
         ("hops", "Transfer time per ring hop",
          lambda: case_figures.hop_bars(analysis.hops, case_id, ring, culprit), True),
         ("compute_wait", "Compute vs wait per rank",
-         lambda: case_figures.compute_wait_bars(analysis.overlap_steps, ring, case_id, culprit), True),
+         lambda: case_figures.compute_wait_bars(analysis.run.events, ring, case_id, culprit), True),
     ]  # fmt: skip
     pngs = []
     for name, caption, draw, half in drawn:
@@ -163,8 +163,29 @@ def _case_section(analysis: RunAnalysis, cases: Cases, case_id: str, why: list[s
     )
 
 
+def _verdict_rows(st: pd.DataFrame, row: pd.Series | None) -> pd.Series:
+    """Per straggler-table row: "culprit" when the verdict names it (with its tied company), "alarm" when it
+    crossed the thresholds but the verdict names another (a rank's links explained by the rank), else ""."""
+    flagged = st["flagged"].fillna(False).astype(bool)
+    named = pd.Series(False, index=st.index)
+    if row is not None and row.get("straggler_kind") == "compute":
+        ranks = row.get("straggler_ranks")
+        ranks = list(ranks) if isinstance(ranks, (list, tuple)) or hasattr(ranks, "tolist") else []
+        named = (st["resource"] == "rank") & st["rank"].isin(ranks or [int(row["straggler_rank"])])
+    elif row is not None and row.get("straggler_kind") == "link":
+        hops = row.get("slow_hops")
+        hops = [tuple(h) for h in hops] if hops is not None and len(hops) else [(int(row["slow_hop_src"]),
+                                                                                 int(row["slow_hop_dst"]))]  # fmt: skip
+        named = (st["resource"] == "link") & pd.Series([(a, b) in hops for a, b in zip(st["src"], st["dst"],
+                                                                                        strict=True)], index=st.index)  # fmt: skip
+    return pd.Series(["culprit" if n else ("alarm" if f else "") for n, f in zip(named, flagged, strict=True)],
+                     index=st.index)  # fmt: skip
+
+
 def _tables(analysis: RunAnalysis, case_id: str, number: int) -> list[Table]:
     st = analysis.stragglers[analysis.stragglers["case_id"] == case_id].copy()
+    summary = analysis.summary[analysis.summary["case_id"].astype(str) == str(case_id)]
+    st["verdict"] = _verdict_rows(st, summary.iloc[0] if len(summary) else None)
     st["who"] = [
         f"rank {r}" if k == "rank" else f"hop {a} -> {b}"
         for k, r, a, b in zip(st["resource"], st["rank"], st["src"], st["dst"], strict=True)
@@ -181,14 +202,16 @@ def _tables(analysis: RunAnalysis, case_id: str, number: int) -> list[Table]:
         "cost_ms": ("cost ms/iter", ".2f"),
         "consistency_pct": ("iterations slower %", ".0f"),
         "extra_ms": ("extra ms/iter", ".2f"),
-        "flagged": ("flagged", ""),
+        "verdict": ("verdict", ""),
     }, f"Unit time: per iteration the p{UNIT_QUANTILE * 100:.0f} of the spans, then the median over iterations. "
        f"Flagged: ratio >= {1 + RANK_MARGIN:.2f} (ranks) or >= {1 + LINK_MARGIN:.2f} (links), slower in "
        f">= {CONSISTENCY * 100:.0f}% of iterations, extra time >= {MIN_EXTRA_SHARE * 100:.0f}% of the "
        f"iteration (links: and >= {LINK_MIN_EXCESS * 100:.0f}% of a step's compute per transfer); a flagged "
-       "rank takes precedence over its links. Cost: critical-path time x (1 - 1/ratio).")  # fmt: skip
-    flagged = tuple(i for i, f in enumerate(st["flagged"].fillna(False).astype(bool)) if f)
-    peers = Table(peers.title, peers.columns, peers.rows, peers.note, highlight=flagged)
+       "rank takes precedence over its links (an alarm the verdict does not name). Cost of the culprit: what its "
+       "iterations save when replayed with it at its peers' speed; of the others, critical-path time x "
+       "(1 - 1/ratio). Only the verdict's culprit is in red.")  # fmt: skip
+    named = tuple(i for i, v in enumerate(st["verdict"]) if v == "culprit")
+    peers = Table(peers.title, peers.columns, peers.rows, peers.note, highlight=named)
     hops = analysis.hops[analysis.hops["case_id"] == case_id].copy()
     order = {("fwd", "kv"): 0, ("bwd", "kv"): 1, ("bwd", "dkv"): 2}  # as they happen
     position = {rank: p for p, rank in enumerate(ring_of(analysis, case_id))}
@@ -212,15 +235,13 @@ def _tables(analysis: RunAnalysis, case_id: str, number: int) -> list[Table]:
        "exchange: kv = the K/V block, dkv = the backward's dK/dV accumulator.")  # fmt: skip
     bal = analysis.balance_ranks[analysis.balance_ranks["case_id"] == case_id].copy()
     bal["work_pct"], bal["time_pct"] = bal["work_share"] * 100, bal["time_share"] * 100
-    balance = table(f"Balance (case {number}; per iteration, medians)", bal, {
-        "rank": ("rank", ".0f"),
-        "full": ("full", ".0f"),
-        "causal": ("causal", ".0f"),
-        "partial": ("partial", ".0f"),
-        "skip": ("skip", ".0f"),
-        "gflop": ("GFLOP", ".2f"),
-        "compute_ms": ("compute ms", ".2f"),
-        "work_pct": ("work %", ".1f"),
-        "time_pct": ("time %", ".1f"),
-    }, "Pair counts per phase from the mask plan (skip = world - computed steps).")  # fmt: skip
+    planned = bool(len(bal) and bal[["full", "causal", "partial"]].fillna(0).to_numpy().sum() > 0)
+    columns = {"rank": ("rank", ".0f")}
+    if planned:  # an imported trace has no mask plan: no pair counts to show
+        columns |= {"full": ("full", ".0f"), "causal": ("causal", ".0f"), "partial": ("partial", ".0f"),
+                    "skip": ("skip", ".0f"), "gflop": ("GFLOP", ".2f")}  # fmt: skip
+    columns |= {"compute_ms": ("compute ms", ".2f"), "work_pct": ("work %", ".1f"), "time_pct": ("time %", ".1f")}
+    note = ("Pair counts per phase from the mask plan (skip = world - computed steps)." if planned else
+            "No mask plan (an imported trace does not say which keys were masked): work % counts whole blocks.")  # fmt: skip
+    balance = table(f"Balance (case {number}; per iteration, medians)", bal, columns, note)
     return [t for t in (peers, hop_table, balance) if t.rows]

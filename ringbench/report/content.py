@@ -125,6 +125,10 @@ def _cases_section(analysis: RunAnalysis, cases: Cases, detailed: set[str]) -> S
     }
     if frame["faults"].fillna("").astype(str).str.len().gt(0).any():
         columns["faults"] = ("faults", "")
+    # Figures no case has (nothing checked against float64, no mask plan: an import) are left out, not dashed.
+    for name in ("predicted_imbalance", "fwd_max_abs_err", "bwd_max_abs_err"):
+        if name in frame and pd.to_numeric(frame[name], errors="coerce").isna().all():
+            columns.pop(name)
     headers, body = frame_rows(frame, columns)
     rows = []
     for (_, row), cells in zip(frame.iterrows(), body, strict=True):

@@ -40,6 +40,10 @@ COLORS = {
     "transfer": "#DD8452",
     "transfer_dkv": "#B07AA1",
     "wait": "#5A5A5A",  # grey: red is kept for the culprit
+    "own": "#9DB5DA",  # a rank's own work outside its compute spans (imported traces): the compute's hue, lighter
+    "sync": "#A9A9A9",  # waiting at a barrier or another collective: the wait's grey, lighter
+    "collective": "#7F7F7F",  # an all-gather rotation (no hop), waited on
+    "post": "#F2B68C",  # an exchange's post held back on one hop: the transfer's hue, lighter
     "hidden": "#55A868",
     "unjudged": "#A7B0BA",
 }

@@ -35,8 +35,10 @@ figure { margin: 1em 0; max-width: 100%; } figcaption { color: #555; font-size: 
 img { max-width: 100%; height: auto; border: 1px solid #eee; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; white-space: nowrap; }
-th { background: #f3f3f3; } .n { text-align: right; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.4em; text-align: left; white-space: normal;
+         vertical-align: top; }
+th { background: #f3f3f3; hyphens: auto; } .n { text-align: right; font-variant-numeric: tabular-nums; }
+td { overflow-wrap: break-word; } td.n { white-space: nowrap; } td.id, td[title] { overflow-wrap: anywhere; }
 table.kv td, table.kv th { text-align: left; white-space: normal; overflow-wrap: anywhere; }
 table.kv th { width: 11em; } td.id { font-family: monospace; font-size: 0.95em; }
 td[title] { text-decoration: underline dotted #999; cursor: help; }

@@ -104,7 +104,10 @@ def culprit_text(row) -> str:
     if row["straggler_kind"] == "compute":
         return f"rank {int(row['straggler_rank'])} (compute)"
     if row["straggler_kind"] == "link":
-        return f"hop {int(row['slow_hop_src'])} -> {int(row['slow_hop_dst'])} (link)"
+        src = int(row["slow_hop_src"])
+        kind = {"held_back": f"held back by rank {src}'s code",
+                "link_or_sender": f"link, or rank {src}'s code"}.get(row.get("hop_cause"), "link")  # fmt: skip
+        return f"hop {src} -> {int(row['slow_hop_dst'])} ({kind})"
     if row.get("confidence") == "inconclusive":
         return "inconclusive"  # the measurement could not have shown one: never "none"
     return "none"

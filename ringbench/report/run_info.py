@@ -59,6 +59,14 @@ def _run_table(run: RunData) -> Table:
             rows.append(["emulated floor", f"{_text(meta['emulated_auto_floor_ms'])} ms per kernel call at least "
                                             "(emulated:auto: calls too small to pace at the rate)"])  # fmt: skip
     rows.append(["faults", ", ".join(meta.faults) or "none"])
+    imported = meta.get("imported") or {}
+    if imported.get("compute"):
+        compute = imported["compute"]
+        per_rank = ", ".join(f"rank {r}: {n:g}" for r, n in sorted(compute.get("per_iteration", {}).items(),
+                                                                   key=lambda item: int(item[0])))  # fmt: skip
+        rows.append(["compute taken", f"{', '.join(compute.get('families', []))} ({compute.get('how')}, "
+                     f"{compute.get('where')}); per iteration {per_rank}; {100 * compute.get('share_of_step', 0):.0f}% "
+                     "of the step"])  # fmt: skip
     if "trace" in meta:
         rows.append(["per-step spans", _text(meta.get("trace"))])
     if meta.get("failure"):

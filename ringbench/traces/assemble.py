@@ -7,12 +7,21 @@ the origin of the record's clock and what the notes of the import should say.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from ringbench.traces.evidence import classify_gaps, late_tolerance, match_messages, measured, subtract, union
+from ringbench.traces.evidence import (
+    WAIT_TOL_NS,
+    classify_gaps,
+    late_tolerance,
+    match_messages,
+    measured,
+    subtract,
+    union,
+)
 from ringbench.traces.rank_rows import (
     SEEN_FROM_PEER,
     clip,
@@ -35,6 +44,7 @@ class Assembled:
     own_ms: dict[int, float] = field(default_factory=dict)  # rank -> unprofiled own time per iteration (median)
     busy_share: dict[int, float] = field(default_factory=dict)  # rank -> share of its iterations in CPU ops
     synthesized: int = 0  # sends or receives seen only from their peer's side
+    unseen_sides: list = field(default_factory=list)  # [{"src", "dst", "side", "count"}] of those, per hop
 
 
 def _shift(frame: pd.DataFrame, shift: int, remap: dict[int, int], columns) -> pd.DataFrame:
@@ -97,7 +107,7 @@ def _on_clock(rank, shift: int, remap: dict[int, int], labels, numbers) -> _Rank
                  cpu_busy=rank.cpu_busy + shift)  # fmt: skip
 
 
-def _synthesize(ranks: dict[int, _Rank], matched: pd.DataFrame) -> int:
+def _synthesize(ranks: dict[int, _Rank], matched: pd.DataFrame, hops: Counter | None = None) -> int:
     """Give each message seen from one side only (its sender's ops not in the trace: posted by a thread the
     profiler did not follow) a row on the other side, in that rank's exchange of the same (iteration, phase,
     step): the peer's observation is then the only evidence of it. Edits ``matched`` and the tables in place."""
@@ -126,6 +136,8 @@ def _synthesize(ranks: dict[int, _Rank], matched: pd.DataFrame) -> int:
                                        group=int(same.index[0]), step=int(seen["step"]))  # fmt: skip
             matched.at[m, side] = index
             added += 1
+            if hops is not None:
+                hops[(int(row["src"]), int(row["dst"]), direction)] += 1
     return added
 
 
@@ -175,8 +187,42 @@ def _classify(view: _Rank, matched: pd.DataFrame, ids: pd.Series, residual_ns: i
     ready = np.r_[matched["ready_ns"].to_numpy(float)[mids], coll["post_ns"].to_numpy(float)]
     late = late_tolerance(done, ready, residual_ns)
     ok = np.isfinite(times) & np.isfinite(done)
-    waits, own = classify_gaps(gaps, times[ok].astype(np.int64), done[ok].astype(np.int64), all_ids[ok], late[ok])
+    # A completion this rank did not observe (its side not in the trace) is known from the peer, who saw it a
+    # little later than the rank took it: it still ends the rank's wait within a late take's tolerance.
+    unseen = np.r_[~np.isfinite(seen), np.zeros(len(coll), bool)]
+    slack = np.where(unseen, late, WAIT_TOL_NS)
+    ready = np.where(np.isfinite(ready), ready, np.inf)  # no lower bound: within a late take only
+    times = _taken_before(gaps, times, unseen, late, ready)
+    waits, own = classify_gaps(gaps, times[ok].astype(np.int64), done[ok].astype(np.int64), all_ids[ok], late[ok],
+                               slack[ok])  # fmt: skip
     return waits, own, set(mids[other].tolist())
+
+
+def _taken_before(gaps: np.ndarray, times: np.ndarray, unseen: np.ndarray, late: np.ndarray,
+                  ready: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Completions this rank did not observe (its side of the message is not in its trace: a helper thread sent
+    it), placed where the rank most likely took them. The peer's observation at ``times`` only bounds the
+    completion from above (the peer may have taken the block late), ``ready`` (both posts) from below. When the
+    rank's last gap before ``times`` ended inside those bounds and it then moved on (the gap holding ``times``
+    began only after, or none does), the rank was waiting for it there -- joining the thread that sent it -- and
+    took it at that gap's end."""
+    out = np.asarray(times, float).copy()
+    if not len(gaps) or not unseen.any():
+        return out
+    ends, starts = gaps[:, 1], gaps[:, 0]
+    long_enough = (ends - starts) >= WAIT_TOL_NS  # not the microseconds between two ops
+    for i in np.nonzero(unseen & np.isfinite(out))[0]:
+        t = out[i]
+        before = np.searchsorted(ends, t, side="left") - 1  # the last gap ending before t
+        while before >= 0 and not long_enough[before] and ends[before] >= min(ready[i], t - late[i]):
+            before -= 1
+        if before < 0 or not (ends[before] >= ready[i] or t - ends[before] <= late[i]):
+            continue
+        holder = np.searchsorted(starts, t, side="right") - 1
+        fresh = holder <= before or (t <= ends[holder] and t - starts[holder] <= late[i]) or t > ends[holder]
+        if fresh:
+            out[i] = ends[before] - 1  # inside that gap, not at the start of one that begins there
+    return out
 
 
 def _sync_phase(view: _Rank) -> None:
@@ -220,7 +266,8 @@ def assemble(ranks, ring: list[int], clock, labels: list[str], numbers: list[int
         _sync_phase(view)
         views[view.rank] = view
     matched = match_messages({r: v.messages for r, v in views.items()})
-    synthesized = _synthesize(views, matched)
+    unseen: Counter = Counter()
+    synthesized = _synthesize(views, matched, unseen)
     matched["ready_ns"] = _ready(views, matched)
     ids = {r: _message_ids(v, matched) for r, v in views.items()}
     waits, owns, observers, spreads = {}, {}, {}, {}
@@ -234,7 +281,9 @@ def assemble(ranks, ring: list[int], clock, labels: list[str], numbers: list[int
     censored = ~proved
     origin = min(w[0] for v in views.values() for w in v.windows.values())
     rows, computes = [], []
-    out = Assembled(rows=rows, origin_ns=int(origin), synthesized=synthesized)
+    out = Assembled(rows=rows, origin_ns=int(origin), synthesized=synthesized,
+                    unseen_sides=[{"src": a, "dst": b, "side": side, "count": n}
+                                  for (a, b, side), n in sorted(unseen.items())])  # fmt: skip
     for r, view in views.items():
         rows.append(pd.DataFrame(iteration_rows(r, ring.index(r), view.windows)))
         computes.append(compute_rows(r, ring, view.compute))

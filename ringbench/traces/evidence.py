@@ -115,18 +115,22 @@ def late_tolerance(done: np.ndarray, ready: np.ndarray, residual_ns: int = 0) ->
     return np.maximum(float(max(LATE_NS, 2 * residual_ns)), LATE_SHARE * window)
 
 
-def classify_gaps(gaps: np.ndarray, times: np.ndarray, done: np.ndarray, ids: np.ndarray, late: np.ndarray):
+def classify_gaps(gaps: np.ndarray, times: np.ndarray, done: np.ndarray, ids: np.ndarray, late: np.ndarray,
+                  slack: np.ndarray | None = None):  # fmt: skip
     """Walk each gap forward through the completions observed in it (``times``: when this rank observed each,
     ``done``: its E, ``ids``: whose, ``late``: late_tolerance): returns (waits as (start, end, id) rows, own time
     as (start, end) rows).
 
-    An observation belongs to the gap that holds it (or ends within WAIT_TOL_NS before it); one outside every gap
-    (the rank was busy in an op: observed on another thread) waited for nothing."""
+    An observation belongs to the gap that holds it (or ends within ``slack`` before it: WAIT_TOL_NS unless given
+    per observation -- a completion known only from the peer's side is seen by the peer a little later than this
+    rank took it); one outside every gap (the rank was busy in an op: observed on another thread) waited for
+    nothing."""
     order = np.argsort(times, kind="stable")
     times, done, ids, late = times[order], done[order], ids[order], np.asarray(late)[order]
+    slack = np.full(len(times), WAIT_TOL_NS) if slack is None else np.asarray(slack)[order]
     gaps = np.asarray(gaps, np.int64).reshape(-1, 2)
     slot = np.searchsorted(gaps[:, 0], times, side="right") - 1
-    inside = (slot >= 0) & (times <= gaps[np.clip(slot, 0, None), 1] + WAIT_TOL_NS) if len(gaps) else slot >= 0
+    inside = (slot >= 0) & (times <= gaps[np.clip(slot, 0, None), 1] + slack) if len(gaps) else slot >= 0
     # The walk, vectorised: the observations of a gap are consecutive here (gaps are sorted and disjoint) and
     # their ``seen`` never decreases, so the cursor before one is the previous one's seen (the gap's start first).
     obs = np.nonzero(inside)[0]
@@ -153,13 +157,21 @@ def measured(matched: pd.DataFrame, waits: dict[int, np.ndarray], observer_threa
     """Per matched message: True when E is a measurement (module doc), False when it is only a bound.
 
     ``waits``: per rank, classify_gaps' wait rows whose id is the row of ``matched``; ``observer_threads``: per
-    rank, the message ids it observed on another thread than its ring thread."""
+    rank, the message ids it observed on another thread than its ring thread. Only the *receiver*'s wait (or its
+    other thread) measures a message: a sender that waits for its send to complete may be waiting for a busy
+    receiver to take the block (gloo completes a send when the receiver's wait takes it), and that is the
+    receiver's time, not the link's. And the receiver must have waited longer than a late take (LATE_NS): a block
+    that completes a few microseconds after a busy receiver came to wait for it completed *because* it came (the
+    sender's transport waited for it), so its end bounds the transfer rather than measures it."""
     out = np.zeros(len(matched), bool)
-    for rows in waits.values():
+    dst = matched["dst"].to_numpy()
+    for rank, rows in waits.items():
         if len(rows):
-            out[rows[(rows[:, 1] - rows[:, 0]) >= WAIT_TOL_NS, 2]] = True
-    for ids in observer_threads.values():
-        out[np.asarray(list(ids), np.int64)] = True
+            ids = rows[(rows[:, 1] - rows[:, 0]) >= LATE_NS, 2]
+            out[ids[dst[ids] == rank]] = True
+    for rank, ids in observer_threads.items():
+        ids = np.asarray(list(ids), np.int64)
+        out[ids[dst[ids] == rank]] = True
     return out
 
 

@@ -38,8 +38,9 @@ from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
 from ringbench.scenario.workload import Case, Workload
 from ringbench.traces.arrow_memory import system_allocator
 from ringbench.traces.assemble import assemble
+from ringbench.traces.block_compute import annotations_seen, describe, settle
 from ringbench.traces.clocks import align_clocks
-from ringbench.traces.rank_import import RankImport, reduce_rank
+from ringbench.traces.rank_import import RankImport, rebuild_compute, reduce_rank
 from ringbench.traces.rank_readers import ProgressFn, read_ranks
 from ringbench.traces.rank_view import compile_patterns
 from ringbench.traces.reconstruct import events_frame, ring_order
@@ -62,13 +63,46 @@ def _no_ring(ranks: list[RankImport]) -> UsageError:
 
 
 def _no_compute(ranks: list[RankImport], extra: tuple[str, ...]) -> UsageError:
-    top = ", ".join(ranks[0].top_ops[:5]) or "none"
-    what = f"{ranks[0].kernels} kernels and host ops" if ranks[0].kernels else "host ops"
-    given = f" or the given {', '.join(extra)}" if extra else ""
+    """No block computation: the user's own record_function names (not aten internals) say what to pass."""
+    seen = annotations_seen(name for rank in ranks for name in rank.annotations)
+    ranges = f"record_function ranges seen: {', '.join(seen)}" if seen else "no record_function range in the traces"
+    lacking = [r.file.rank for r in ranks if not len(r.compute)]
+    where = f"rank {lacking[0]}" if len(lacking) == 1 else f"ranks {', '.join(map(str, lacking[:8]))}"
+    if extra:
+        return UsageError(
+            f"no compute spans matched: --compute-pattern {' '.join(repr(p) for p in extra)} names no op, range or "
+            f"kernel of {where} ({ranges}); pass a regular expression naming the range, op or kernel around each "
+            "block computation"
+        )
     return UsageError(
-        f"no compute spans matched: no {what} match the attention patterns{given} (most frequent ops: {top}); "
-        "pass --compute-pattern REGEX naming the attention ops or kernels"
+        f"no compute spans matched: between the ring's posts and waits the ring thread of {where} runs no op, "
+        f"range or kernel the profiler saw ({ranges}); wrap each block computation in record_function(NAME), or "
+        "pass --compute-pattern REGEX naming the range, op or kernel around it"
     )
+
+
+def _override(patterns: tuple[str, ...]) -> re.Pattern | None:
+    """The user's --compute-pattern added to the attention patterns, as one expression (each checked, the error
+    naming the field), or None: what it names is compute, outright, with the attention ops."""
+    return compile_patterns(patterns) if patterns else None
+
+
+def _compute_taken(events: pd.DataFrame, choice) -> tuple[str, dict]:
+    """What was taken as the block computation: the sentence of the import's summary and meta's record of it
+    (families, how, where; spans per iteration per rank and the share of the step, medians)."""
+    compute = events[events["kind"] == "compute"]
+    iterations = events[events["kind"] == "iteration"]
+    counts = compute.groupby(["rank", "iteration"]).size().groupby("rank").median()
+    per_rank = {int(r): float(counts.get(r, 0.0)) for r in sorted(events["rank"].unique())}
+    busy = (compute["end_ns"] - compute["start_ns"]).groupby([compute["rank"], compute["iteration"]]).sum()
+    length = (
+        (iterations["end_ns"] - iterations["start_ns"]).groupby([iterations["rank"], iterations["iteration"]]).sum()
+    )
+    share = (busy / length.reindex(busy.index)).groupby(level="rank").median()
+    median_share = float(share.median()) if len(share) else 0.0
+    record = {"families": list(choice.families), "how": choice.how, "where": choice.where,
+              "per_iteration": {str(r): n for r, n in per_rank.items()}, "share_of_step": round(median_share, 4)}  # fmt: skip
+    return describe(choice, per_rank, median_share), record
 
 
 def _common_iterations(ranks: list[RankImport]) -> tuple[list[str], list[str]]:
@@ -167,14 +201,19 @@ def reconstruct(
 
 
 def _reconstruct(paths, iteration_marker, compute_patterns, command, progress, workers) -> Reconstruction:
-    pattern = compile_patterns(compute_patterns)
+    pattern = compile_patterns(())
+    override = _override(compute_patterns)
     files = find_trace_files(paths)
-    ranks = read_ranks(files, pattern, iteration_marker, progress, workers)
+    ranks = read_ranks(files, pattern, iteration_marker, progress, workers, override)
     check_ranks([r.file for r in ranks], complete=False)  # one job, no rank twice
     ranks.sort(key=lambda r: r.file.rank)
     if not any(len(r.messages) or len(r.exchanges) for r in ranks):
         raise _no_ring(ranks)
     world = check_ranks([r.file for r in ranks])  # and every rank of it
+    choice = settle([r.choice for r in ranks])
+    if override is None:
+        for rank in ranks:
+            rebuild_compute(rank, choice)
     if not any(len(r.compute) for r in ranks):
         raise _no_compute(ranks, compute_patterns)
     # A profiler trace holds shapes, not masks: say so rather than assume causal anywhere downstream.
@@ -201,10 +240,14 @@ def _reconstruct(paths, iteration_marker, compute_patterns, command, progress, w
     backward = any(r.backward_starts for r in ranks)
     case, case_id = _case(ranks[0].shape, world, ring, backward, _kernel_label(ranks))
     events = events_frame(built.rows, case_id, built.origin_ns)
+    taken, compute_record = _compute_taken(events, choice)
+    notes.insert(0, taken)
     emulated = any(r.emulated for r in ranks) or bool(run_meta.get("emulated", False))
     cases = _case_table(events, case, case_id, emulated)
     meta = _meta(ranks, world, ring, ring_method, clock, labels, command, iteration_marker, compute_patterns, notes,
                  built, run_meta, emulated)  # fmt: skip
+    meta["imported"]["compute"] = compute_record
+    meta["imported"]["unseen_sides"] = built.unseen_sides
     total = sum(r.file.size_bytes for r in ranks)
     return Reconstruction(events=events, cases=cases, meta=meta, ring=ring, trace_bytes=total, notes=tuple(notes))
 

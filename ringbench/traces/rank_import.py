@@ -20,6 +20,7 @@ import pandas as pd
 
 from ringbench.errors import UsageError
 from ringbench.markers import EMULATED_MARKER
+from ringbench.traces.block_compute import NONE, Choice, annotations_seen, candidates, choose, select
 from ringbench.traces.evidence import union
 from ringbench.traces.exchanges import (
     COMM_PREFIXES,
@@ -71,6 +72,12 @@ class RankImport:
     emulated: bool = False  # ringbench's emulated kernel ran here (its modelled time is in the trace)
     annotations: tuple[str, ...] = field(default=())  # the most frequent record_function names
     reader: str = ""  # how the trace was read (kineto.KinetoTrace.reader)
+    # The block computation (block_compute.py): the candidates, this rank's choice, and what rebuilds its compute
+    # spans with another choice (``rebuild_compute``).
+    candidates: pd.DataFrame | None = None
+    choice: Choice = NONE
+    compute_breaks: np.ndarray | None = None
+    backward: pd.DataFrame | None = None
 
 
 def _attention_shape(compute_host: pd.DataFrame) -> tuple[dict, set[int]]:
@@ -137,9 +144,10 @@ def _gpu_waits(exchanges: pd.DataFrame, messages: pd.DataFrame, compute: pd.Data
     return out
 
 
-def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=None) -> RankImport:
+def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=None, override=None) -> RankImport:
     """Read one trace (or take the read ``trace``) and keep only what the ring is made of (``progress(bytes)``:
-    kineto.read_kineto_trace)."""
+    kineto.read_kineto_trace). ``pattern``: the attention ops (hints, block_compute.py); ``override``: the
+    user's --compute-pattern (with the attention patterns), which names the compute outright."""
     from ringbench.traces.kineto import read_kineto_trace
 
     trace = trace if trace is not None else read_kineto_trace(path, progress=progress)
@@ -154,7 +162,7 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=No
     launches = events[events["cat"].isin(LAUNCH_CATS) & (events["correlation"] >= 0)]
     file = describe_file(path, trace, int(events["start_ns"].min()), int(events["end_ns"].max()))
     iterations = find_iterations(host, marker, path=path)
-    ops = compute_ops(host, kernels, launches, pattern)
+    hinted = compute_ops(host, kernels, launches, override or pattern)
     shape, kv_numels = _attention_shape(host[host["name"].str.contains(pattern)])
     found: Counter = Counter()
     nccl = kernels_by_launch(kernels, launches)
@@ -173,20 +181,24 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=No
 
     plain = place(plain.sort_values("post_ns", kind="stable").reset_index(drop=True), "post_ns")
     syncs = place(syncs, "join_ns") if len(syncs) else syncs.assign(iteration=pd.Series(dtype="int64"))
-    ring_tid = _ring_tid(ops, plain, host)
+    ring_tid = _ring_tid(hinted, plain, host)
     waits = host.loc[host["name"].isin(WAIT_OPS), "start_ns"].to_numpy(np.int64)
     seen = plain.loc[plain["obs_tid"] == ring_tid, "obs_ns"].dropna().to_numpy(np.int64)
+    markers = host.loc[(host["cat"] == "user_annotation") & host["name"].str.contains(STEP_MARKER), "start_ns"]
+    posted = plain.loc[plain["tid"] == ring_tid, "post_ns"].to_numpy(np.int64)
+    events_of_ring = {"post": posted, "wait": seen.astype(np.int64), "wait_op": waits,
+                      "other": np.r_[syncs["join_ns"].to_numpy(np.int64), markers.to_numpy(np.int64)]}  # fmt: skip
+    found_spans = candidates(host, ring_tid, events_of_ring, override or pattern, kernels, launches,
+                             iteration_of=iterations.index_of)  # fmt: skip
+    found_spans["iteration"] = iterations.index_of(found_spans["order_ns"].to_numpy(np.int64))
+    found_spans = found_spans[found_spans["iteration"] >= 0].reset_index(drop=True)
+    choice = choose(found_spans, override=override is not None)
+    ops = hinted if override is not None else select(found_spans, choice)
     breaks = np.concatenate([ops["order_ns"].to_numpy(np.int64), seen, waits, syncs["join_ns"].to_numpy(np.int64)])
     plain["group"] = exchange_groups(plain, breaks)
     messages, exchanges = _exchanges(plain, turned, collectives, place)
-    ops_phase = np.where(ranges_hold(backward, ops["tid"], ops["order_ns"]), "bwd", "fwd")
-    keys = pd.Series(iterations.index_of(ops["order_ns"].to_numpy(np.int64))).astype(str).to_numpy() + ops_phase
-    compute = merge_compute(ops, _compute_breaks(messages, host), keys)
-    if len(compute):
-        compute["iteration"] = iterations.index_of(compute["order_ns"].to_numpy(np.int64))
-        compute["phase"] = compute["key"].str.slice(-3)
-    else:
-        compute = compute.assign(iteration=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
+    compute_breaks = _compute_breaks(messages, host)
+    compute = _merged(ops, compute_breaks, iterations, backward)
     if len(kernels):
         exchanges = _gpu_waits(exchanges, messages, compute)
     comm_times = np.concatenate([host.loc[host["name"].str.startswith(COMM_PREFIXES[:4]), "start_ns"]
@@ -202,11 +214,41 @@ def reduce_rank(path: Path, pattern, marker: str | None, trace=None, progress=No
     top = tuple(name for name, _ in Counter(cpu_names).most_common(5))
     notes = host.loc[(host["cat"] == "user_annotation") & ~host["name"].str.startswith(("gloo:", "nccl:")), "name"]
     emulated = bool(notes.str.startswith(EMULATED_MARKER).any())
-    named = tuple(name for name, _ in Counter(notes).most_common(8))
+    named = tuple(annotations_seen(notes))  # the user's own ranges (markers, numbers folded), most frequent first
     return RankImport(file=file, iterations=iterations, messages=messages, exchanges=exchanges, compute=compute,
                       syncs=syncs, busy=busy, cpu_busy=cpu_busy, ring_tid=ring_tid, backward_starts=starts,
                       found=found, shape=shape, devices=trace.device_properties, top_ops=top, kernels=len(kernels),
-                      emulated=emulated, annotations=named, reader=trace.reader)  # fmt: skip
+                      emulated=emulated, annotations=named, reader=trace.reader, candidates=found_spans,
+                      choice=choice, compute_breaks=compute_breaks,
+                      backward=backward[["tid", "start_ns", "end_ns"]].reset_index(drop=True))  # fmt: skip
+
+
+def _merged(ops: pd.DataFrame, breaks: np.ndarray, iterations, backward: pd.DataFrame) -> pd.DataFrame:
+    """Compute ops merged into block computations (rank_view.merge_compute), with their iteration and phase."""
+    ops_phase = np.where(ranges_hold(backward, ops["tid"], ops["order_ns"]), "bwd", "fwd")
+    keys = pd.Series(iterations.index_of(ops["order_ns"].to_numpy(np.int64))).astype(str).to_numpy() + ops_phase
+    compute = merge_compute(ops.astype({"order_ns": "int64", "start_ns": "int64", "end_ns": "int64"}), breaks, keys)
+    if len(compute):
+        compute["iteration"] = iterations.index_of(compute["order_ns"].to_numpy(np.int64))
+        compute["phase"] = compute["key"].str.slice(-3)
+    else:
+        compute = compute.assign(iteration=pd.Series(dtype="int64"), phase=pd.Series(dtype=object))
+    return compute
+
+
+def rebuild_compute(rank: RankImport, choice: Choice) -> None:
+    """Take ``choice`` (the import's, block_compute.settle) as this rank's block computation: its compute spans,
+    busy time and (on a GPU) waits rebuilt from the rank's candidates. In place."""
+    if choice == rank.choice or rank.candidates is None:
+        return
+    compute = _merged(select(rank.candidates, choice), rank.compute_breaks, rank.iterations, rank.backward)
+    mine = compute[compute["tid"] == rank.ring_tid] if len(compute) else compute
+    rank.busy = union(np.r_[rank.cpu_busy[:, 0], mine["start_ns"].to_numpy(np.int64)],
+                      np.r_[rank.cpu_busy[:, 1], mine["end_ns"].to_numpy(np.int64)])  # fmt: skip
+    if rank.kernels:
+        rank.exchanges = _gpu_waits(rank.exchanges.drop(columns=["wait_start_ns", "wait_end_ns"]), rank.messages,
+                                    compute)  # fmt: skip
+    rank.compute, rank.choice = compute, choice
 
 
 def _exchanges(plain: pd.DataFrame, turned: list[dict], collectives: list[dict], place):
@@ -249,4 +291,4 @@ def _compute_breaks(messages: pd.DataFrame, host: pd.DataFrame) -> np.ndarray:
     return np.concatenate([messages["post_ns"].to_numpy(np.int64), waits, late, markers.to_numpy(np.int64)])
 
 
-__all__ = ["SYNC_COLUMNS", "RankImport", "reduce_rank"]
+__all__ = ["SYNC_COLUMNS", "RankImport", "rebuild_compute", "reduce_rank"]

@@ -22,9 +22,11 @@ ProgressFn = Callable[[str, int, int], None]  # (trace file name, bytes of JSON 
 PARALLEL_MIN_MB = 16
 
 
-def read_ranks(files: list[Path], pattern: re.Pattern, marker, progress: ProgressFn | None, workers: int | None):
+def read_ranks(files: list[Path], pattern: re.Pattern, marker, progress: ProgressFn | None, workers: int | None,
+               override: re.Pattern | None = None):  # fmt: skip
     """The reduced rank of every trace, in ``files``' order. ``workers``: processes that read (the caller's own
-    included; default: one per core, up to one per trace, from PARALLEL_MIN_MB of JSON on; else 1)."""
+    included; default: one per core, up to one per trace, from PARALLEL_MIN_MB of JSON on; else 1); ``pattern``,
+    ``override``: rank_import.reduce_rank."""
     from ringbench.traces.kineto import json_size
 
     sizes = {path: json_size(path) for path in files}
@@ -33,15 +35,16 @@ def read_ranks(files: list[Path], pattern: re.Pattern, marker, progress: Progres
         workers = min(cores, len(files)) if sum(sizes.values()) >= PARALLEL_MIN_MB * 1e6 else 1
     workers = min(workers, len(files))
     if workers <= 1:
-        return [reduce_rank(path, pattern, marker, progress=_reporter(progress, path, sizes[path])) for path in files]
-    return _read_parallel(files, sizes, pattern, marker, progress, workers)
+        return [reduce_rank(path, pattern, marker, progress=_reporter(progress, path, sizes[path]), override=override)
+                for path in files]  # fmt: skip
+    return _read_parallel(files, sizes, pattern, marker, progress, workers, override)
 
 
 def _reporter(progress: ProgressFn | None, path: Path, total: int):
     return None if progress is None else (lambda n: progress(path.name, n, total))
 
 
-def _read_parallel(files, sizes, pattern, marker, progress, workers):
+def _read_parallel(files, sizes, pattern, marker, progress, workers, override):
     """The largest traces first, dealt in turn to this process and ``workers`` - 1 forked readers."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -53,11 +56,12 @@ def _read_parallel(files, sizes, pattern, marker, progress, workers):
     done: dict[Path, object] = {}
     with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_worker_init,
                              initargs=(relay,)) as pool:  # fmt: skip
-        futures = {path: pool.submit(_reduce_in_worker, str(path), pattern.pattern, marker, sizes[path])
+        given = override.pattern if override is not None else None
+        futures = {path: pool.submit(_reduce_in_worker, str(path), pattern.pattern, marker, sizes[path], given)
                    for path in largest_first if path not in mine}  # fmt: skip
         for path in mine:
             report = None if progress is None else _relaying(progress, relay, path, sizes[path])
-            done[path] = reduce_rank(path, pattern, marker, progress=report)
+            done[path] = reduce_rank(path, pattern, marker, progress=report, override=override)
         while relay is not None and not all(f.done() for f in futures.values()):
             _drain(progress, relay, timeout=0.1)
         done.update((path, future.result()) for path, future in futures.items())
@@ -97,10 +101,11 @@ def _worker_init(relay) -> None:
     _RELAY = relay
 
 
-def _reduce_in_worker(path: str, pattern: str, marker, total: int):
+def _reduce_in_worker(path: str, pattern: str, marker, total: int, override: str | None):
     name = Path(path).name
     report = None if _RELAY is None else (lambda n: _RELAY.put((name, n, total)))
-    return reduce_rank(Path(path), re.compile(pattern), marker, progress=report)
+    given = re.compile(override) if override is not None else None
+    return reduce_rank(Path(path), re.compile(pattern), marker, progress=report, override=given)
 
 
 __all__ = ["PARALLEL_MIN_MB", "ProgressFn", "read_ranks"]
