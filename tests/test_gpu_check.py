@@ -365,3 +365,16 @@ def test_the_bundle_leaves_a_newer_pyarrow_on_the_machine_alone(monkeypatch):
     assert kept == ["pyarrow 26.0.1"] and [row["name"] for row in chosen] == ["msgspec", "ringbench"]
     machine["pyarrow"] = "12.0.0"  # older than the lower bound: the bundle's
     assert "pyarrow" in [row["name"] for row in gpu_env.to_install({"wheels": rows})[0]]
+
+
+def test_kernel_errors_are_judged_absolute_up_to_one_and_relative_above():
+    """A bf16 output of 4 is rounded to within 4 x 2**-8 = 0.016 of its exact value: relative above |value| 1, as
+    the kernels' final rounding is; absolute below, where a layout or statistics fault shows."""
+    from gpu_numerics import max_error, scaled_error
+
+    want = torch.tensor([4.0, -3.0, 0.5, 0.0], dtype=torch.float64)
+    rounded = want + torch.tensor([0.016, -0.012, 0.002, 0.001])
+    assert max_error(rounded, want) == pytest.approx(0.016) and scaled_error(rounded, want) == pytest.approx(0.004)
+    fault = want + torch.tensor([0.0, 0.0, 0.1, 0.0])  # 0.1 on a value of 0.5: a fault, whatever the tolerance
+    assert scaled_error(fault, want) == pytest.approx(0.1)
+    assert scaled_error(want.to(torch.bfloat16), want) <= 2.0**-8  # one bf16 rounding, scaled
