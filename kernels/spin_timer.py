@@ -23,10 +23,15 @@ MAX_LAUNCH_NS = 2**31 - 1
 
 @triton.jit(do_not_specialize=["duration_ns"])
 def _globaltimer_spin_kernel(duration_ns):
+    # Never a hang: a pass of the loop (a special-register read, a subtraction, a compare, a branch) takes more
+    # than a nanosecond on any GPU, so a running timer ends the loop first; a timer that does not advance ends it
+    # after duration_ns passes, and the calibration's check against events then shows the pad was wrong.
     start = tl.extra.cuda.globaltimer()
     now = start
-    while now - start < duration_ns:
+    passes = 0
+    while (now - start < duration_ns) & (passes < duration_ns):
         now = tl.extra.cuda.globaltimer()
+        passes += 1
 
 
 def launch(duration_ns: int) -> None:
