@@ -314,6 +314,13 @@ def _timed(launch) -> tuple[object, object]:
     return start, end
 
 
+def drift_error(clock: str, pads: list[float]) -> float:
+    """How far the judged pads ran from their duration (measured / requested - 1, the worst): every pad of the
+    nanosecond timer; of SM cycles, those after the first (which ran at the idle rate, before any correction)."""
+    judged = pads if clock == "globaltimer" else pads[1:]
+    return max(abs(p - 1.0) for p in judged)
+
+
 def drift(seconds: float, dry: bool) -> None:
     """Pads as an emulated run enqueues them: right behind power-limited attention, after ``seconds`` of it.
 
@@ -365,8 +372,7 @@ def drift(seconds: float, dry: bool) -> None:
             spin.correct(device, [(cycles, probe_ms)])
     loaded = statistics.median(loaded_rates)
     change = (loaded - idle) / idle
-    judged = pads if clock == spin.GLOBALTIMER else pads[1:]  # cycles: once corrected (the first used the idle rate)
-    worst = max(abs(p - 1.0) for p in judged)
+    worst = drift_error(clock, pads)
     facts = [f"pads by {clock}" + ("" if clock == spin.GLOBALTIMER else
                                    f" ({spin.status(device).get('spin_timer_unused', '')})") + f": {PAD_MS:g} ms "
              f"pads queued right behind attention after {busy:.1f} s of it ({calls} fwd+bwd calls, bf16 B=1 H=32 "

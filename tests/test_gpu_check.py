@@ -378,3 +378,12 @@ def test_kernel_errors_are_judged_absolute_up_to_one_and_relative_above():
     fault = want + torch.tensor([0.0, 0.0, 0.1, 0.0])  # 0.1 on a value of 0.5: a fault, whatever the tolerance
     assert scaled_error(fault, want) == pytest.approx(0.1)
     assert scaled_error(want.to(torch.bfloat16), want) <= 2.0**-8  # one bf16 rounding, scaled
+
+
+def test_spin_drift_judges_the_pads_of_the_clock_in_use_under_load():
+    from gpu_probe import DRIFT_LIMIT, drift_error
+
+    assert drift_error("globaltimer", [1.001, 1.0, 1.002]) == pytest.approx(0.002)
+    # SM cycles: the first pad ran at the idle rate (20% long); once corrected from it, the next ones are judged
+    assert drift_error("sm-cycles", [1.21, 1.01, 0.99]) == pytest.approx(0.01) and 0.01 <= DRIFT_LIMIT
+    assert drift_error("sm-cycles", [1.21, 1.08, 1.07]) > DRIFT_LIMIT  # the correction did not hold: FAIL
