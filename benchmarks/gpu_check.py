@@ -15,13 +15,14 @@ Checks, in order (benchmarks/gpu_probe.py measures what needs more than a `ringb
   timing         one fwd+bwd iteration under torch.cuda.set_sync_debug_mode("error") (bf16; flash, efficient and
                  triton kernels; partial masks; emulated pads; link-delay spins; tracing on); sync and double on the
                  one-rank NCCL loopback, sized by the transfer measured at the shape used, forward and backward:
-                 the overlap CUPTI sees, judged relatively (gpu_overlap.py), recorder against profiler edges, nccl_ms
-                 against the SendRecv kernel;
+                 the overlap CUPTI sees, judged relatively (gpu_overlap.py), recorder against profiler edges within
+                 max(50 us, 0.5% of the transfer), nccl_ms against the SendRecv kernel and its wait for SMs;
   coverage       world-1 equivalents of the strategies and masks (gpu_coverage.py);
   adapters       torch-ring fp32 and bf16 at world 1 (ring-flash-attn, transformer-engine when installed; one line
                  when not; a torch without the private API torch-ring pins reads "not checked", never FAIL);
   memory         peak memory at S and 2S;
-  spin-drift     the busy-wait rate before and after 20 s of attention;
+  spin-drift     pads queued behind attention after 20 s of it last their duration (the clock in use: the
+                 nanosecond timer, or SM cycles once corrected); the SM-cycle rate at idle and under load;
   calibration    the emulated kernel on the GPU: measured against modelled compute per block;
   gpu-tests      a curated list of gpu-marked tests (GPU_TESTS), on the warm Triton cache.
 With ``--gpus N`` (torchrun on one node): env, then the ring on N GPUs (sync, double, allgather; checked against
@@ -155,7 +156,8 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
     child = run_child(_torchrun(gpus, "run", "--world", str(gpus), *device, *shape, "--buffer", "sync", "--buffer",
                                 "double", *strategies, "--mask", "causal", "--layout", "zigzag", "--kernel", "torch",
                                 "--iters", "3", "--warmup", "2", "--profile", "--out", str(out), "--json"),
-                      0.8 * limit, env={"TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
+                      0.8 * limit, env={"TORCH_NCCL_ENABLE_TIMING": "1", "OMP_NUM_THREADS": "1", **FLIGHT_RECORDER,
+                                        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(out / "nccl_trace_rank_")})  # fmt: skip
     ring.seconds = child.seconds
     document = json_document(child.stdout)
     if child.code is None or child.code != 0 or not document.get("cases"):
@@ -163,6 +165,11 @@ def check_node_ring(gpus: int, dry: bool, limit: float, out: Path) -> list[Check
         ring.facts = [
             killed_fact(child, limit) if child.code is None else f"torchrun exited {child.code}: {child.tail()}"
         ]
+        dumps = sorted(out.glob("nccl_trace_rank_*"))
+        if dumps:  # an NCCL timeout: what each rank's communicators had in flight (torch's flight recorder)
+            ring.facts.append(f"NCCL flight-recorder dumps: {', '.join(str(p) for p in dumps[:8])} (several "
+                              "communicators run at once on each GPU: a hang in their order, or in NCCL's "
+                              "concurrency, shows there)")  # fmt: skip
         agree.facts = ["not checked: the ring run did not finish"]
         return [ring, agree]
     meta = json.loads((Path(document["run_dir"]) / "meta.json").read_text())
@@ -256,6 +263,9 @@ PLAN = [  # (name, share s, minimum s): the order is the order of value if the d
 BUDGET_S = 420.0
 STARTUP_S = 15.0  # interpreter start, the device-facts child, the summary: outside every share
 NODE_PLAN = [("node-ring", 240, 60), ("node-probe", 120, 30)]
+# torch's NCCL flight recorder: a node run that times out leaves each rank's last collectives and P2P per
+# communicator (review D6: several communicators are in flight on each GPU at once).
+FLIGHT_RECORDER = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "NCCL_DEBUG": "WARN"}
 # The dry run measures nothing, so it runs the stand-ins side by side and the three probes in one process.
 DRY_PLAN = [("placement", 40, 10), ("probes", 100, 30), ("coverage", 90, 20), ("adapters", 60, 15),
             ("memory", 60, 15), ("calibration", 60, 15), ("gpu-tests", 100, 30)]  # fmt: skip

@@ -162,14 +162,25 @@ def check_calibration(dry: bool, limit: float, out: Path) -> Check:
     compute = events[events["kind"] == "compute"]
     ratio = ((compute["end_ns"] - compute["start_ns"]) / 1e6 / (compute["flops"] / (float(rate) * 1e9) * 1e3)).median()
     saturated = next(iter(meta.get("ranks", {}).values()), {}).get("emulation_saturated_blocks")
-    cycles = next((gpu.get("spin_cycles_per_ms") for gpu in meta.get("gpus", [])), None)
-    where = "CPU sleeps (dry run)" if dry else f"GPU spin at {cycles} cycles/ms"
+    where = "CPU sleeps (dry run)" if dry else spin_fact(next(iter(meta.get("gpus", [])), {}))
     check.facts = [f"emulated:{rate} ({where}): measured / modelled compute per block, median {ratio:.3f} over "
                    f"{len(compute)} blocks; saturated blocks {saturated}"]  # fmt: skip
     check.ok = bool(0.95 <= ratio <= 1.25 and saturated == 0)
     if dry:
         check.ok = None
     return check
+
+
+def spin_fact(gpu: dict) -> str:
+    """How the run's GPU pads were paced (ringbench.kernels.spin, recorded per rank in meta.json's gpus)."""
+    clock = gpu.get("spin_clock", "sm-cycles")
+    if clock == "globaltimer":
+        return "GPU pads by the nanosecond timer"
+    corrected = gpu.get("spin_cycles_per_ms_corrected")
+    why = gpu.get("spin_timer_unused")
+    return (f"GPU pads by SM cycles at {gpu.get('spin_cycles_per_ms')} cycles/ms at start-up"
+            + (f", {corrected} after correction under load" if corrected else "") + (f"; not the timer: {why}" if why
+                                                                                    else ""))  # fmt: skip
 
 
 _TEST_LINE = re.compile(r"^(tests/\S+::\S+)\s+(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)")

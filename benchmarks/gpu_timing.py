@@ -14,8 +14,9 @@ Figures:
   overlap    share of the NCCL kernels' time during which a compute kernel ran (0: serialised; 1: hidden); of a
              backward step, of its K/V's kernels only (``first_comm``);
   edges      recorder vs profiler for the compute span's start and end and the transfer's start and end, after one
-             shift for the whole step (the two clocks differ by a constant: the recorder's anchor); |residual| per
-             edge, judged against a tolerance (50 us on a GPU).
+             shift for the whole step (the two clocks differ by a constant: the recorder's anchor), taken from the
+             edges that are tied to the kernel beside their mark (TWO_SIDED); the signed offset per edge is what
+             gpu_overlap.py judges.
 """
 
 from __future__ import annotations
@@ -141,15 +142,43 @@ def profiled_edges(kernels: StepKernels) -> dict[str, int]:
     return edges
 
 
-def edge_residuals(recorded: dict[str, int], profiled: dict[str, int]) -> tuple[dict[str, float], float]:
-    """|profiled - recorded - shift| per edge in us, with shift the median difference (one constant offset between
-    the two clocks); returns (residuals, shift in us). Edges on one side only are left out."""
+# The edges whose kernel starts or ends right at the recorder's mark, a stream dependency away at most: the compute
+# span's (its first and last kernels run on the stream the marks are on) and the transfer's end (the mark follows the
+# NCCL kernel's end through one event). A transfer's *start* mark says when the NCCL kernel could start; beside the
+# attention the kernel may wait for SMs after that, so its offset is one-sided there (gpu_overlap.py).
+TWO_SIDED = ("compute start", "compute end", "transfer end")
+
+
+def edge_offsets(
+    recorded: dict[str, int], profiled: dict[str, int], anchors: tuple[str, ...] | None = None
+) -> tuple[dict[str, float], float]:
+    """profiled - recorded - shift per edge in us, signed (positive: the kernel came after the recorder's mark),
+    with shift the median difference over ``anchors`` (default: every edge on both sides), one constant offset
+    between the two clocks; returns (offsets, shift in us). Edges on one side only are left out."""
     common = [name for name in recorded if name in profiled]
     if not common:
         return {}, float("nan")
     deltas = {name: profiled[name] - recorded[name] for name in common}
-    shift = statistics.median(deltas.values())
-    return {name: abs(delta - shift) / 1e3 for name, delta in deltas.items()}, shift / 1e3
+    base = [deltas[name] for name in (anchors or ()) if name in deltas] or list(deltas.values())
+    shift = statistics.median(base)
+    return {name: (delta - shift) / 1e3 for name, delta in deltas.items()}, shift / 1e3
 
 
-__all__ = ["StepKernels", "edge_residuals", "overlap", "profiled_edges", "recorded_edges", "step_kernels"]
+def edge_residuals(
+    recorded: dict[str, int], profiled: dict[str, int], anchors: tuple[str, ...] | None = None
+) -> tuple[dict[str, float], float]:
+    """|edge_offsets| per edge in us, and the shift in us."""
+    offsets, shift = edge_offsets(recorded, profiled, anchors)
+    return {name: abs(offset) for name, offset in offsets.items()}, shift
+
+
+__all__ = [
+    "TWO_SIDED",
+    "StepKernels",
+    "edge_offsets",
+    "edge_residuals",
+    "overlap",
+    "profiled_edges",
+    "recorded_edges",
+    "step_kernels",
+]

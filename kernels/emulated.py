@@ -14,9 +14,11 @@ modelled time, so scale and memory experiments (long S, many ranks) run on small
 Both are labelled emulated in every output. The padding acts where the work runs (``Pacer``):
   * CPU: the host sleeps until the modelled end (the host is the compute lane); a block whose arithmetic alone
     took longer than the modelled time is *saturated* (counted, reported).
-  * CUDA: a calibrated spin is enqueued on the compute stream (ringbench.kernels.spin) for the modelled time minus the
+  * CUDA: a spin is enqueued on the compute stream (ringbench.kernels.spin) for the modelled time minus the
     arithmetic's own time, measured with events in the previous iteration; after each iteration ``settle``
-    resolves those events, updates the estimates and counts saturated blocks. The host never waits.
+    resolves those events, updates the estimates and counts saturated blocks. The host never waits. Where the spin
+    counts SM cycles (no nanosecond timer), each pad is measured too and ``settle`` hands the measurements to
+    ``spin.correct``: clocks that dropped under load would otherwise stretch every pad by as much.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 
 from ringbench.errors import bad_value
 from ringbench.kernels.base import BlockKernel, BlockMask, block_flops, stats_dtype
-from ringbench.kernels.spin import spin
+from ringbench.kernels.spin import correct, spin
 from ringbench.kernels.torch_sdpa import TorchSdpaKernel
 
 PAD_LABEL = "ringbench:emulated pad"  # the profiler sees the modelled wait under this name (check-timeline)
@@ -37,15 +39,17 @@ PAD_LABEL = "ringbench:emulated pad"  # the profiler sees the modelled wait unde
 class Pacer:
     """Pads blocks to a target duration on the device that runs them, and counts saturated blocks.
 
-    CUDA: each block's arithmetic is bracketed by two events, taken from a pool and recorded again after ``settle``
-    resolved them (as the stream timeline pools its marks): making two events per block would cost host time
-    inside the compute spans being measured."""
+    CUDA: each block's arithmetic is bracketed by two events, and a pad of SM cycles is followed by a third, taken
+    from a pool and recorded again after ``settle`` resolved them (as the stream timeline pools its marks): making
+    events per block would cost host time inside the compute spans being measured."""
 
     def __init__(self) -> None:
         self.saturated_blocks = 0
         self.blocks = 0
         self._estimate_s: dict[Hashable, float] = {}  # CUDA: the arithmetic's measured time per block shape
-        self._pending: list[tuple[Hashable, object, object, float]] = []
+        # (key, begun, done, target s, cycles of the pad or 0, the event after the pad or None)
+        self._pending: list[tuple[Hashable, object, object, float, int, object]] = []
+        self._device: torch.device | None = None
         self._events: list = []  # the pool
         self._used = 0  # events of the pool recorded since the last settle
 
@@ -75,10 +79,18 @@ class Pacer:
                 with torch.profiler.record_function(PAD_LABEL):
                     time.sleep(remaining)
             return
+        self._pad(device, key, begun, target_s, target_s - self._estimate_s.get(key, 0.0))
+
+    def _pad(self, device: torch.device, key: Hashable, begun, target_s: float, pad_s: float) -> None:
         done = self._event()
         done.record()
-        self._pending.append((key, begun, done, target_s))
-        spin(target_s - self._estimate_s.get(key, 0.0), device)
+        cycles = spin(pad_s, device) or 0
+        padded = None
+        if cycles:  # SM cycles: measure the pad, so that settle can correct the cycle rate under load
+            padded = self._event()
+            padded.record()
+        self._device = device
+        self._pending.append((key, begun, done, target_s, cycles, padded))
 
     def stretch(self, device: torch.device, key: Hashable, begun, factor: float) -> None:
         """Make the block that began at ``begun`` last ``factor`` times its own arithmetic."""
@@ -87,18 +99,20 @@ class Pacer:
             with torch.profiler.record_function(PAD_LABEL):
                 time.sleep((factor - 1.0) * elapsed)
             return
-        done = self._event()
-        done.record()
-        self._pending.append((key, begun, done, float("inf")))
-        spin((factor - 1.0) * self._estimate_s.get(key, 0.0), device)
+        self._pad(device, key, begun, float("inf"), (factor - 1.0) * self._estimate_s.get(key, 0.0))
 
     def settle(self) -> None:
         """After an iteration (its events fired): update the per-shape estimates and count saturated blocks."""
-        for key, begun, done, target_s in self._pending:
+        pads = []  # (cycles, device ms) of the pads of SM cycles
+        for key, begun, done, target_s, cycles, padded in self._pending:
             elapsed_s = begun.elapsed_time(done) / 1e3
             self._estimate_s[key] = elapsed_s
             if elapsed_s > target_s:
                 self.saturated_blocks += 1
+            if padded is not None:
+                pads.append((cycles, done.elapsed_time(padded)))
+        if pads:
+            correct(self._device, pads)
         self._pending.clear()
         self._used = 0  # every pooled event is resolved: record them again
 

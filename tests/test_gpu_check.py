@@ -254,7 +254,8 @@ def test_the_cache_watch_says_whether_a_check_compiled_anything(tmp_path):
 
 def _phases(sync: float, double: float, spins: float, bwd_double: float | None = None) -> dict:
     def phase(share: float, transfer_ms: float = 8.5, worst_us: float = 12.0) -> dict:
-        return {"overlap": share, "residuals_us": {"compute start": 3.0, "transfer end": worst_us}, "shift_us": 40.0,
+        offsets = {"compute start": 3.0, "compute end": -2.0, "transfer start": 4.0, "transfer end": worst_us}
+        return {"overlap": share, "offsets_us": offsets, "shift_us": 40.0,
                 "nccl_ms": [8.4], "sendrecv_ms": 8.41, "kernels": {"compute": 3, "nccl": 1, "comm_spins": 0},
                 "transfer_ms": transfer_ms, "compute_ms": 11.0, "recorded_recv_ms": 8.45}  # fmt: skip
 
@@ -280,6 +281,49 @@ def test_overlap_is_judged_against_sync_not_against_an_absolute_floor():
         phases["fwd"]["transfer_ms"] = 3.2  # a loopback too fast for the memory to hold a longer block
     assert not judge(short)[0] and judge(short, memory_bound=True)[0]
     assert any("under 5 ms: the memory allows no larger block, not judged" in f for f in judge(short, True)[1])
+
+
+def test_edges_are_judged_within_the_timer_floor_or_a_share_of_the_transfer_and_a_wait_for_sms_is_allowed():
+    """The forward's edges within max(50 us, 0.5% of the transfer); beside the attention the NCCL kernel may start
+    after its mark (it waits for SMs), never before; nccl_ms spans the kernel plus that wait."""
+    from gpu_overlap import edge_tolerance_us, judge
+
+    assert edge_tolerance_us(8.5) == 50.0 and edge_tolerance_us(30.0) == pytest.approx(150.0)
+    phases = _phases(sync=0.0, double=0.95, spins=0.95)
+    double = phases["double"]["fwd"]
+    double["offsets_us"]["transfer start"] = 180.0  # the SendRecv kernel waited 180 us for an SM
+    double["nccl_ms"] = [8.41 + 0.18]  # NCCL's start event fired at the mark, before the wait
+    ok, facts = judge(phases)
+    assert ok, facts
+    assert any("fwd double: recorder vs profiler edges" in f and "transfer start +180.0 us" in f and "(pass)" in f
+               for f in facts)  # fmt: skip
+    assert any("fwd double: nccl_ms 8.590 ms" in f and "agree: allowed 8.360-8.640 ms" in f for f in facts)
+    double["offsets_us"]["transfer start"] = -90.0  # started before its mark: the comm lane did not wait
+    ok, facts = judge(phases)
+    assert not ok and any("fwd double:" in f and "FAIL: transfer start" in f for f in facts)
+    phases = _phases(sync=0.0, double=0.95, spins=0.95)
+    phases["sync"]["fwd"]["offsets_us"]["transfer start"] = 180.0  # nothing computed beside it: no wait for SMs
+    assert not judge(phases)[0]
+    phases = _phases(sync=0.0, double=0.95, spins=0.95)
+    phases["double"]["fwd"]["nccl_ms"] = [8.41 + 0.3]  # more than the kernel and its (4 us) wait
+    ok, facts = judge(phases)
+    assert not ok and any("DISAGREE" in f for f in facts)
+    phases = _phases(sync=0.0, double=0.95, spins=0.95)
+    for case in phases.values():
+        case["fwd"]["transfer_ms"] = 30.0
+        case["fwd"]["offsets_us"]["compute end"] = 120.0  # 0.4% of a 30 ms transfer
+    assert judge(phases)[0]
+
+
+def test_the_shift_comes_from_the_edges_tied_to_a_kernel_beside_their_mark():
+    from gpu_timing import TWO_SIDED, edge_offsets
+
+    recorded = {"compute start": 1000, "compute end": 9000, "transfer start": 1000, "transfer end": 7000}
+    profiled = {name: ns + 30_000 for name, ns in recorded.items()}
+    profiled["transfer start"] += 150_000  # a 150 us wait for SMs: not part of the clocks' offset
+    offsets, shift = edge_offsets(recorded, profiled, anchors=TWO_SIDED)
+    assert shift == pytest.approx(30.0) and offsets["transfer start"] == pytest.approx(150.0)
+    assert all(abs(offsets[name]) < 1e-9 for name in TWO_SIDED)
 
 
 def test_a_backward_step_is_judged_on_its_kv_transfer_only():
@@ -321,3 +365,25 @@ def test_the_bundle_leaves_a_newer_pyarrow_on_the_machine_alone(monkeypatch):
     assert kept == ["pyarrow 26.0.1"] and [row["name"] for row in chosen] == ["msgspec", "ringbench"]
     machine["pyarrow"] = "12.0.0"  # older than the lower bound: the bundle's
     assert "pyarrow" in [row["name"] for row in gpu_env.to_install({"wheels": rows})[0]]
+
+
+def test_kernel_errors_are_judged_absolute_up_to_one_and_relative_above():
+    """A bf16 output of 4 is rounded to within 4 x 2**-8 = 0.016 of its exact value: relative above |value| 1, as
+    the kernels' final rounding is; absolute below, where a layout or statistics fault shows."""
+    from gpu_numerics import max_error, scaled_error
+
+    want = torch.tensor([4.0, -3.0, 0.5, 0.0], dtype=torch.float64)
+    rounded = want + torch.tensor([0.016, -0.012, 0.002, 0.001])
+    assert max_error(rounded, want) == pytest.approx(0.016) and scaled_error(rounded, want) == pytest.approx(0.004)
+    fault = want + torch.tensor([0.0, 0.0, 0.1, 0.0])  # 0.1 on a value of 0.5: a fault, whatever the tolerance
+    assert scaled_error(fault, want) == pytest.approx(0.1)
+    assert scaled_error(want.to(torch.bfloat16), want) <= 2.0**-8  # one bf16 rounding, scaled
+
+
+def test_spin_drift_judges_the_pads_of_the_clock_in_use_under_load():
+    from gpu_probe import DRIFT_LIMIT, drift_error
+
+    assert drift_error("globaltimer", [1.001, 1.0, 1.002]) == pytest.approx(0.002)
+    # SM cycles: the first pad ran at the idle rate (20% long); once corrected from it, the next ones are judged
+    assert drift_error("sm-cycles", [1.21, 1.01, 0.99]) == pytest.approx(0.01) and 0.01 <= DRIFT_LIMIT
+    assert drift_error("sm-cycles", [1.21, 1.08, 1.07]) > DRIFT_LIMIT  # the correction did not hold: FAIL

@@ -132,16 +132,36 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment):
 
 
 class _QueuedDist:
-    """NCCL's P2P as the host sees it: send / recv return at once (the work is queued on the device)."""
+    """NCCL's batched P2P as the host sees it: the works' wait() returns at once (the work is queued on the device).
+    Plain send / recv would make NCCL a two-rank communicator per pair: they are refused."""
+
+    class P2POp:
+        def __init__(self, op, tensor, peer):
+            self.op, self.tensor, self.peer = op, tensor, peer
+
+    class _Work:
+        def wait(self):
+            return True
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, int]] = []
 
-    def send(self, tensor, dst):
-        self.calls.append(("send", dst, tensor.numel()))
+    def isend(self, tensor, dst):
+        raise AssertionError("called outside a batch")
 
-    def recv(self, tensor, src):
-        self.calls.append(("recv", src, tensor.numel()))
+    def irecv(self, tensor, src):
+        raise AssertionError("called outside a batch")
+
+    def batch_isend_irecv(self, ops):
+        assert len(ops) == 1  # one message per batch: the ping-pong's order is the program's
+        (op,) = ops
+        self.calls.append(("send" if op.op == self.isend else "recv", op.peer, op.tensor.numel()))
+        return [self._Work()]
+
+    def send(self, tensor, dst):
+        raise AssertionError("a plain send makes NCCL create a communicator for the pair")
+
+    recv = send
 
 
 def test_nccl_round_trips_are_a_batch_timed_by_device_events_without_a_host_wait():
@@ -171,7 +191,9 @@ def test_nccl_round_trips_are_a_batch_timed_by_device_events_without_a_host_wait
     delayed = _DeviceWire(0, runtime, timeout_s=5.0, link_model=model, dist=fake)
     delayed.batch(message, answer, peer=1, initiator=True, count=4)
     # An emulated link delays each arrival on the device (a busy-wait on the stream), never by a host sleep.
-    assert len(spins) == 4 and all(stream is runtime.compute and seconds > 50e-6 for stream, seconds in spins)
+    lead, *arrivals = spins[-5:]
+    assert lead == (runtime.compute, 4 * _DeviceWire.HOST_LEAD_S)  # the device waits while the host enqueues
+    assert len(arrivals) == 4 and all(stream is runtime.compute and seconds > 50e-6 for stream, seconds in arrivals)
 
 
 def test_a_batch_that_never_completes_is_a_bounded_failure():

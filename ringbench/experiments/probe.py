@@ -159,10 +159,17 @@ class _Wire:
 class _DeviceWire:
     """NCCL: round trips enqueued back to back on the device and timed there with CUDA events.
 
-    ``send`` / ``recv`` are blocking in form only: on NCCL their ``wait()`` orders the current stream after the
-    transfer and returns at once, so a batch of ping-pongs is enqueued without the host waiting for any of them.
-    ``runtime`` supplies the stream, the events and the busy-wait of an emulated link (a CudaRuntime; the tests pass
-    a fake whose events complete later than recorded); ``dist`` is torch.distributed (injectable likewise)."""
+    Each message is a one-op ``batch_isend_irecv``, whose ``wait()`` on NCCL orders the current stream after the
+    transfer and returns at once, so a batch of ping-pongs is enqueued without the host waiting for any of them. A
+    batched op goes over the group's own communicator (keyed by the device); a plain ``send`` / ``recv`` would make
+    NCCL create a two-rank communicator for every pair the probe visits, N (N - 1) / 2 of them, each with its
+    buffers and set-up time. Before the batch the stream busy-waits HOST_LEAD_S per round trip, so the host has
+    enqueued the whole batch before the device starts it: the events then time the transfers, not the host's
+    enqueueing (a batched op costs the host tens of microseconds, as much as a round trip on NVLink).
+    ``runtime`` supplies the stream, the events and the busy-waits (a CudaRuntime; the tests pass a fake whose
+    events complete later than recorded); ``dist`` is torch.distributed (injectable likewise)."""
+
+    HOST_LEAD_S = 100e-6
 
     def __init__(self, rank: int, runtime, timeout_s: float, link_model: dict | None, dist=None) -> None:
         from ringbench.rank.injection import RankFaults
@@ -175,8 +182,13 @@ class _DeviceWire:
             import torch.distributed as dist
         self.dist = dist
 
+    def _send(self, buffer, dst: int) -> None:
+        for work in self.dist.batch_isend_irecv([self.dist.P2POp(self.dist.isend, buffer, dst)]):
+            work.wait()
+
     def _recv(self, buffer, src: int) -> None:
-        self.dist.recv(buffer, src)
+        for work in self.dist.batch_isend_irecv([self.dist.P2POp(self.dist.irecv, buffer, src)]):
+            work.wait()
         if self.delay is not None:  # the block arrives that much later: a busy-wait on the stream, as in the ring
             self.runtime.spin(
                 self.runtime.current_stream(), self.delay(src, self.rank, buffer.numel() * buffer.element_size())
@@ -187,14 +199,15 @@ class _DeviceWire:
         answers); returns the initiator's mean round trip in ns (None on the answering side)."""
         stream = self.runtime.current_stream()
         start, end = self.runtime.new_event(), self.runtime.new_event()
+        self.runtime.spin(stream, self.HOST_LEAD_S * count)  # the host enqueues the batch while the device waits
         start.record(stream)
         for _ in range(count):
             if initiator:
-                self.dist.send(message, peer)
+                self._send(message, peer)
                 self._recv(answer, peer)
             else:
                 self._recv(message, peer)
-                self.dist.send(answer, peer)
+                self._send(answer, peer)
         end.record(stream)
         deadline = time.monotonic() + self.timeout_s
         while not end.query():  # the batch's one wait: polled, bounded

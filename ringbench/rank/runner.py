@@ -152,8 +152,9 @@ def open_session(env, on_stall=None) -> RankSession:
         device_info["group_options"] = dict(env.group_options)  # e.g. NCCL's high-priority streams
     if getattr(env, "backend_note", ""):
         device_info["backend_note"] = env.backend_note
-    if env.device.type == "cuda":  # the busy-wait rate of modelled compute and injected delays, measured once
-        device_info["spin_cycles_per_ms"] = round(spin.calibrate(env.device))
+    if env.device.type == "cuda":  # the clock that paces modelled compute and injected delays, chosen once
+        spin.calibrate(env.device)
+        device_info.update(spin.status(env.device))
     return RankSession(env=env, ops=ops, timeline=timeline, clock=align_clocks(ops), device_info=device_info,
                        on_stall=on_stall)  # fmt: skip
 
@@ -299,6 +300,8 @@ def _report(case: Case, setup: _CaseSetup, session: RankSession, settings: RunSe
         row["repeat"] = repeat
         row["case_id"] = case.case_id
     pacer = getattr(setup.kernel, "pacer", None)
+    if device.type == "cuda" and session.device_info is not None:  # a cycle rate corrected under load
+        session.device_info.update(spin.status(device))
     return RankReport(
         case_id=case.case_id, rank=session.env.rank, rows=rows,
         fwd_err=check.fwd_err if check is not None else math.nan,
