@@ -184,6 +184,40 @@ def render(recommendation, topology, out, prediction=None) -> None:
     print_(f"    or, keeping the identity order, with CUDA_DEVICE_ORDER=PCI_BUS_ID, {visible}{note}")
 
 
+def _resolve(run_dir, topology, order, message_mib, gpu, detect):
+    """The topology priced for the GPU, the recommended order, and (for a run) the predicted step of both orders."""
+    from ringbench.errors import bad_value
+    from ringbench.simulate.priors import find_hardware, gpu_prior
+    from ringbench.topology import recommend as recommend_order
+    from ringbench.topology import resolve_topology
+
+    prediction = None
+    priced_for = None
+    loaded = resolve_topology(topology, run_dir)
+    hardware = find_hardware(gpu, detect=detect)
+    if hardware is not None:
+        prior = gpu_prior(hardware, "bfloat16")
+        priced_for = prior.for_topology(loaded)  # link lines: GIVEN where the file states a class
+        loaded = priced_for.price_links(loaded)
+    measured = _measured_run(run_dir) if run_dir is not None else None
+    if order is None and run_dir is not None:
+        ring = _run_ring(run_dir)
+        order = ring if ring is not None and len(ring.split("-")) == loaded.world else None
+    if message_mib is not None:
+        if not message_mib > 0:
+            raise bad_value("message_mib", message_mib, "a number > 0")
+        loaded = loaded.with_message_bytes(max(1, round(message_mib * 1024 * 1024)))
+    elif measured is not None:
+        nbytes = _kv_bytes(measured, loaded.world)  # the run's own K/V block, not the reference message
+        loaded = loaded.with_message_bytes(nbytes) if nbytes else loaded
+    result = recommend_order(loaded, order)
+    if measured is not None and not result.all_equivalent and _kv_bytes(measured, loaded.world):
+        from ringbench.advise.order_steps import predict_orders
+
+        prediction = predict_orders(measured, loaded, [result.current_order, result.order])
+    return loaded, result, prediction, priced_for
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "recommend",
@@ -220,37 +254,8 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOption = False,
         quiet: QuietOption = False,
     ) -> None:
-        from ringbench.errors import bad_value
-        from ringbench.topology import recommend as recommend_order
-        from ringbench.topology import resolve_topology
-
-        prediction = None
-        priced_for = None
         with cli_errors():
-            loaded = resolve_topology(topology, run_dir)
-            from ringbench.simulate.priors import find_hardware, gpu_prior
-
-            hardware = find_hardware(gpu, detect=detect)
-            if hardware is not None:
-                prior = gpu_prior(hardware, "bfloat16")
-                priced_for = prior.for_topology(loaded)  # link lines: GIVEN where the file states a class
-                loaded = priced_for.price_links(loaded)
-            measured = _measured_run(run_dir) if run_dir is not None else None
-            if order is None and run_dir is not None:
-                ring = _run_ring(run_dir)
-                order = ring if ring is not None and len(ring.split("-")) == loaded.world else None
-            if message_mib is not None:
-                if not message_mib > 0:
-                    raise bad_value("message_mib", message_mib, "a number > 0")
-                loaded = loaded.with_message_bytes(max(1, round(message_mib * 1024 * 1024)))
-            elif measured is not None:
-                nbytes = _kv_bytes(measured, loaded.world)  # the run's own K/V block, not the reference message
-                loaded = loaded.with_message_bytes(nbytes) if nbytes else loaded
-            result = recommend_order(loaded, order)
-            if measured is not None and not result.all_equivalent and _kv_bytes(measured, loaded.world):
-                from ringbench.advise.order_steps import predict_orders
-
-                prediction = predict_orders(measured, loaded, [result.current_order, result.order])
+            loaded, result, prediction, priced_for = _resolve(run_dir, topology, order, message_mib, gpu, detect)
         out = Output(json=json_output, quiet=quiet, document="recommend")
         render(result, loaded, out, prediction)
         if priced_for is not None:
