@@ -224,8 +224,9 @@ def gqa_cases(world: int, *, dtypes=("float64", "float32", "bfloat16"), wide: bo
               kernels=("torch",), **shape) -> list[CheckCase]:  # fmt: skip
     """Grouped-query attention (K, V of fewer heads than Q) in every strategy of ``world``: the ring (sync, double
     and the short ring), allgather, ulysses, hybrid:U and double-ring:W, with H four times the Ulysses degree U and
-    KV heads H/2, H/4, 1 and, for U >= 4, U/2 (fewer than U: the KV heads repeated across the Ulysses group). Each
-    strategy's KV counts cycle through dtypes, masks, layouts, buffers, placements and ``kernels``; ``wide`` takes
+    KV heads H/2, H/4, 1 and U's largest proper divisor above 1 where it has one (fewer than U: the KV heads
+    repeated across the Ulysses group; a U/2 that does not divide U is no GQA the strategy runs). Each strategy's
+    KV counts cycle through dtypes, masks, layouts, buffers, placements and ``kernels``; ``wide`` takes
     every KV count x dtype. ``shape``: head_dim, batch."""
     from ringbench.vocab import Strategy
 
@@ -237,11 +238,13 @@ def gqa_cases(world: int, *, dtypes=("float64", "float32", "bfloat16"), wide: bo
         strategy = Strategy.parse(spec)
         degree = strategy.ulysses_degree(world)
         heads = 4 * degree
-        kv_counts = sorted({heads // 2, heads // 4, 1} | ({degree // 2} if degree >= 4 else set()), reverse=True)
+        fewer = [d for d in range(degree - 1, 1, -1) if degree % d == 0][:1]  # KV heads repeated in the group
+        kv_counts = sorted({heads // 2, heads // 4, 1, *fewer}, reverse=True)
         buffers = ("double", "sync", "double-short") if spec == "ring" else strategy.buffers()
         combos = (itertools.product(kv_counts, dtypes) if wide else
                   [(kv, dtypes[(i + world) % len(dtypes)]) for i, kv in enumerate(kv_counts)])  # fmt: skip
         for kv_heads, dtype in combos:
+            strategy.check(world, heads, kv_heads=kv_heads)  # a case the strategy refuses is the generator's fault
             mask, layout = cells[n % len(cells)]
             placement = "interleaved" if strategy.grouped and n % 2 else "heads-first"
             out.append(CheckCase.of(world, strategy=spec, placement=placement, mask=mask, layout=layout,
