@@ -133,6 +133,14 @@ def test_a_pickled_dump_with_any_global_is_refused_and_runs_nothing(tmp_path):
     assert "\n" not in line and "refers to subprocess.call" in line and "refused" in line, line
 
 
+def test_dumps_are_found_in_subfolders_and_a_rank_dumped_twice_is_one_line():
+    # the parent holds the same job's dumps twice (json/ and pickle/): found, and refused by the rank seen twice
+    result = invoke("import", str(STUCK))
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and "rank 0 appears in two dumps" in line and "nccl_trace_rank_0" in line, line
+
+
 def test_bad_dump_sets_are_one_line():
     with pytest.raises(UsageError, match="rank"):
         read_hang([STUCK / "json" / "rank0.json", STUCK / "json" / "rank1.json", STUCK / "json" / "rank3.json"])

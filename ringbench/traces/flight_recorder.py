@@ -101,7 +101,7 @@ def dump_files(paths) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            out += [p for p in sorted(path.iterdir()) if p.is_file() and is_dump(p)]
+            out += [p for p in sorted(path.rglob("*")) if p.is_file() and is_dump(p)]  # as traces are found
         elif path.is_file() and is_dump(path):
             out.append(path)
     return out
@@ -171,7 +171,7 @@ def _rank_of(path: Path, seen: set[int]) -> int:
                          "nccl_trace_rank_3); rename it so that it ends with its rank")  # fmt: skip
     rank = int(found.group(1))
     if rank in seen:
-        raise UsageError(f"rank {rank} appears in two dumps; pass one dump per rank")
+        raise UsageError(f"rank {rank} appears in two dumps ({path} is the second); pass one dump per rank")
     return rank
 
 
