@@ -102,3 +102,13 @@ def test_a_multi_host_plan_with_a_net_cost_runs(tmp_path):
     assert result.exit_code == 0, result.output
     first = json.loads(result.stdout)["candidates"][0]
     assert first["mib_per_rank_by_class"] and first["net_mb_per_rank"] == first["mib_per_rank_by_class"].get("NET", 0)
+
+
+def test_a_plan_without_world_takes_every_device_of_the_topology(tmp_path):
+    spec = _spec(class_costs={"NET": {"bandwidth_gbps": "100Gbps"}})
+    result = invoke("plan", "--seq", "8192", "--heads", "8", "--no-detect", "--topology", _write(tmp_path, spec),
+                    "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["world"] == 8  # 2 hosts x 4 GPUs
+    missing = invoke("plan", "--seq", "8192", "--heads", "8", "--no-detect")
+    assert_one_line_error(missing, "--topology is missing")

@@ -98,11 +98,14 @@ def plan(
         if list_gpus:
             out.emit(render_catalogue(out))
             return
-        for name, value in (("topology", topology), ("world", axes["world"]), ("seq", axes["seq"]),
-                            ("heads", axes["heads"])):  # fmt: skip
+        if topology is not None and axes["world"] is None:  # every device the topology describes
+            from ringbench.topology import load_topology
+
+            axes["world"] = load_topology(Path(topology)).world
+        for name, value in (("topology", topology), ("seq", axes["seq"]), ("heads", axes["heads"])):
             if value is None:
-                raise UsageError(f"--{name} is missing; plan needs --topology, --world, --seq and --heads "
-                                 "(or --list-gpus)")  # fmt: skip
+                raise UsageError(f"--{name} is missing; plan needs --topology, --seq and --heads (--world: the "
+                                 "topology's devices unless given), or --list-gpus")  # fmt: skip
         dtype = axes["dtype"] or "bfloat16"
         dtype = DTYPE_ALIASES.get(dtype, dtype)
         if dtype not in DTYPES:
