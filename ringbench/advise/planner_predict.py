@@ -32,7 +32,7 @@ def ring_prediction(case, costs, cluster) -> tuple[dict, np.ndarray, dict[str, f
     """The ring (or all-gather) case on the ring engine, without the walk: phase times, each rank's compute, and
     the bytes per iteration over each link class (what the engine's exchanges were priced for)."""
     from ringbench.simulate.case import phase_models, start_skew
-    from ringbench.simulate.engine import PhaseEngine, Window
+    from ringbench.simulate.phase_ring import PhaseEngine, Window
     from ringbench.simulate.ring_timeline import simulate_timeline
     from ringbench.simulate.traffic import ring_traffic
 

@@ -1,4 +1,4 @@
-"""Calibration of the host: the gaps between a ring step's events, per phase and buffer (engine.PhaseModel).
+"""Calibration of the host: the gaps between a ring step's events, per phase and buffer (phase_ring.PhaseModel).
 
 enter (the phase's start to the first post), pre (the step's start to the compute), mid (the backward's compute
 end to the dK/dV post), post (the step's last event to the next start): medians of what the run measured; a buffer
@@ -13,7 +13,7 @@ from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, PHASES, CostSource
 
 
 def host_steps(run, sources: list[CostSource]) -> dict:
-    """Per phase and buffer: medians of enter, pre, mid and post (engine.PhaseModel), priors where not measured."""
+    """Per phase and buffer: medians of enter, pre, mid and post (simulate.phase_ring.PhaseModel), priors where not measured."""
     from ringbench.figures.critical_path import transfers
 
     events = run.events

@@ -22,8 +22,8 @@ from ringbench.scenario.faults import Fault, check_fault_hops, check_faults, par
 from ringbench.scenario.scenario import Case
 from ringbench.scenario.workload import WORKLOAD_FIELDS, Workload, reads_workload
 from ringbench.simulate.costs import Costs
-from ringbench.simulate.engine import Lane, Noise, PhaseModel
 from ringbench.simulate.pair_classes import pair_classes
+from ringbench.simulate.phase_ring import Lane, Noise, PhaseModel
 from ringbench.topology.linkmodel import ring_links
 from ringbench.vocab import Buffer, MaskSpec
 

@@ -85,7 +85,7 @@ class Costs:
             phase: {buffer: dict.fromkeys(HOST_STEPS, 0.005) for buffer in ("sync", "double")} for phase in PHASES
         }
     )
-    """Per phase and buffer: enter_ms, pre_ms, mid_ms, post_ms (see engine.PhaseModel)."""
+    """Per phase and buffer: enter_ms, pre_ms, mid_ms, post_ms (see phase_ring.PhaseModel)."""
     links: Mapping[str, LinkCost] = field(default_factory=lambda: dict(DEFAULT_LINKS))
     """Per link class (``local``: ranks without a topology, or the transport under emulated links)."""
     compute_cv: float = 0.0

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ringbench.record.schema import EVENT_COLUMNS
 from ringbench.simulate.case import class_flops
-from ringbench.simulate.engine import StepCells
+from ringbench.simulate.phase_ring import StepCells
 from ringbench.simulate.ring_timeline import Timeline
 from ringbench.simulate.walk import class_index
 

@@ -1,9 +1,9 @@
-"""The whole-ring pass of a bounded simulation, compiled: engine.PhaseEngine.advance(record=False), step by step.
+"""The whole-ring pass of a bounded simulation, compiled: phase_ring.PhaseEngine.advance(record=False), step by step.
 
 A bounded case (65,536 ranks) spends most of its time in the lean pass over the whole ring: some 20 vector
 operations per ring step on arrays of N positions, each a trip through memory. Here each exchange and each step's
 bookkeeping is one compiled loop over the positions (numba), so a step touches its arrays once, in cache. The
-rules are engine.py's, line for line (its module docstring): an exchange starts when both ends posted, lands after
+rules are phase_ring.py's, line for line (its module docstring): an exchange starts when both ends posted, lands after
 the transfer (times the link noise), is received after the injected delay in the watcher's posting order, and is in
 hand when the successor landed too; ``sync`` and ``double`` forward and backward as ``PhaseEngine.advance``. The
 state it leaves (the step's start, the receive watcher's last stamp, the pending dK/dV exchange with all its
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringbench.simulate.engine import Exchange, PhaseEngine, State, Window
+from ringbench.simulate.phase_ring import Exchange, PhaseEngine, State, Window
 
 try:  # an optional accelerator: without it, the numpy pass
     import numba
@@ -65,7 +65,7 @@ if numba is not None:
     @numba.njit(cache=True)
     def _double_step(t, comp, comp_scalar, comp_is_scalar, mid_ms, post_ms, has_kv, backward, pending_in_hand,
                      has_pending, kv, dkv, computed, waited, dkv_post, end):  # fmt: skip
-        """One ``double`` step (engine.PhaseEngine.advance): the K/V exchange posted at t, compute (``comp`` holds
+        """One ``double`` step (phase_ring.PhaseEngine.advance): the K/V exchange posted at t, compute (``comp`` holds
         compute + pre), the dK/dV accumulator's wait and post, the K/V wait. ``kv`` / ``dkv``: the exchange
         arguments of _exchange (transfer, uniform, noise, delay, jitter, last, flags, start, landed, recv,
         in_hand); the dK/dV exchange reads the K/V one's receive stamps as its ``last`` when delayed."""

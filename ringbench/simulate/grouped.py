@@ -1,7 +1,7 @@
 """Strategies beyond one ring in the simulator: Ulysses, the hybrid and the double ring, step by step.
 
 Each follows its engine module (ringbench/engine/ulysses.py, double_ring.py) with the simulator's own pieces: the
-ring engine (engine.PhaseEngine) runs every sub-ring -- the hybrid's rings across groups, each double-ring
+ring engine (phase_ring.PhaseEngine) runs every sub-ring -- the hybrid's rings across groups, each double-ring
 rotation's inner rings -- as rows of one vectorised pass, with a block compute per (row, position, step) taken from
 the pair classes of the mask plan (plans.py), and the all-to-alls and the double ring's outer exchanges are priced
 here, pair by pair, with the same rules as the ring's exchanges:
@@ -29,8 +29,8 @@ import numpy as np
 from ringbench.engine.groups import Groups, block_plan
 from ringbench.orders import parse_placement
 from ringbench.simulate.costs import Costs
-from ringbench.simulate.engine import Lane, Noise, PhaseEngine, PhaseModel, Window
 from ringbench.simulate.flows import Prices
+from ringbench.simulate.phase_ring import Lane, Noise, PhaseEngine, PhaseModel, Window
 from ringbench.vocab import Layout, Mask, Strategy
 
 STATS_BYTES = {"float64": 8}  # accumulators: fp64 for fp64 inputs, else fp32

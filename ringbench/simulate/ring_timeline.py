@@ -18,8 +18,8 @@ import numpy as np
 
 from ringbench.simulate.case import Cluster, SimCase, phase_models, start_skew
 from ringbench.simulate.costs import Costs
-from ringbench.simulate.engine import Exchange, PhaseEngine, PhaseModel, State, StepCells, Window
 from ringbench.simulate.fastring import lean_advance
+from ringbench.simulate.phase_ring import Exchange, PhaseEngine, PhaseModel, State, StepCells, Window
 from ringbench.simulate.walk import FullSource, PathResult, RecomputeSource, walk
 
 PROFILE_POINTS = 256  # per-step aggregates kept per phase (every k-th step)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringbench.simulate.engine import Exchange, PhaseEngine, State, StepCells, Window
 from ringbench.simulate.pair_classes import EQUAL, GREATER, LESS
+from ringbench.simulate.phase_ring import Exchange, PhaseEngine, State, StepCells, Window
 
 TOL_MS = 0.02  # the analysis's default clock tolerance (20 us): a transfer done that close to the wait binds not
 

@@ -1,4 +1,4 @@
-"""The ring engine: one phase of a ring, vectorised over iterations and ring positions, looping over ring steps.
+"""The phase ring: one phase of a simulated ring, vectorised over iterations and positions, looping over ring steps.
 
 It follows ringbench/engine/ring.py step by step. For ring position p at ring step s (T = the step's start on p):
 
