@@ -94,15 +94,9 @@ AXES = ["layout", "mask", "buffer"]
 
 def predict(runs: dict[str, str]) -> pd.DataFrame:
     """One row per (calibration case, target): measured and predicted step time, error, the priors it used."""
-    from ringbench.advise.simulation import cases_like
+    from ringbench.calibration import cases_like, run_cores
     from ringbench.calibration.calibrate import calibrate
-    from ringbench.simulate import simulate_case
-    from ringbench.simulate.case import Cluster
-
-    try:  # the machine the measured run shared (a CPU's cores)
-        from ringbench.simulate.case import run_cores
-    except ImportError:
-        run_cores = None
+    from ringbench.simulate import Cluster, simulate_case
 
     try:  # what a prediction assumed (absent before the calibration said so)
         from ringbench.calibration.coverage import extrapolation
@@ -142,7 +136,7 @@ def predict(runs: dict[str, str]) -> pd.DataFrame:
                         chooser = getattr(calibration, "costs_for", None)
                         if chooser is not None and getattr(sim_case, "family", None):
                             costs = chooser(sim_case.family) or costs
-                        cluster = Cluster(cpu_cores=run_cores(measured_run)) if run_cores is not None else Cluster()
+                        cluster = Cluster(cpu_cores=run_cores(measured_run))
                         predicted = float(simulate_case(sim_case, costs, cluster).row["step_ms"])
                         row |= {"predicted_ms": predicted, "error": predicted / measured - 1}
                         if extrapolation is not None:

@@ -75,11 +75,11 @@ def _plan(run_dir: Path, seq: int, calibration: tuple[Path, ...]):
 def _like(run_dir: Path, calibration: tuple[Path, ...], out: Path) -> pd.DataFrame:
     """What `ringbench simulate --like RUN --from CALIBRATION` predicts, with several calibration runs merged."""
     from ringbench.advise.simulation import SimRequest, _cluster
+    from ringbench.calibration import cases_like
     from ringbench.calibration.calibrate import calibrate
     from ringbench.calibration.strategy_fit import merge_runs
     from ringbench.record.store import load_run
     from ringbench.simulate import simulate_case
-    from ringbench.simulate.case import cases_like
 
     costs = calibrate(merge_runs(calibration)).costs
     run = load_run(run_dir)

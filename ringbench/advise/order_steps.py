@@ -22,12 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringbench.advise.simulation import cases_like
-from ringbench.calibration.calibrate import calibrate
+from ringbench.calibration import cases_like, fit
 from ringbench.errors import UsageError
 from ringbench.fmt import ring_text
-from ringbench.simulate.case import Cluster
-from ringbench.simulate.simulated_record import simulate_case
+from ringbench.simulate import Cluster, simulate_case
 
 MAX_CASES = 4
 """Cases of the run predicted per order (the first ones on the topology's world)."""
@@ -63,7 +61,7 @@ def predict_orders(run, topology, orders: Sequence[Sequence[int]], *, iterations
     ``orders``, with costs calibrated on the run."""
     if run.meta.get("simulated"):
         raise UsageError(f"{run.path}: a SIMULATED record; predict orders from a measured run")
-    calibration = calibrate(run)
+    calibration = fit(run)
     quiet = {"compute_noise": (), "link_noise": (), "compute_cv": 0.0, "link_cv": 0.0}
     cases = [case for case in cases_like(run, iterations) if case.world == topology.world]
     if not cases:

@@ -224,7 +224,7 @@ def check_network(topology, costs, emulate: bool) -> None:
 
 def resolve_gpu(request: PlanRequest, found: list[str] | None = None):
     """The catalogue GPU the plan is priced for (simulate/priors.py ``find_hardware``)."""
-    from ringbench.simulate.priors import find_hardware
+    from ringbench.simulate import find_hardware
 
     return find_hardware(request.gpu, detect=request.detect, found=found)
 
@@ -233,23 +233,21 @@ def _costs(request: PlanRequest, gpu, framework=None):
     """(costs, calibration, prior): the GPU's priors with what a calibration measured in their place.
     ``framework``: an implementation family (a Framework) replacing the request's (the fit of benchmarks/)."""
     from ringbench.hardware import find_framework
-    from ringbench.simulate.costs import DEFAULTS
-    from ringbench.simulate.priors import framework_costs
+    from ringbench.simulate import DEFAULTS, framework_costs
 
     calibration = None
     if request.calibrate_from is not None:
-        from ringbench.calibration.calibrate import calibrate
-        from ringbench.calibration.strategy_fit import merge_runs
+        from ringbench.calibration import fit, merge_runs
 
         paths = request.calibrate_from if isinstance(request.calibrate_from, tuple) else (request.calibrate_from,)
-        calibration = calibrate(merge_runs(paths))
+        calibration = fit(merge_runs(paths))
     family = framework or find_framework(request.framework or "ringbench")
     if gpu is None:
         if calibration is not None:
             return calibration.costs, calibration, None
         explicit = framework is not None or request.framework is not None
         return (framework_costs(DEFAULTS, family) if explicit else DEFAULTS), None, None
-    from ringbench.simulate.priors import gpu_prior
+    from ringbench.simulate import gpu_prior
 
     prior = gpu_prior(gpu, request.dtype, request.attention, family)
     costs, _ = prior.with_calibration(calibration)
@@ -284,7 +282,7 @@ def _layouts(request: PlanRequest, masks: tuple[str, ...]) -> list[str]:
 
 def _short_ring_helps(request: PlanRequest, masks: tuple[str, ...], layout: str) -> bool:
     """The short ring stops before the full ring on some layer (a window or local documents)."""
-    from ringbench.simulate.case import SimCase
+    from ringbench.simulate import SimCase
     from ringbench.vocab import MaskSpec
 
     for mask in dict.fromkeys(masks):
@@ -441,7 +439,7 @@ def make_plan(request: PlanRequest, *, found_gpus: list[str] | None = None) -> P
     """Simulate every candidate and rank them (see the module docstring). ``found_gpus``: the GPU names NVML
     reports (None: ask NVML when ``request.detect``)."""
     from ringbench.advise.planner_predict import predict
-    from ringbench.simulate.case import Cluster
+    from ringbench.simulate import Cluster
 
     started = time.perf_counter()
     topology, emulate = _load(request)
@@ -511,7 +509,7 @@ def price_configurations(request: PlanRequest, configs: dict[str, dict], *, foun
     sets beside published measurements); ``framework``: a Framework whose figures replace the request's family's."""
     from ringbench.advise.planner_predict import predict
     from ringbench.orders import parse_order, parse_placement
-    from ringbench.simulate.case import Cluster
+    from ringbench.simulate import Cluster
 
     topology, emulate = _load(request)
     gpu = resolve_gpu(request, found_gpus)

@@ -18,9 +18,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from ringbench.simulate.case import Cluster, SimCase
-from ringbench.simulate.costs import Costs
-from ringbench.simulate.simulated_record import simulate_case
+from ringbench.simulate import Cluster, Costs, SimCase, simulate_case
 
 BLAST_FACTORS = (1.1, 1.5, 2.0)
 SCALE_MAX_EVENTS = 1  # the view keeps figures, not events: always the bounded record, smallest row budget

@@ -14,14 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringbench.advise.scale_view import scale_view
-from ringbench.calibration.calibrate import Calibration, calibrate
+from ringbench.calibration import Calibration, cases_like, fit, run_cores
 from ringbench.errors import UsageError, bad_value
 from ringbench.record.store import RunData, load_run
 from ringbench.scenario.scenario import Scenario
-from ringbench.simulate.case import Cluster, SimCase, cases_like, run_cores
-from ringbench.simulate.case_result import CaseResult
-from ringbench.simulate.costs import DEFAULTS, Costs
-from ringbench.simulate.simulated_record import MAX_EVENTS, run_data, simulate_case, write_run
+from ringbench.simulate import (
+    DEFAULTS,
+    MAX_EVENTS,
+    CaseResult,
+    Cluster,
+    Costs,
+    SimCase,
+    run_data,
+    simulate_case,
+    write_run,
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,7 +129,7 @@ def _cluster(request: SimRequest, like: RunData | None, prior=None) -> Cluster:
 def resolve_costs(request: SimRequest, prior=None) -> tuple[Costs, Calibration | None]:
     """The costs to simulate with: a GPU's priors (``prior``) with what a calibration determined in their place,
     else the calibration's, else the documented defaults; an explicit rate replaces the compute rate."""
-    calibration = calibrate(load_run(request.calibrate_from)) if request.calibrate_from is not None else None
+    calibration = fit(load_run(request.calibrate_from)) if request.calibrate_from is not None else None
     if prior is not None:
         costs, _ = prior.with_calibration(calibration)
         return _with_rates(costs, request), calibration
@@ -132,7 +139,7 @@ def resolve_costs(request: SimRequest, prior=None) -> tuple[Costs, Calibration |
 
 def hardware_prior(request: SimRequest, dtype: str):
     """The GpuPrior of ``request.gpu`` (or the GPU NVML finds), or None."""
-    from ringbench.simulate.priors import find_hardware, gpu_prior
+    from ringbench.simulate import find_hardware, gpu_prior
 
     gpu = find_hardware(request.gpu, detect=request.detect)
     if gpu is None:
@@ -181,7 +188,7 @@ def costs_by_case(cases: list[SimCase], costs: Costs, calibration: Calibration |
 
 def run_simulation(request: SimRequest, on_case: Callable[[CaseResult, int, int], None] | None = None) -> SimOutcome:
     """Simulate the request's cases, write results/<run-id>/, and compute the scale view when asked."""
-    from ringbench.calibration.coverage import extrapolation
+    from ringbench.calibration import extrapolation
     from ringbench.record.folder import new_run_dir
 
     prior = None

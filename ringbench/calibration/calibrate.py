@@ -27,8 +27,9 @@ import numpy as np
 import pandas as pd
 
 from ringbench.calibration.calibrate_host import host_steps
-from ringbench.calibration.calibrate_links import fit_links, host_index, run_topology
+from ringbench.calibration.calibrate_links import fit_links, host_index
 from ringbench.calibration.identify import CostSource, PhaseFit, complete, fit_phase
+from ringbench.calibration.run_views import RunViews, run_views
 from ringbench.errors import UsageError
 from ringbench.kernels.base import block_flops
 from ringbench.scenario.faults import parse_fault
@@ -175,16 +176,14 @@ def _recorded_work(row, spans: pd.DataFrame) -> pd.DataFrame:
                          **{f"gflop_{kind}": flops / 1e9 if kind == "full" else 0.0 for kind in KINDS}})  # fmt: skip
 
 
-def _per_core(run, rows: pd.DataFrame, cal: Calibration) -> pd.DataFrame:
+def _per_core(views: RunViews, rows: pd.DataFrame, cal: Calibration) -> pd.DataFrame:
     """Real compute of ranks that shared a CPU's cores, as one rank per core would run it: divided by ranks / cores
     (a prior: the ranks take turns evenly while they compute). The simulator stretches it back by the share of the
     machine it predicts (Cluster.cpu_cores)."""
-    from ringbench.simulate.case import run_cores
-
-    cores = run_cores(run)
+    cores = views.cores
     if not cores:
         return rows
-    worlds = run.cases.drop_duplicates("case_id").set_index("case_id")["world"].astype(float)
+    worlds = views.run.cases.drop_duplicates("case_id").set_index("case_id")["world"].astype(float)
     share = np.maximum(1.0, rows["case_id"].map(worlds).to_numpy(float) / cores)
     if (share <= 1.0).all():
         return rows
@@ -247,13 +246,11 @@ def _ratios(values: pd.Series, by: pd.Series) -> np.ndarray:
     return (values / med.where(med > 0)).dropna().to_numpy(float)
 
 
-def _noise(run, table: pd.DataFrame) -> dict:
+def _noise(views: RunViews, table: pd.DataFrame) -> dict:
     """Compute and transfer times around their medians (CV and NOISE_QUANTILES quantiles), the ranks' spread of
     iteration starts, the barrier's gap."""
-    from ringbench.figures.critical_path import transfers
-
     out = {}
-    xfers = transfers(run.events)
+    xfers = views.transfers
     groups = {"compute": (table["ms"], table["case_id"] + table["phase"] + table["cls"].astype(str))}
     if len(xfers):
         groups["link"] = (xfers["transfer_ms"], xfers["case_id"] + xfers["phase"] + xfers["exchange"])
@@ -262,7 +259,7 @@ def _noise(run, table: pd.DataFrame) -> dict:
         out[f"{name}_cv"] = float(1.4826 * np.median(np.abs(rel - 1.0))) if len(rel) else 0.0
         levels = np.linspace(0, 1, NOISE_QUANTILES)
         out[f"{name}_noise"] = tuple(float(v) for v in np.quantile(rel, levels)) if len(rel) >= 20 else ()
-    it = run.events[run.events["kind"] == "iteration"]
+    it = views.run.events[views.run.events["kind"] == "iteration"]
     fwd = it[it["phase"] == "fwd"]
     skew = (fwd["start_ns"] - fwd.groupby(["case_id", "repeat", "iteration"])["start_ns"].transform("min")) / 1e6
     samples = np.sort(skew.to_numpy(float))
@@ -275,18 +272,21 @@ def _noise(run, table: pd.DataFrame) -> dict:
     return out
 
 
-def calibrate(run) -> Calibration:
+def fit(run) -> Calibration:
     """Fit the simulator's costs on a run (a RunData; ringbench.record.store.load_run), each with its source.
 
-    A run that mixes emulated and real kernels gets one set of costs per family (``Calibration.families``): real
-    kernels run at the machine's rate, emulated ones at the model's; ``costs`` is the emulated family's.
+    The run's views (its ring cases, transfers, topology, cores: run_views.py) are derived once and read by every
+    part of the fit. A run that mixes emulated and real kernels gets one set of costs per family
+    (``Calibration.families``): real kernels run at the machine's rate, emulated ones at the model's; ``costs`` is
+    the emulated family's.
     """
     if run.meta.get("simulated"):
         raise UsageError(f"{run.path}: a SIMULATED record; calibrate on a measured run (run, emulated or imported)")
     cal = Calibration(costs=DEFAULTS)
-    from ringbench.calibration.strategy_fit import fit_strategy_overheads, ring_cases
+    from ringbench.calibration.strategy_fit import fit_strategy_overheads
 
-    full_run, (run, others) = run, ring_cases(run)  # a Ulysses block or an all-to-all chunk is no ring pair nor hop
+    views = run_views(run)  # a Ulysses block or an all-to-all chunk is no ring pair nor hop: the ring's cases
+    full_run, run, others = run, views.run, views.others
     if others:
         cal.excluded.append(f"{len(others)} case(s) of other strategies (ulysses, hybrid, double ring): not in the "
                             "ring's fit; their own host time per event is fitted on them")  # fmt: skip
@@ -294,7 +294,7 @@ def calibrate(run) -> Calibration:
             raise UsageError(f"{run.path}: no ring case to calibrate on; calibrate on a run with --strategy ring")
     table = _compute_table(run)
     world = int(run.cases["world"].max())
-    topology = run_topology(run)
+    topology = views.topology
     slow = _slow_ranks(run, world, host_index(topology) if topology is not None else None)
     if slow:
         cal.excluded.append(f"ranks {sorted(slow)} (injected slow-rank / slow-host faults): not in the compute fit")
@@ -318,7 +318,7 @@ def calibrate(run) -> Calibration:
         cal.notes.append(f"the run mixes real and emulated compute: {real} real-kernel case(s) calibrate the real "
                          "kernels' costs, the emulated cases the emulated model's")  # fmt: skip
     if "real" in family_rows:
-        family_rows["real"] = _per_core(run, family_rows["real"], cal)
+        family_rows["real"] = _per_core(views, family_rows["real"], cal)
     hint = _seq_hint(run)
     fitted = {}
     for name, rows in family_rows.items():
@@ -330,13 +330,13 @@ def calibrate(run) -> Calibration:
         fitted[name] = (gflops, efficiency, call_ms, fit_rows, rows)
     gflops, efficiency, call_ms, fit_rows, rows = fitted[primary]
     cal.rank_factors = _rank_factors(rows.assign(nominal=rows["nominal"].fillna(1e3 / gflops)), efficiency, call_ms)
-    links = fit_links(run, cal)
-    host = host_steps(run, cal.sources)
+    links = fit_links(views, cal)
+    host = host_steps(views, cal.sources)
     source = str(run.meta.get("run_id") or run.path)
     for name, (gflops, efficiency, call_ms, fit_rows, _) in fitted.items():
         costs = Costs(gflops=gflops, efficiency=efficiency, call_ms=call_ms, host_ms=host, links=links,
                       source=source if name == primary else f"{source} ({name} kernels)",
-                      **_noise(run, fit_rows))  # fmt: skip
+                      **_noise(views, fit_rows))  # fmt: skip
         if name == primary:
             cal.costs = costs
         else:
@@ -344,9 +344,13 @@ def calibrate(run) -> Calibration:
     cal.family = primary
     from ringbench.calibration.coverage import coverage
 
-    cal.coverage = coverage(run, table, cal)
+    cal.coverage = coverage(views, table, cal)
     if others:  # the other strategies' own host time, beyond what the ring's costs predict for them
         from dataclasses import replace as _replace
 
         cal.costs = _replace(cal.costs, strategy_ms=fit_strategy_overheads(full_run, cal.costs, cal))
     return cal
+
+
+calibrate = fit
+"""The name docs/simulate.md's library example and the tests call the fit by (``ringbench.calibration.fit``)."""

@@ -12,12 +12,11 @@ import numpy as np
 from ringbench.simulate.costs import DEFAULTS, HOST_STEPS, PHASES, CostSource
 
 
-def host_steps(run, sources: list[CostSource]) -> dict:
-    """Per phase and buffer: medians of enter, pre, mid and post (simulate.phase_ring.PhaseModel), priors where not measured."""
-    from ringbench.figures.critical_path import transfers
-
+def host_steps(views, sources: list[CostSource]) -> dict:
+    """Per phase and buffer: medians of enter, pre, mid and post (simulate.phase_ring.PhaseModel), priors where not
+    measured; ``views``: the run's (run_views.py)."""
+    run, xfers = views.run, views.transfers
     events = run.events
-    xfers = transfers(events)
     keys = ["case_id", "repeat", "iteration", "phase", "rank"]
     comp = events[events["kind"] == "compute"][[*keys, "step", "start_ns", "end_ns"]]
     it = events[events["kind"] == "iteration"][[*keys, "start_ns"]].rename(columns={"start_ns": "phase_ns"})

@@ -16,11 +16,10 @@ from ringbench.scenario.faults import parse_fault
 from ringbench.simulate.costs import DEFAULTS, CostSource, LinkCost
 
 
-def _hop_table(run, xfers: pd.DataFrame) -> pd.DataFrame:
+def _hop_table(run, topology, xfers: pd.DataFrame) -> pd.DataFrame:
     """Per transfer, from the link model of the run's topology (topology/linkmodel.py): its class, its NIC share
     and the delay an emulated link injected after it (us); ``local`` / 1 / 0 without a topology."""
     out = pd.DataFrame({"link_class": "local", "share": 1.0, "emulated_us": 0.0}, index=xfers.index)
-    topology = run_topology(run)
     if topology is None:
         return out
     from ringbench.topology.linkmodel import ring_links
@@ -57,16 +56,6 @@ def _injected_ms(run, xfers: pd.DataFrame, hops: pd.DataFrame) -> np.ndarray:
     return extra
 
 
-def run_topology(run):
-    """The topology a run's meta.json records, or None."""
-    document = run.meta.get("topology")
-    if not document:
-        return None
-    from ringbench.topology import Topology
-
-    return Topology.from_dict(document, "meta.json:topology")
-
-
 def host_index(topology) -> np.ndarray:
     """(N,) each rank's host as an index (hosts in order of first appearance)."""
     names = [d.host for d in topology.devices]
@@ -81,10 +70,9 @@ def ring_of(run, case_id: str) -> np.ndarray | None:
     return np.array([int(r) for r in str(rows.iloc[0]).split("-")])
 
 
-def fit_links(run, cal) -> dict[str, LinkCost]:
-    from ringbench.figures.critical_path import transfers
-
-    xfers = transfers(run.events)
+def fit_links(views, cal) -> dict[str, LinkCost]:
+    """Per link class, the latency and bandwidth of the run's transfers (``views``: the run's, run_views.py)."""
+    run, xfers = views.run, views.transfers
     xfers = xfers[xfers["transfer_ms"].notna() & (xfers["bytes"] > 0)]
     if xfers.empty:
         gathered = _allgather_link(run, cal)
@@ -94,7 +82,7 @@ def fit_links(run, cal) -> dict[str, LinkCost]:
         cal.sources.append(CostSource(cost="link.local", determined=False, how="the documented default (no "
                                       "transfers recorded)", hint="calibrate on a run of 2 or more ranks"))  # fmt: skip
         return dict(DEFAULTS.links)
-    hops = _hop_table(run, xfers)
+    hops = _hop_table(run, views.topology, xfers)
     base = xfers["transfer_ms"].to_numpy() - _injected_ms(run, xfers, hops)
     # A NET hop sharing its host pair's link moved bytes x share at the link's own bandwidth (topology/linkmodel.py).
     xfers = xfers.assign(base_ms=np.clip(base, 1e-6, None), link_class=hops["link_class"],
@@ -154,4 +142,4 @@ def _allgather_link(run, cal) -> LinkCost | None:
     return LinkCost(latency_us=0.0, bandwidth_gbps=nbytes / (max(ms, 1e-9) * 1e6))
 
 
-__all__ = ["fit_links", "host_index", "ring_of", "run_topology"]
+__all__ = ["fit_links", "host_index", "ring_of"]

@@ -1,6 +1,6 @@
 """What a calibration measured, and what a prediction from it extrapolates (said out loud, never silently).
 
-``coverage(run, table, calibration)`` records what the calibration run measured: phases, dtypes, device, kernels,
+``coverage(views, table, calibration)`` records what the calibration run measured: phases, dtypes, device, kernels,
 heads x head dims, computed GFLOP per kernel call per mask kind (the block sizes), message sizes, link classes,
 buffers. ``extrapolation(calibration, cases, cluster, costs)`` compares a prediction's cases with it, aspect by
 aspect, and says how the model treats what was not measured: a cost from a prior (``Calibration.sources``), a
@@ -47,10 +47,10 @@ def _values(cases: pd.DataFrame, column: str) -> list:
     return sorted({v for v in cases[column].dropna().tolist()}) if column in cases else []
 
 
-def coverage(run, table: pd.DataFrame, calibration) -> dict:
-    """What the calibration run measured (JSON-ready; ``Calibration.coverage``)."""
-    from ringbench.figures.critical_path import transfers
-
+def coverage(views, table: pd.DataFrame, calibration) -> dict:
+    """What the calibration run measured (JSON-ready; ``Calibration.coverage``); ``views``: the run's
+    (run_views.py)."""
+    run, xfers = views.run, views.transfers
     cases = run.cases.drop_duplicates("case_id")
     meta = run.meta
     per_call: dict[str, list[float]] = {}
@@ -59,7 +59,6 @@ def coverage(run, table: pd.DataFrame, calibration) -> dict:
         values = column[table[f"gflop_{kind}"] > 0]
         if len(values):
             per_call[kind] = [float(values.min()), float(values.max())]
-    xfers = transfers(run.events) if len(run.events) else pd.DataFrame()
     nbytes = sorted({int(b) for b in xfers["bytes"]}) if len(xfers) else []
     kernels = _values(cases, "kernel")
     cores = meta.get("cpu_count")

@@ -1,8 +1,8 @@
 """Calibration and strategies: the ring's fit reads the ring's cases; the other strategies' cases are checked.
 
 The ring's calibration (calibrate.py) classifies each compute span as one (query rank, key rank) pair of the mask
-plan and each transfer as a ring hop; a Ulysses block or an all-to-all chunk is neither. So ``ring_cases`` keeps the
-ring and all-gather cases of a record for that fit, and a strategy's cases are left to be *predicted* with those
+plan and each transfer as a ring hop; a Ulysses block or an all-to-all chunk is neither. So ``ring_cases``
+(run_views.py) keeps the ring and all-gather cases of a record for that fit, and a strategy's cases are left to be *predicted* with those
 costs (docs/simulate.md: the accuracy per strategy). The costs are the same for every strategy: a FLOP, a kernel
 call, a byte over a link class cost what they cost.
 """
@@ -11,26 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-RING_STRATEGIES = ("ring", "allgather")
-
-
-def is_ring(value) -> bool:
-    """A case's strategy is one ring (records from before strategies have none: the ring)."""
-    return not isinstance(value, str) or not value or value in RING_STRATEGIES
-
-
-def ring_cases(run):
-    """(the record restricted to its ring cases, the case ids left out)."""
-    cases = run.cases
-    if "strategy" not in cases or not len(cases):
-        return run, []
-    keep = cases["strategy"].map(is_ring)
-    if bool(keep.all()):
-        return run, []
-    kept_ids = set(cases.loc[keep, "case_id"])
-    left = sorted(set(cases.loc[~keep, "case_id"]))
-    events = run.events[run.events["case_id"].isin(kept_ids)] if len(run.events) else run.events
-    return dataclasses.replace(run, cases=cases[keep].reset_index(drop=True), events=events), left
+from ringbench.calibration.run_views import cases_like, is_ring, run_topology
 
 
 def events_per_iteration(case) -> int:
@@ -50,18 +31,12 @@ def fit_strategy_overheads(full_run, costs, cal) -> dict[str, float]:
     ring's costs) / its events per iteration, floored at 0. Noted in the calibration."""
     import numpy as np
 
-    from ringbench.simulate.case import Cluster, cases_like
-    from ringbench.simulate.strategy_results import strategy_case
+    from ringbench.simulate import Cluster, simulate_case
 
     rows = full_run.cases.drop_duplicates("case_id")
     if "strategy" not in rows or rows["strategy"].map(is_ring).all():
         return {}
-    topology = None
-    document = full_run.meta.get("topology")
-    if document:
-        from ringbench.topology import Topology
-
-        topology = Topology.from_dict(document, "meta.json:topology")
+    topology = run_topology(full_run)
     cluster = Cluster(topology=topology, emulate_links=bool(full_run.meta.get("emulated_links")) and
                       topology is not None)  # fmt: skip
     residuals: dict[str, list[float]] = {}
@@ -70,7 +45,7 @@ def fit_strategy_overheads(full_run, costs, cal) -> dict[str, float]:
         events = events_per_iteration(case)
         if is_ring(case.strategy) or not events or row.get("step_ms") != row.get("step_ms"):
             continue
-        predicted = strategy_case(case, costs, cluster).row["step_ms"]
+        predicted = simulate_case(case, costs, cluster).row["step_ms"]  # a strategy's case: grouped.py
         residuals.setdefault(case.strategy.split(":")[0], []).append((float(row["step_ms"]) - predicted) / events)
     fitted = {kind: max(float(np.median(values)), 0.0) for kind, values in residuals.items()}
     for kind, value in fitted.items():
@@ -107,4 +82,4 @@ def merge_runs(paths) -> object:
                                events=pd.concat(events, ignore_index=True))  # fmt: skip
 
 
-__all__ = ["RING_STRATEGIES", "events_per_iteration", "fit_strategy_overheads", "is_ring", "merge_runs", "ring_cases"]
+__all__ = ["events_per_iteration", "fit_strategy_overheads", "merge_runs"]

@@ -187,7 +187,7 @@ def render(recommendation, topology, out, prediction=None) -> None:
 def _resolve(run_dir, topology, order, message_mib, gpu, detect):
     """The topology priced for the GPU, the recommended order, and (for a run) the predicted step of both orders."""
     from ringbench.errors import bad_value
-    from ringbench.simulate.priors import find_hardware, gpu_prior
+    from ringbench.simulate import find_hardware, gpu_prior
     from ringbench.topology import recommend as recommend_order
     from ringbench.topology import resolve_topology
 

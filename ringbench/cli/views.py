@@ -188,7 +188,7 @@ def caveat_line(outcome) -> str | None:
         return (f"caveat: PRIOR figures of the hardware catalogue for {kernel.gpu}{measured} (the notes above), not "
                 "a measurement of this cluster; `ringbench calibrate` there and --from RUN_DIR replace them")  # fmt: skip
     if outcome.calibration is None:
-        from ringbench.simulate.costs import DEFAULTS
+        from ringbench.simulate import DEFAULTS
 
         given = "the rate given (--compute-tflops) and " if outcome.costs.gflops != DEFAULTS.gflops else ""
         return (f"caveat: no calibration: {given}the documented default costs (400 TFLOP/s, 10 us per kernel call, "
@@ -325,7 +325,7 @@ def render_catalogue(out) -> dict:
     out.print("Implementation families (plan --framework): the host's time, the least a phase takes (PRIOR):")
     families = []
     for key, family in catalogue.frameworks.items():
-        from ringbench.simulate.priors import describe_framework
+        from ringbench.simulate import describe_framework
 
         out.print(f"  {key} ({', '.join(family.aliases)}): {family.title}")
         out.print(f"    {describe_framework(family)}")

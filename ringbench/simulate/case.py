@@ -415,62 +415,13 @@ def start_skew(case: SimCase, costs: Costs, rng: np.random.Generator) -> np.ndar
     return skew - skew.min(axis=1, keepdims=True)
 
 
-def cases_like(run, iterations: int | None = None) -> list[SimCase]:
-    """The cases of a measured run, at the rates its emulated kernels ran (what the run really did)."""
-    faults = tuple(str(f) for f in run.meta.get("faults") or [])
-    cases = []
-    for row in run.cases.drop_duplicates("case_id").to_dict("records"):
-        if str(row.get("buffer")) not in ("sync", "double", "allgather", "sync-short", "double-short"):
-            continue
-        if str(row.get("layers") or "1") not in ("1", "nan"):
-            continue  # a multi-layer case: the simulator runs one layer
-        rate = row.get("emulated_gflops")
-        rate = float(rate) if rate is not None and rate == rate and float(rate) > 0 else None
-        auto = rate is not None and str(row.get("kernel")) == "emulated:auto"
-        floor = float(run.meta.get("emulated_auto_floor_ms") or 0.0) if auto else 0.0
-        if str(row.get("mask")) in ("unknown", "nan", "None"):
-            raise UsageError(f"like={str(run.path)!r}: the record does not say which mask its attention used (an "
-                             "imported trace); simulate its cases with --mask and --seq instead of --like")  # fmt: skip
-        workload = Workload(world=int(row["world"]), seq=int(row["seq"]), heads=int(row["heads"]),
-                            head_dim=int(row["head_dim"]), batch=int(row["batch"]), dtype=str(row["dtype"]),
-                            mask=str(row["mask"]), layout=str(row["layout"]), buffer=str(row["buffer"]),
-                            order=str(row["order"]), docs=str(row.get("docs") or "none"), **_strategy_of(row))  # fmt: skip
-        cases.append(SimCase(workload=workload, backward=bool(row["backward"]),
-                             iterations=iterations or int(row.get("iters") or 1), faults=faults, gflops=rate,
-                             floor_ms=floor, kernel=str(row.get("kernel") or "")))  # fmt: skip
-    if not cases:
-        raise UsageError(f"like={str(run.path)!r}: the run has no cases to predict")
-    return cases
-
-
-def _strategy_of(row: dict) -> dict:
-    """A measured case's strategy and placement (records from before strategies: the ring)."""
-    strategy = row.get("strategy")
-    if not isinstance(strategy, str) or not strategy:
-        return {}
-    placement = row.get("placement")
-    return {"strategy": strategy, "placement": placement if isinstance(placement, str) else ""}
-
-
-def run_cores(run) -> int | None:
-    """The CPU cores a CPU run's ranks shared (cores x hosts), or None (a GPU run, or not recorded)."""
-    meta = run.meta
-    if meta.device_kind != "cpu" or not meta.cpu_count:
-        return None
-    worlds = [int(w) for w in run.cases["world"]] if len(run.cases) else [1]
-    hosts = len(meta.ranks(max(worlds)).get("hosts") or [None])
-    return int(meta.cpu_count) * max(1, hosts)
-
-
 __all__ = [
     "SIMULATED_KERNEL",
     "Cluster",
     "SimCase",
-    "cases_like",
     "class_compute",
     "class_flops",
     "format_ring",
     "phase_models",
-    "run_cores",
     "start_skew",
 ]  # fmt: skip
