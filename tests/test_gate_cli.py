@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.synthetic import lognormal_steps, write_synthetic_run
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
-from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
 
 runner = CliRunner()
 

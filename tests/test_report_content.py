@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from matplotlib.text import Text
 from PIL import Image
+from support.given import SimConfig, simulate_run
 
 from ringbench.analysis.answers import answers
 from ringbench.analysis.findings import analyze
@@ -26,7 +27,6 @@ from ringbench.report.content import _chart_rows, build_content
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
 from ringbench.report.model import Cell, cases_of
-from ringbench.simulate import SimConfig, simulate_run
 from ringbench.vocab import TOLERANCE
 
 DATA = Path(__file__).parent / "data" / "analysis"
@@ -36,7 +36,7 @@ RED = mcolors.to_rgba(figures.HIGHLIGHT)
 
 def _sweep(tmp_path: Path | None = None):
     configs = [
-        SimConfig(world=4, mask="causal", layout=layout, buffer=buffer, iterations=6, jitter=0.03, seed=seed,
+        SimConfig.of(world=4, mask="causal", layout=layout, buffer=buffer, iterations=6, jitter=0.03, seed=seed,
                   synthetic_errors=True, slow_rank=2 if (layout, buffer) == ("zigzag", "double") else None,
                   slow_factor=1.8)
         for seed, (layout, buffer) in enumerate((lay, buf) for lay in ("contiguous", "zigzag") for buf in ("sync", "double"))

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from support.selfcheck import run_selfcheck, strategy_cases, within_tolerance
 
 from ringbench.engine.groups import Groups, block_plan
 from ringbench.engine.layout import token_positions
@@ -17,7 +18,6 @@ from ringbench.figures.critical_path import critical_path_segments, transfers
 from ringbench.kernels.base import MaskKind
 from ringbench.orders import parse_placement
 from ringbench.rank.injection import RankFaults
-from ringbench.run.selfcheck import run_selfcheck, strategy_cases, within_tolerance
 from ringbench.scenario.scenario import Case, Scenario
 from ringbench.vocab import Layout, Mask, Strategy
 from tests.cli_helpers import assert_one_line_error, invoke

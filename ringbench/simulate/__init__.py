@@ -8,20 +8,19 @@ A producer beside the measured run (they never import each other): both read the
 and write one record. Modules: pair_classes and pair_table (the mask plan's pairs at any N), costs (the price
 list, and where each cost came from), priors (a catalogue GPU's costs), case (a case and its cluster), engine (the
 vectorised ring), grouped (Ulysses, the hybrid, the double ring), flows (their exchanges priced as vectors), walk
-(the critical path), ring_timeline, events, writer (the record), given (SimConfig: a ring at given compute and
-link times). Its costs come from a measured run through ringbench/calibration/; the advisers above both
-(ringbench/advise/: plan, recommend's step times, the simulate command's front) use it. docs/simulate.md is the
-model in one page.
+(the critical path), ring_timeline, events, simulated_record (the record). Its costs come from a measured run
+through ringbench/calibration/; the advisers above both (ringbench/advise/: plan, recommend's step times, the
+simulate command's front) use it. docs/simulate.md is the model in one page. (A ring at given compute and link
+times for the tests, ``SimConfig``, is in tests/support/given.py.)
 """
 
 from typing import TYPE_CHECKING
 
 # The public names load on first use (PEP 562): the planner imports the model without pandas, which the record
-# writers (given, simulated_record) need.
+# writer (simulated_record) needs.
 _HOMES = {
     "Cluster": "case", "SimCase": "case", "CaseResult": "case_result", "DEFAULTS": "costs", "Costs": "costs",
-    "LinkCost": "costs", "SimConfig": "given", "pair_work": "given", "simulate": "given", "simulate_run": "given",
-    "write_simulated_run": "given", "run_data": "simulated_record", "simulate_case": "simulated_record",
+    "LinkCost": "costs", "run_data": "simulated_record", "simulate_case": "simulated_record",
     "simulate_cases": "simulated_record", "write_run": "simulated_record",
 }  # fmt: skip
 
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from ringbench.simulate.case import Cluster, SimCase
     from ringbench.simulate.case_result import CaseResult
     from ringbench.simulate.costs import DEFAULTS, Costs, LinkCost
-    from ringbench.simulate.given import SimConfig, pair_work, simulate, simulate_run, write_simulated_run
     from ringbench.simulate.simulated_record import run_data, simulate_case, simulate_cases, write_run
 
 
@@ -49,13 +47,8 @@ __all__ = [
     "Costs",
     "LinkCost",
     "SimCase",
-    "SimConfig",
-    "pair_work",
     "run_data",
-    "simulate",
     "simulate_case",
     "simulate_cases",
-    "simulate_run",
     "write_run",
-    "write_simulated_run",
 ]
