@@ -208,7 +208,7 @@ def test_a_strategy_run_records_every_pair_on_emulated_two_host_links(tmp_path):
     double = by_case[cases.loc["double-ring:2", "case_id"]]
     assert {"kv", "dkv"} <= set(double["exchange"])
     assert cases["exposed_comm_ms"].notna().all()
-    from ringbench.analysis.placement import placement
+    from ringbench.analysis.hops_on_topology import placement
 
     traffic = {t.strategy: t for t in placement(run).traffic}  # which links each strategy's traffic crossed
     assert set(traffic) == {"ulysses", "hybrid:2", "double-ring:2"}

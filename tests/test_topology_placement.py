@@ -9,11 +9,11 @@ import pytest
 from support.given import SimConfig, simulate_run, write_simulated_run
 from typer.testing import CliRunner
 
-from ringbench.analysis.placement import placement, shared_hop_costs
+from ringbench.analysis.hops_on_topology import placement, shared_hop_costs
 from ringbench.cli.app import app
+from ringbench.report.hops_on_topology import TITLE, placement_section
 from ringbench.report.html import render_section as section_html
 from ringbench.report.markdown import render_section as section_markdown
-from ringbench.report.placement import TITLE, placement_section
 from ringbench.topology import load_topology
 
 DATA = Path(__file__).parent / "data" / "topology"
