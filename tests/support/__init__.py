@@ -8,4 +8,5 @@ Imported as ``support.<module>``: pytest puts ``tests/`` on ``sys.path`` (the ro
 - ``agreement``: an imported trace's record against ringbench's own record of the same run.
 - ``given``: ``SimConfig``, a ring at given compute and link times on the simulator's model (SIMULATED).
 - ``detection``: randomised trials of the straggler verdict on simulated rings with injected faults.
+- ``channels``: exchanges of one rank in flight together on one process group (the engine promises none).
 """
