@@ -6,18 +6,22 @@
 8 ranks, double buffering, forward and backward (the engine's backward: a dK/dV exchange per step too): 84 events
 per rank per iteration, so ~1,490 iterations. The
 report's trace is capped (whole iterations up to 100k spans); the timeline figure draws one iteration.
-``--detection N`` also measures the straggler detection rate over N randomised trials (ringbench.experiments.detection).
+``--detection N`` also measures the straggler detection rate over N randomised trials (benchmarks/detection_rate.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from ringbench.record.store import load_run
-from ringbench.simulate import SimConfig, write_simulated_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # SimConfig lives with the tests' scaffolding
+
+from support.given import SimConfig, write_simulated_run
 
 
 def main() -> None:
@@ -29,7 +33,7 @@ def main() -> None:
     n = args.world  # per rank: an iteration row per phase, N compute spans each, send/recv/wait of N - 1 K/V
     per_iteration = n * (2 + 2 * n + 6 * (n - 1) + 3 * n)  # exchanges per phase and of N dK/dV ones (backward)
     iterations = max(1, round(args.events / per_iteration))
-    cfg = SimConfig(world=args.world, iterations=iterations, jitter=0.03, slow_rank=3, slow_factor=1.5, seed=1)
+    cfg = SimConfig.of(world=args.world, iterations=iterations, jitter=0.03, slow_rank=3, slow_factor=1.5, seed=1)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         run_dir = write_simulated_run(Path(tmp) / "bench-1m", cfg)
@@ -50,7 +54,7 @@ def main() -> None:
         print(f"analyze + report: {t4 - t2:.2f} s   (load + analyze + report: {t4 - t1:.2f} s; target <= 10 s)")
         print("verdict:", " | ".join(verdict_lines(analysis)))
     if args.detection:
-        from ringbench.experiments.detection import detection_rate
+        from detection_rate import detection_rate  # benchmarks/detection_rate.py, beside this script
 
         t5 = time.perf_counter()
         print("detection:", detection_rate(args.detection), f"({time.perf_counter() - t5:.1f} s)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.given import SimConfig, simulate, simulate_run
 from typer.testing import CliRunner
 
 from ringbench.analysis.balance import balance_cases, balance_ranks
@@ -21,13 +23,16 @@ from ringbench.cli.app import app
 from ringbench.figures.critical_path import clock_tolerance_ns, critical_path, transfers
 from ringbench.record.meta import RunMeta
 from ringbench.record.store import RunData, load_run
-from ringbench.simulate import SimConfig, simulate, simulate_run
 
 FIXTURE = Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank"
 
 
 def _culprit(**kwargs) -> pd.Series:
-    events, _ = simulate(SimConfig(**kwargs))
+    return _verdict(SimConfig.of(**kwargs))
+
+
+def _verdict(cfg: SimConfig) -> pd.Series:
+    events, _ = simulate(cfg)
     xfers = transfers(events)
     return culprits(straggler_table(events, xfers, critical_path(events, xfers))).iloc[0]
 
@@ -39,7 +44,7 @@ def test_fixture_is_the_documented_simulation():
 
 
 def test_hops_separate_the_transfer_from_the_wait_for_a_slow_upstream_rank():
-    events, _ = simulate(SimConfig(world=4, iterations=3, slow_rank=2, slow_factor=3.0, link_ms=0.5, backward=False))
+    events, _ = simulate(SimConfig.of(world=4, iterations=3, slow_rank=2, slow_factor=3.0, link_ms=0.5, backward=False))
     hops = hop_table(transfers(events)).set_index(["src", "dst"])
     # Every link moves a block in 0.5 ms; the naive recv time behind the slow rank is much longer.
     assert hops["transfer_ms"].to_numpy() == pytest.approx(0.5)
@@ -49,7 +54,7 @@ def test_hops_separate_the_transfer_from_the_wait_for_a_slow_upstream_rank():
 
 
 def test_critical_path_accounts_for_the_whole_iteration_and_runs_through_the_slow_rank():
-    events, _ = simulate(SimConfig(world=4, iterations=3, slow_rank=1, slow_factor=2.0))
+    events, _ = simulate(SimConfig.of(world=4, iterations=3, slow_rank=1, slow_factor=2.0))
     path = critical_path(events)
     sums = path.groupby("iteration").agg(ms=("ms", "sum"), path=("path_ms", "first"))
     assert sums["ms"].to_numpy() == pytest.approx(sums["path"].to_numpy())
@@ -61,7 +66,7 @@ def test_overlap_is_zero_for_sync_and_full_for_double_when_compute_covers_the_li
     # Forward only: the engine's backward waits for its last dK/dV exchange after the last step, which no buffering
     # can hide (the simulator models that exchange, as ringbench simulate does).
     events, cases = simulate(
-        [SimConfig(world=4, iterations=3, buffer=b, case_id=b, compute_ms=2.0, link_ms=1.0, backward=False)
+        [SimConfig.of(world=4, iterations=3, buffer=b, case_id=b, compute_ms=2.0, link_ms=1.0, backward=False)
          for b in ("sync", "double")]
     )  # fmt: skip
     xfers = transfers(events)
@@ -76,7 +81,7 @@ def test_overlap_is_zero_for_sync_and_full_for_double_when_compute_covers_the_li
 
 
 def test_balance_counts_the_mask_plan_and_predicts_causal_contiguous_imbalance():
-    events, cases = simulate(SimConfig(world=4, iterations=2, mask="causal", layout="contiguous"))
+    events, cases = simulate(SimConfig.of(world=4, iterations=2, mask="causal", layout="contiguous"))
     ranks = balance_ranks(events, cases).set_index("rank")
     assert ranks["full"].tolist() == [0, 1, 2, 3]
     assert ranks["causal"].tolist() == [1, 1, 1, 1]
@@ -85,7 +90,7 @@ def test_balance_counts_the_mask_plan_and_predicts_causal_contiguous_imbalance()
     # Work per rank r is r + 1/2 full pairs: max / mean = 3.5 / 2.
     assert summary["predicted_imbalance"] == pytest.approx(1.75)
     assert summary["imbalance"] == pytest.approx(1.75, rel=0.01)
-    zig, zig_cases = simulate(SimConfig(world=4, iterations=2, mask="causal", layout="zigzag"))
+    zig, zig_cases = simulate(SimConfig.of(world=4, iterations=2, mask="causal", layout="zigzag"))
     zig_summary = balance_cases(balance_ranks(zig, zig_cases), zig, zig_cases).iloc[0]
     assert zig_summary["predicted_imbalance"] == pytest.approx(1.0)
 
@@ -121,16 +126,12 @@ def test_slow_rank_factor_1_5_is_named_as_a_compute_straggler(rank):
 @pytest.mark.parametrize("hop", [0, 3, 7])
 def test_slow_link_of_20_percent_of_a_step_is_named_and_no_rank_is_blamed(hop, buffer):
     order = (0, 3, 6, 1, 4, 7, 2, 5)
-    cfg = SimConfig(world=8, order=order, buffer=buffer, iterations=6, backward=False, jitter=0.04, seed=hop)
+    cfg = SimConfig.of(world=8, order=order, buffer=buffer, iterations=6, backward=False, jitter=0.04, seed=hop)
     src_dst = cfg.hops()[hop]
-    row = _culprit(**{**_fields(cfg), "slow_link": src_dst, "slow_link_extra_ms": 0.2 * cfg.compute_ms})
+    row = _verdict(dataclasses.replace(cfg, slow_link=src_dst, slow_link_extra_ms=0.2 * cfg.compute_ms))
     assert row["straggler_kind"] == "link"
     assert (row["slow_hop_src"], row["slow_hop_dst"]) == src_dst
     assert row["straggler_rank"] is None
-
-
-def _fields(cfg: SimConfig) -> dict:
-    return {name: getattr(cfg, name) for name in cfg.__dataclass_fields__}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -144,11 +145,12 @@ def test_no_fault_raises_no_alarm(seed):
     "trials", [pytest.param(2, id="2-trials"), pytest.param(6, id="6-trials", marks=pytest.mark.slow)]
 )
 def test_detection_rate_over_random_trials(trials):
-    from ringbench.experiments.detection import detection_rate
+    from support.detection import detection_trials
 
-    result = detection_rate(trials, iterations=5, seed=5)
-    assert result["faults"] == 2 * trials and result["controls"] == trials
-    assert result["detection_rate"] == 1.0 and result["false_alarms"] == 0
+    table = detection_trials(trials, iterations=5, seed=5)
+    faulty = table[table["fault"] != "none"]
+    assert len(faulty) == 2 * trials and (table["fault"] == "none").sum() == trials
+    assert faulty["hit"].all() and not table["false_alarm"].any()  # every fault named, no false alarm
 
 
 # -- verdict and CLI -----------------------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ def test_verdict_document_names_the_straggler_and_labels_the_run():
 
 
 def test_verdict_line_for_the_run_command():
-    run = simulate_run(SimConfig(world=4, iterations=3, slow_link=(1, 2), slow_link_extra_ms=1.5, buffer="sync"))
+    run = simulate_run(SimConfig.of(world=4, iterations=3, slow_link=(1, 2), slow_link_extra_ms=1.5, buffer="sync"))
     line = verdict_line(run)
     assert "SIMULATED" in line and "Slow hop: 1 -> 2" in line and "\n" not in line
 
@@ -191,7 +193,7 @@ def _run(events: pd.DataFrame, cases: pd.DataFrame | None = None, meta: dict | N
 
 
 def test_untraced_case_says_not_traced_and_keeps_its_iteration_time():
-    events, cases = simulate(SimConfig(world=4, iterations=3, case_id="plain"))
+    events, cases = simulate(SimConfig.of(world=4, iterations=3, case_id="plain"))
     only = events[events["kind"] == "iteration"]  # what `run --no-trace` records
     analysis = analyze(_run(only, cases))
     row = analysis.overlap_cases.iloc[0]
@@ -201,12 +203,12 @@ def test_untraced_case_says_not_traced_and_keeps_its_iteration_time():
     doc = verdict_document(analysis)
     assert doc["straggler_kind"] is None and doc["cases"][0]["traced"] is False
     json.dumps(doc, allow_nan=False)
-    mixed = pd.concat([only, simulate(SimConfig(world=4, iterations=3, case_id="traced"))[0]])
+    mixed = pd.concat([only, simulate(SimConfig.of(world=4, iterations=3, case_id="traced"))[0]])
     assert set(analyze(_run(mixed)).overlap_cases["case_id"]) == {"plain", "traced"}
 
 
 def test_zero_transfer_times_raise_no_warning():
-    events, _ = simulate(SimConfig(world=4, iterations=3, link_ms=0.0, backward=False))
+    events, _ = simulate(SimConfig.of(world=4, iterations=3, link_ms=0.0, backward=False))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         table = straggler_table(events)
@@ -214,7 +216,7 @@ def test_zero_transfer_times_raise_no_warning():
 
 
 def test_backward_dkv_exchanges_are_their_own_hops_and_the_slow_link_is_still_named():
-    cfg = SimConfig(world=4, iterations=5, jitter=0.03, slow_link=(1, 2), slow_link_extra_ms=0.8, seed=3)
+    cfg = SimConfig.of(world=4, iterations=5, jitter=0.03, slow_link=(1, 2), slow_link_extra_ms=0.8, seed=3)
     events = simulate(cfg)[0]  # the engine's backward: a dK/dV exchange after each step's compute
     xfers = transfers(events)
     assert set(xfers.loc[xfers["phase"] == "fwd", "exchange"]) == {"kv"}
@@ -228,7 +230,7 @@ def test_backward_dkv_exchanges_are_their_own_hops_and_the_slow_link_is_still_na
 
 
 def test_allgather_collectives_are_exposed_comm_and_no_hop():
-    events, cases = simulate(SimConfig(world=4, iterations=3, buffer="sync", backward=False, case_id="ag"))
+    events, cases = simulate(SimConfig.of(world=4, iterations=3, buffer="sync", backward=False, case_id="ag"))
     spans = events[~events["kind"].isin(["send", "recv", "wait"])]
     first = spans[spans["kind"] == "compute"].groupby(["iteration", "rank"])["start_ns"].min().reset_index()
     coll = first.assign(
@@ -247,7 +249,7 @@ def test_allgather_collectives_are_exposed_comm_and_no_hop():
 def test_clock_tolerance_comes_from_the_metadata_and_disagreeing_clocks_blame_no_link():
     assert clock_tolerance_ns(RunMeta({"ranks": {"8": {"clock_residual_ns": 150_000}}}).clock_residual_ns()) == 300_000
     assert clock_tolerance_ns(RunMeta({}).clock_residual_ns()) == 20_000
-    cfg = SimConfig(world=4, iterations=4, jitter=0.02, slow_link=(2, 3), slow_link_extra_ms=1.0, backward=False)
+    cfg = SimConfig.of(world=4, iterations=4, jitter=0.02, slow_link=(2, 3), slow_link_extra_ms=1.0, backward=False)
     events, cases = simulate(cfg)
     assert culprits(straggler_table(events)).iloc[0]["straggler_kind"] == "link"
     skewed = events.copy()
@@ -263,7 +265,7 @@ def test_clock_tolerance_comes_from_the_metadata_and_disagreeing_clocks_blame_no
 
 
 def test_one_slow_iteration_is_not_a_straggler():
-    events, _ = simulate(SimConfig(world=8, iterations=6, jitter=0.03, backward=False, seed=4))
+    events, _ = simulate(SimConfig.of(world=8, iterations=6, jitter=0.03, backward=False, seed=4))
     spike = (events["kind"] == "compute") & (events["rank"] == 2) & (events["iteration"] == 3)
     events.loc[spike, "end_ns"] += 3 * (events.loc[spike, "end_ns"] - events.loc[spike, "start_ns"])
     row = culprits(straggler_table(events)).iloc[0]

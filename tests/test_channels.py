@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
+from support.channels import shared_channels
 
-from ringbench.analysis.channels import shared_channels
 from ringbench.engine import alltoall, api, comm, pgroups
 from ringbench.engine import spec as engine_spec
 from ringbench.engine.recorder import ListRecorder

@@ -116,7 +116,7 @@ class _FakeNccl:
 
 
 def test_nccl_groups_get_high_priority_streams_and_the_record_says_so():
-    from ringbench.rank.report import RankReport
+    from ringbench.rank.rank_report import RankReport
     from ringbench.run.results import device_meta
 
     timeout = timedelta(seconds=90)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from support.synthetic import lognormal_steps, write_synthetic_run
+
 from ringbench.gate.compare import compare
 from ringbench.gate.render import answers_lines, render_markdown
-from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
 
 
 def _side(path, medians: dict[str, float], seed: int):

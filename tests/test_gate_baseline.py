@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.synthetic import lognormal_steps, write_synthetic_run
 
 from ringbench.errors import UsageError
 from ringbench.gate.baseline import BASELINE_VERSION, read_baseline, write_baseline
 from ringbench.gate.compare import compare, load_sample_set
 from ringbench.gate.samples import sample_set_from_run
-from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
 from ringbench.record.store import load_run
 
 DATA = Path(__file__).parent / "data" / "gate"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.synthetic import lognormal_steps, write_synthetic_run
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
-from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
 
 runner = CliRunner()
 
@@ -186,3 +186,28 @@ def test_untrustworthy_timings_are_noted_in_the_markdown_and_json(tmp_path, base
     (caveat,) = document["current"]["caveats"]
     assert caveat.startswith("c0: emulation saturated")
     assert "INCONCLUSIVE timings in the current run, case c0: emulation saturated" in markdown.read_text()
+
+
+def test_baseline_noise_prints_the_cvs_per_case_and_its_json(tmp_path):
+    steady = write_synthetic_run(
+        tmp_path / "steady", {}, lognormal_steps(cv=0.02, iterations=20, repeats=3, median_ms=100.0, seed=3)
+    )
+    saved = tmp_path / "steady.json"
+    assert runner.invoke(app, ["baseline", "save", str(steady), str(saved)]).exit_code == 0
+    words = runner.invoke(app, ["baseline", "noise", str(steady), str(saved)])
+    assert words.exit_code == 0, words.output
+    lines = words.stdout.splitlines()
+    assert lines[0] == str(steady) and lines[1].split()[:2] == ["case", "rep"] and lines[3] == str(saved)
+    assert lines[2].split()[-6:-4] == ["3", "60"]  # three repeats of 20 iterations
+    document = json.loads(runner.invoke(app, ["baseline", "noise", str(steady), "--json"]).stdout)
+    assert (document["format"], document["format_version"]) == ("ringbench-baseline-noise", 1)
+    ((run, case),) = [(side["run"], case) for side in document["runs"] for case in side["cases"]]
+    assert run == str(steady) and case["repeats"] == 3 and case["iterations"] == 60
+    assert 0.01 < case["iter_cv"] < 0.03 and case["repeat_cv"] < case["iter_cv"]  # medians of 20 vary less
+
+
+def test_baseline_noise_of_a_missing_run_is_one_clear_line(tmp_path):
+    result = runner.invoke(app, ["baseline", "noise", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    (line,) = _error_lines(result)
+    assert line.startswith("error:") and "nope" in line and "does not exist" in line

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+from support.synthetic import lognormal_steps, write_synthetic_run
 
-from ringbench.gate.power import NoiseScenario, simulate_gate
 from ringbench.gate.samples import iteration_samples, sample_set_from_run
 from ringbench.gate.stats import (
     UNIT_CLUSTERED,
@@ -16,9 +19,11 @@ from ringbench.gate.stats import (
     min_repeats,
     noise_unit,
 )
-from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
 from ringbench.gate.verdict import GateConfig, Verdict, decide, describe_change
 from ringbench.record.store import load_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # the gate's Monte-Carlo is a benchmark
+from gate_power import NoiseScenario, simulate_gate
 
 
 def test_samples_are_first_start_to_last_end_of_iteration_spans(tmp_path):

@@ -18,13 +18,13 @@ if not torch.cuda.is_available():  # read when triton is first imported (tests/t
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch.nn.functional as F
+from support.selfcheck import gqa_cases, run_selfcheck, within_tolerance
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel
 from ringbench.kernels.base import BlockMask, MaskKind, PositionMask
-from ringbench.run.selfcheck import gqa_cases, run_selfcheck, within_tolerance
 from ringbench.scenario.workload import Case, Workload
 
 KERNEL_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}  # against float64, inputs exact in the dtype

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cli_helpers import invoke
+from support.agreement import agreement, pair_spans
 
 from ringbench.errors import UsageError
 from ringbench.record.store import load_run
-from ringbench.traces.agreement import agreement, pair_spans
 from ringbench.traces.importer import import_traces, reconstruct
 from ringbench.traces.kineto import read_kineto_trace
 

@@ -13,7 +13,7 @@ from matplotlib.colors import to_rgba
 
 from ringbench.analysis.findings import analyze
 from ringbench.record.store import load_run
-from ringbench.report import case_figures, figures
+from ringbench.report import case_charts, charts
 from ringbench.traces.importer import import_traces
 
 USER_RINGS = Path(__file__).parent / "data" / "kineto" / "user_rings"
@@ -80,12 +80,12 @@ def test_the_timeline_draws_a_ranks_own_time_and_its_compute_vs_wait(tmp_path):
     run = load_run(import_traces([USER_RINGS / "w4_late_after_compute"], out=tmp_path).run_dir)
     analysis = analyze(run)
     case_id = str(analysis.summary["case_id"].iloc[0])
-    culprit = figures.Culprit(rank=2)
-    iteration = case_figures.representative_iteration(analysis.run.events, case_id)
-    timeline = case_figures.timeline.figure(iteration, analysis.transfers, [0, 1, 2, 3], culprit)
+    culprit = charts.Culprit(rank=2)
+    iteration = case_charts.representative_iteration(analysis.run.events, case_id)
+    timeline = case_charts.timeline.figure(iteration, analysis.transfers, [0, 1, 2, 3], culprit)
     drawn = {tuple(round(v, 3) for v in c) for coll in timeline.axes[0].collections for c in coll.get_facecolors()}
-    own = tuple(round(v, 3) for v in to_rgba(figures.COLORS["own"]))
+    own = tuple(round(v, 3) for v in to_rgba(charts.COLORS["own"]))
     assert own in drawn  # the late rank's time outside its compute is on its row
-    bars = case_figures.compute_wait_bars.figure(analysis.run.events, [0, 1, 2, 3], case_id, culprit)
+    bars = case_charts.compute_wait_bars.figure(analysis.run.events, [0, 1, 2, 3], case_id, culprit)
     labels = {text.get_text() for text in bars.legends[0].get_texts()}
     assert {"compute", "own work", "wait (exchange)", "barrier"} <= labels, labels

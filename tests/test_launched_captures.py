@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 
-from ringbench.rank.report import RankReport
+from ringbench.rank.rank_report import RankReport
 from ringbench.run.launched import land_capture, ship_capture
 from ringbench.run.results import ResultsFolder
 from ringbench.traces.captures import with_profile_rows

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from cli_helpers import invoke
 
-from ringbench.analysis.placement import shared_hop_costs
+from ringbench.analysis.hops_on_topology import shared_hop_costs
 from ringbench.rank.injection import RankFaults
 from ringbench.scenario.scenario import Scenario
 from ringbench.scenario.workload import Workload

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.given import SimConfig, simulate_run
 from typer.testing import CliRunner
 
 from ringbench.analysis.findings import analyze, verdict_document
 from ringbench.cli.app import app
 from ringbench.figures import metrics
 from ringbench.record.store import load_run
-from ringbench.simulate import SimConfig, simulate_run
 
 SHARED = ("step_ms", "fwd_ms", "bwd_ms", "tokens_per_s", "tflops", "exposed_comm_ms", "exposed_comm_frac")
 
@@ -32,10 +32,10 @@ def _same(a, b) -> bool:
 
 def test_simulator_rows_are_the_analysis_figures():
     configs = [
-        SimConfig(world=4, iterations=4, buffer="double", backward=True, jitter=0.03, slow_rank=1, slow_factor=1.6,
+        SimConfig.of(world=4, iterations=4, buffer="double", backward=True, jitter=0.03, slow_rank=1, slow_factor=1.6,
                   case_id="double-bwd", seed=1),
-        SimConfig(world=4, iterations=4, buffer="sync", backward=False, jitter=0.03, case_id="sync-fwd", seed=2),
-        SimConfig(world=3, iterations=4, buffer="sync", mask="causal", layout="zigzag", slow_link=(1, 2),
+        SimConfig.of(world=4, iterations=4, buffer="sync", backward=False, jitter=0.03, case_id="sync-fwd", seed=2),
+        SimConfig.of(world=3, iterations=4, buffer="sync", mask="causal", layout="zigzag", slow_link=(1, 2),
                   slow_link_extra_ms=1.0, case_id="sync-link", seed=3),
     ]  # fmt: skip
     run = simulate_run(configs)
@@ -54,7 +54,7 @@ def test_simulator_rows_are_the_analysis_figures():
 
 
 def test_untraced_figures_are_nan_not_zero():
-    run = simulate_run(SimConfig(world=4, iterations=3, case_id="plain"))
+    run = simulate_run(SimConfig.of(world=4, iterations=3, case_id="plain"))
     only = run.events[run.events["kind"] == "iteration"]
     row = metrics.case_figures(only, run.cases).iloc[0]
     assert row["step_ms"] > 0 and np.isnan(row["exposed_comm_ms"]) and np.isnan(row["tflops"])
@@ -62,9 +62,9 @@ def test_untraced_figures_are_nan_not_zero():
 
 
 def test_old_cases_tables_read_the_new_columns_as_null(tmp_path):
-    from ringbench.simulate import write_simulated_run
+    from support.given import write_simulated_run
 
-    path = write_simulated_run(tmp_path / "sim", SimConfig(world=2, iterations=2))
+    path = write_simulated_run(tmp_path / "sim", SimConfig.of(world=2, iterations=2))
     cases = pd.read_parquet(path / "cases.parquet").drop(columns=["peak_mem_mb", "saturated_blocks"])
     cases.to_parquet(path / "cases.parquet", index=False)
     loaded = load_run(path)

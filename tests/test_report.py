@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
+from support.given import SimConfig, simulate_run
 from typer.testing import CliRunner
 
 from ringbench.cli.app import app
 from ringbench.record.store import load_run
 from ringbench.report import write_report
-from ringbench.simulate import SimConfig, simulate_run
 
 FIXTURE = Path(__file__).parent / "data" / "analysis" / "sim_w4_slow_rank"
 EVIL = '<img src=x onerror="alert(1)">|"&'
@@ -52,7 +52,7 @@ def test_html_is_self_contained(report):
 
 
 def test_user_strings_are_escaped(tmp_path):
-    cfg = SimConfig(world=2, iterations=2, case_id=EVIL)
+    cfg = SimConfig.of(world=2, iterations=2, case_id=EVIL)
     run = simulate_run(cfg, run_id=f"../{EVIL}", path=tmp_path / EVIL)
     run.meta["command"] = ["ringbench", "run", "--scenario", EVIL]
     run.meta["faults"] = [EVIL]

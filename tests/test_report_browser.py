@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from support.given import SimConfig, simulate_run
 
 from ringbench.record.store import load_run
 from ringbench.report import write_report
-from ringbench.simulate import SimConfig, simulate_run
 
 DATA = Path(__file__).parent / "data" / "analysis"
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
@@ -76,7 +76,7 @@ def _keep(paths: list[Path]) -> None:
 
 def _sweep(tmp_path: Path):
     configs = [
-        SimConfig(world=4, mask="causal", layout=layout, buffer=buffer, iterations=6, jitter=0.03, seed=seed,
+        SimConfig.of(world=4, mask="causal", layout=layout, buffer=buffer, iterations=6, jitter=0.03, seed=seed,
                   synthetic_errors=True, slow_rank=2 if (layout, buffer) == ("zigzag", "double") else None,
                   slow_factor=1.8)
         for seed, (layout, buffer) in enumerate((lay, buf) for lay in ("contiguous", "zigzag") for buf in ("sync", "double"))

@@ -17,26 +17,26 @@ import pandas as pd
 import pytest
 from matplotlib.text import Text
 from PIL import Image
+from support.given import SimConfig, simulate_run
 
 from ringbench.analysis.answers import answers
 from ringbench.analysis.findings import analyze
 from ringbench.record.store import load_run
-from ringbench.report import case_figures, case_sections, figures, write_report
+from ringbench.report import case_charts, case_sections, charts, write_report
 from ringbench.report.content import _chart_rows, build_content
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
 from ringbench.report.model import Cell, cases_of
-from ringbench.simulate import SimConfig, simulate_run
 from ringbench.vocab import TOLERANCE
 
 DATA = Path(__file__).parent / "data" / "analysis"
 EVIL = '<img src=x onerror="alert(1)">|"&'
-RED = mcolors.to_rgba(figures.HIGHLIGHT)
+RED = mcolors.to_rgba(charts.HIGHLIGHT)
 
 
 def _sweep(tmp_path: Path | None = None):
     configs = [
-        SimConfig(world=4, mask="causal", layout=layout, buffer=buffer, iterations=6, jitter=0.03, seed=seed,
+        SimConfig.of(world=4, mask="causal", layout=layout, buffer=buffer, iterations=6, jitter=0.03, seed=seed,
                   synthetic_errors=True, slow_rank=2 if (layout, buffer) == ("zigzag", "double") else None,
                   slow_factor=1.8)
         for seed, (layout, buffer) in enumerate((lay, buf) for lay in ("contiguous", "zigzag") for buf in ("sync", "double"))
@@ -154,8 +154,8 @@ def test_timeline_has_one_panel_per_phase_and_marks_the_culprit(sweep):
     top = sweep.headline()
     case_id = str(top["case_id"])
     ring = [0, 1, 2, 3]
-    iteration = case_figures.representative_iteration(sweep.run.events, case_id)
-    fig = case_figures.timeline.figure(iteration, sweep.transfers, ring, figures.Culprit(rank=2))
+    iteration = case_charts.representative_iteration(sweep.run.events, case_id)
+    fig = case_charts.timeline.figure(iteration, sweep.transfers, ring, charts.Culprit(rank=2))
     forward, backward = fig.axes
     assert forward.get_title(loc="left").startswith("Forward: ring steps 0–3")
     assert backward.get_title(loc="left").startswith("Backward: ring steps 0–3")
@@ -171,27 +171,27 @@ def test_timeline_has_one_panel_per_phase_and_marks_the_culprit(sweep):
 
 def test_slow_hop_is_red_in_timeline_ring_hops_and_bars(real):
     case_id = str(real.summary["case_id"].iloc[0])
-    culprit = figures.Culprit(hop=(2, 3))
+    culprit = charts.Culprit(hop=(2, 3))
     ring = list(range(8))
-    iteration = case_figures.representative_iteration(real.run.events, case_id)
-    timeline = case_figures.timeline.figure(iteration, real.transfers, ring, culprit)
+    iteration = case_charts.representative_iteration(real.run.events, case_id)
+    timeline = case_charts.timeline.figure(iteration, real.transfers, ring, culprit)
     colors = [c for coll in timeline.axes[0].collections for c in coll.get_facecolors()]
     assert any(_red(c) for c in colors)  # the slow hop's transfers
-    ring_fig = case_figures.ring_diagram.figure(real.hops, ring, case_id, culprit)
+    ring_fig = case_charts.ring_diagram.figure(real.hops, ring, case_id, culprit)
     assert any(_red(p.get_edgecolor()) or _red(p.get_facecolor()) for p in ring_fig.axes[0].patches)
-    bars = case_figures.hop_bars.figure(real.hops, case_id, ring, culprit)
+    bars = case_charts.hop_bars.figure(real.hops, case_id, ring, culprit)
     (ax,) = bars.axes  # forward only: one exchange
     assert [t.get_text() for t in ax.get_xticklabels()] == [f"{r}→{(r + 1) % 8}" for r in ring]
     assert len(ax.patches) == 8  # only the ring's hops, not an 8 x 8 matrix
     assert [_red(p.get_facecolor()) for p in ax.patches] == [r == 2 for r in ring]
-    waits = case_figures.compute_wait_bars.figure(real.run.events, ring, case_id, culprit)
+    waits = case_charts.compute_wait_bars.figure(real.run.events, ring, case_id, culprit)
     red = [t.get_text() for t in waits.axes[0].get_xticklabels() if _red(t.get_color())]
     assert red == ["2", "3"]
 
 
 def test_hop_bars_have_one_panel_per_exchange_in_ring_order(sweep):
     case_id = str(sweep.headline()["case_id"])
-    fig = case_figures.hop_bars.figure(sweep.hops, case_id, [0, 1, 2, 3], figures.Culprit(rank=2))
+    fig = case_charts.hop_bars.figure(sweep.hops, case_id, [0, 1, 2, 3], charts.Culprit(rank=2))
     rows = sweep.hops[sweep.hops["case_id"] == case_id]
     present = set(zip(rows["phase"], rows["exchange"], strict=True))
     order = [("fwd", "kv", "fwd K/V"), ("bwd", "kv", "bwd K/V"), ("bwd", "dkv", "bwd dK/dV")]
@@ -206,14 +206,14 @@ def test_hop_bars_have_one_panel_per_exchange_in_ring_order(sweep):
 def test_errors_figure_only_when_checked_with_sensible_axes():
     unchecked = pd.DataFrame({"world": [4], "dtype": ["float32"], "cases": [2], "checked": [0],
                               "fwd_max_abs_err": [np.nan], "bwd_max_abs_err": [np.nan], "passed": [True]})  # fmt: skip
-    assert figures.error_figure(unchecked, TOLERANCE) is None
+    assert charts.error_figure(unchecked, TOLERANCE) is None
     one = unchecked.assign(checked=2, fwd_max_abs_err=4e-7, bwd_max_abs_err=2e-6)
-    ax = figures.error_figure.figure(one, TOLERANCE).axes[0]
+    ax = charts.error_figure.figure(one, TOLERANCE).axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["float32 fwd", "float32 bwd"]
     low, high = ax.get_ylim()
     assert low < 4e-7 and high > TOLERANCE["float32"][1]  # the values and the tolerance are in view
     several = pd.concat([one, one.assign(world=8, bwd_max_abs_err=3e-6)], ignore_index=True)
-    ax = figures.error_figure.figure(several, TOLERANCE).axes[0]
+    ax = charts.error_figure.figure(several, TOLERANCE).axes[0]
     assert list(ax.get_xticks()) == [4, 8]
 
 
@@ -225,7 +225,7 @@ def test_step_time_chart_groups_by_kernel_and_marks_emulated(sweep):
     mixed = dataclasses.replace(sweep, run=dataclasses.replace(run, cases=cases))
     rows = _chart_rows(cases_of(mixed))
     assert list(dict.fromkeys(rows["panel"])) == ["torch · sync", "emulated:auto · double"]
-    fig = figures.step_time_chart.figure(rows)
+    fig = charts.step_time_chart.figure(rows)
     assert [ax.get_title(loc="left") for ax in fig.axes] == ["torch · sync", "emulated:auto · double"]
     hatched = [bool(p.get_hatch()) for ax in fig.axes for p in ax.patches]
     assert hatched == [False, False, True, True]
@@ -241,31 +241,31 @@ def test_figures_are_2x_with_labels_of_at_least_9_pt(sweep, sweep_content, real,
     assert len(content.figures) >= 7
     for png in content.figures:
         image = Image.open(io.BytesIO(png.data))
-        assert image.size == png.size and round(image.info["dpi"][0]) == figures.DPI
+        assert image.size == png.size and round(image.info["dpi"][0]) == charts.DPI
     html = render_html(content)
     for png in content.figures:
         width, height = png.size
         assert f'width="{width // 2}" height="{height // 2}"' in html
     case_id = str(sweep.headline()["case_id"])
-    iteration = case_figures.representative_iteration(sweep.run.events, case_id)
-    culprit = figures.Culprit(rank=2)
+    iteration = case_charts.representative_iteration(sweep.run.events, case_id)
+    culprit = charts.Culprit(rank=2)
     drawn = [
-        figures.step_time_chart.figure(_chart_rows(cases_of(sweep))),
-        figures.overlap_bars.figure(sweep.overlap_buffers),
-        figures.error_figure.figure(sweep.numerics, TOLERANCE),
-        case_figures.timeline.figure(iteration, sweep.transfers, [0, 1, 2, 3], culprit),
-        case_figures.ring_diagram.figure(sweep.hops, [0, 1, 2, 3], case_id, culprit),
-        case_figures.hop_bars.figure(sweep.hops, case_id, [0, 1, 2, 3], culprit),
-        case_figures.compute_wait_bars.figure(sweep.run.events, [0, 1, 2, 3], case_id, culprit),
+        charts.step_time_chart.figure(_chart_rows(cases_of(sweep))),
+        charts.overlap_bars.figure(sweep.overlap_buffers),
+        charts.error_figure.figure(sweep.numerics, TOLERANCE),
+        case_charts.timeline.figure(iteration, sweep.transfers, [0, 1, 2, 3], culprit),
+        case_charts.ring_diagram.figure(sweep.hops, [0, 1, 2, 3], case_id, culprit),
+        case_charts.hop_bars.figure(sweep.hops, case_id, [0, 1, 2, 3], culprit),
+        case_charts.compute_wait_bars.figure(sweep.run.events, [0, 1, 2, 3], case_id, culprit),
     ]
     for fig in drawn:
         sizes = {t.get_text(): t.get_fontsize() for t in _texts(fig)}
-        assert min(sizes.values()) >= figures.MIN_FONT_PT, sizes
+        assert min(sizes.values()) >= charts.MIN_FONT_PT, sizes
         assert fig.get_size_inches()[0] * 96 <= 1150  # shown at half its pixels: fits the page at 100%
     # The timeline of the slowest case, as written: 2x pixels of an 11.5 in figure.
     folder = write_report(sweep.run, tmp_path)
     width, _ = Image.open(folder / "figures" / "case1_timeline.png").size
-    assert width == round(11.5 * figures.DPI)
+    assert width == round(11.5 * charts.DPI)
 
 
 def test_run_metadata_is_tables_not_dict_reprs(tmp_path):

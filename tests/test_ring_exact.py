@@ -1,9 +1,9 @@
 """Every ring variant against float64 single-device attention, forward and backward, on local gloo ranks.
 
 Every mask x layout x buffer x ordering, in float64 and float32, at world sizes 1, 2, 3, 4 and one 8-rank set;
-every strategy (ulysses, hybrid:U, double-ring:W; ringbench.run.selfcheck.strategy_cases) in every mask and
+every strategy (ulysses, hybrid:U, double-ring:W; strategy_cases in tests/support/selfcheck.py) in every mask and
 layout in the same worlds (the whole product, worlds 1-8, in tests/test_strategies.py under slow).
-The document and window masks (ringbench.run.selfcheck.mask_cases: random document packs with documents shorter
+The document and window masks (mask_cases in tests/support/selfcheck.py: random document packs with documents shorter
 than a chunk, windows shorter than a rank's block and longer than S, the short ring) ride in the same launches:
 every combination at 1 rank, a covering set at 2 and 3 ranks; every combination at 2, 4, 5 and 8 ranks is the
 slow tier; the strategies take them too (strategy_mask_cases). Tolerances per dtype live in ringbench.vocab.TOLERANCE
@@ -11,8 +11,7 @@ slow tier; the strategies take them too (strategy_mask_cases). Tolerances per dt
 """
 
 import pytest
-
-from ringbench.run.selfcheck import (
+from support.selfcheck import (
     CheckCase,
     all_cases,
     mask_cases,
@@ -21,6 +20,7 @@ from ringbench.run.selfcheck import (
     strategy_mask_cases,
     within_tolerance,
 )
+
 from ringbench.vocab import TOLERANCE
 
 

@@ -205,7 +205,7 @@ def test_a_hang_with_no_live_peer_still_ends(tmp_path):
 def test_nan_errors_fail_the_check():
     import math
 
-    from ringbench.rank.report import RankReport
+    from ringbench.rank.rank_report import RankReport
     from ringbench.run.results import summarize_case
     from ringbench.scenario.scenario import Scenario
 

@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pyarrow as pa
 import pytest
+from support.given import SimConfig, simulate, simulate_run, write_simulated_run
 
 from ringbench.errors import UsageError
 from ringbench.figures import metrics
@@ -15,16 +16,7 @@ from ringbench.figures.critical_path import transfers
 from ringbench.record.schema import CASE_COLUMNS, EVENT_COLUMNS, EVENTS_SCHEMA
 from ringbench.record.store import load_run
 from ringbench.scenario.workload import Workload
-from ringbench.simulate import (
-    Costs,
-    LinkCost,
-    SimCase,
-    SimConfig,
-    simulate,
-    simulate_case,
-    simulate_run,
-    write_simulated_run,
-)
+from ringbench.simulate import Costs, LinkCost, SimCase, simulate_case
 from ringbench.simulate.case import Cluster
 
 # Costs with visible communication: 0.1 ms + 2 MB/ms links, a slow compute rate, noise and a barrier spread.
@@ -39,7 +31,7 @@ def _ms(rows):
 
 # -- SimConfig: a ring at given compute and link times ------------------------------------------------------------
 def test_events_follow_the_schema_and_cases_have_every_column():
-    events, cases = simulate(SimConfig(world=4, iterations=2))
+    events, cases = simulate(SimConfig.of(world=4, iterations=2))
     assert tuple(events.columns) == EVENT_COLUMNS
     table = pa.Table.from_pandas(events, schema=EVENTS_SCHEMA, preserve_index=False)  # what write_events does
     assert table.num_rows == len(events)
@@ -52,8 +44,8 @@ def test_events_follow_the_schema_and_cases_have_every_column():
 
 def test_double_buffering_overlaps_and_sync_does_not():
     common = dict(world=4, iterations=3, compute_ms=2.0, link_ms=1.0, backward=False)
-    double, _ = simulate(SimConfig(buffer="double", **common))
-    sync, _ = simulate(SimConfig(buffer="sync", **common))
+    double, _ = simulate(SimConfig.of(buffer="double", **common))
+    sync, _ = simulate(SimConfig.of(buffer="sync", **common))
     # double: the 1 ms transfer hides behind 2 ms of compute -> no exposed wait, 4 steps x 2 ms per iteration.
     assert _ms(double[double["kind"] == "wait"]).max() == pytest.approx(0.0)
     assert _ms(double[double["kind"] == "iteration"]).max() == pytest.approx(8.0)
@@ -63,7 +55,7 @@ def test_double_buffering_overlaps_and_sync_does_not():
 
 
 def test_recv_cannot_complete_before_the_predecessor_posted_plus_the_link():
-    events, _ = simulate(SimConfig(world=4, iterations=2, slow_rank=2, slow_factor=3.0, link_ms=0.5, backward=False))
+    events, _ = simulate(SimConfig.of(world=4, iterations=2, slow_rank=2, slow_factor=3.0, link_ms=0.5, backward=False))
     keys = ["iteration", "step", "src", "dst"]
     recv, send = events[events["kind"] == "recv"], events[events["kind"] == "send"]
     joined = recv.merge(send, on=keys, suffixes=("", "_send")).set_index(keys)
@@ -74,14 +66,14 @@ def test_recv_cannot_complete_before_the_predecessor_posted_plus_the_link():
 
 
 def test_causal_skip_pairs_have_no_compute_row():
-    events, _ = simulate(SimConfig(world=4, iterations=1, mask="causal", layout="contiguous", backward=False))
+    events, _ = simulate(SimConfig.of(world=4, iterations=1, mask="causal", layout="contiguous", backward=False))
     comp = events[events["kind"] == "compute"]
     assert comp.groupby("rank").size().to_dict() == {0: 1, 1: 2, 2: 3, 3: 4}  # r full pairs + its diagonal
     assert set(comp.loc[comp["src"] == comp["dst"], "pair"]) == {"causal"}
 
 
 def test_simulated_run_is_labelled_with_canonical_fault_specs_and_round_trips(tmp_path):
-    cfg = SimConfig(world=2, iterations=2, slow_rank=1, slow_factor=2.0, jitter=0.03, seed=3)
+    cfg = SimConfig.of(world=2, iterations=2, slow_rank=1, slow_factor=2.0, jitter=0.03, seed=3)
     run = simulate_run(cfg, run_id="r1")
     assert run.meta["simulated"] is True and run.meta["emulated"] is True
     assert run.meta["faults"] == ["slow-rank:1:2"]
@@ -91,13 +83,13 @@ def test_simulated_run_is_labelled_with_canonical_fault_specs_and_round_trips(tm
 
 
 def test_seeded_noise_is_reproducible_and_validation_names_the_field():
-    a, _ = simulate(SimConfig(world=3, iterations=2, jitter=0.05, seed=7))
-    b, _ = simulate(SimConfig(world=3, iterations=2, jitter=0.05, seed=7))
+    a, _ = simulate(SimConfig.of(world=3, iterations=2, jitter=0.05, seed=7))
+    b, _ = simulate(SimConfig.of(world=3, iterations=2, jitter=0.05, seed=7))
     assert a.equals(b)
     with pytest.raises(UsageError, match="buffer"):
-        SimConfig(buffer="triple")
+        SimConfig.of(buffer="triple")
     with pytest.raises(UsageError, match="slow_link"):
-        SimConfig(world=4, slow_link=(0, 2))
+        SimConfig.of(world=4, slow_link=(0, 2))
 
 
 # -- SimCase: the engine's backward, the critical path, bounded records --------------------------------------------
@@ -192,19 +184,19 @@ def test_useful_flops_per_iteration_do_not_depend_on_the_record(mask, layout):
 
 
 def test_synthetic_errors_are_labelled_in_the_record_itself(tmp_path):
-    from ringbench.simulate.given import SYNTHETIC_NOTE
+    from support.given import SYNTHETIC_NOTE
 
-    made_up = simulate_run(SimConfig(world=2, iterations=2, synthetic_errors=True, case_id="made-up"))
+    made_up = simulate_run(SimConfig.of(world=2, iterations=2, synthetic_errors=True, case_id="made-up"))
     row = made_up.cases.iloc[0]
     assert row["fwd_max_abs_err"] > 0 and row["check_note"] == SYNTHETIC_NOTE
     assert made_up.meta["simulation"]["synthetic_errors"] is True and made_up.meta["simulated"] is True
-    plain = simulate_run(SimConfig(world=2, iterations=2, case_id="plain")).cases.iloc[0]
+    plain = simulate_run(SimConfig.of(world=2, iterations=2, case_id="plain")).cases.iloc[0]
     assert np.isnan(plain["fwd_max_abs_err"]) and plain["check_note"] == "simulated: not checked"
 
 
 def test_simconfig_runs_the_simulators_model_with_the_engines_backward():
     """SimConfig states given times for the one model: a K/V block in link_ms, the backward's dK/dV exchange too."""
-    events, cases = simulate(SimConfig(world=4, iterations=1, compute_ms=2.0, link_ms=1.0, buffer="sync"))
+    events, cases = simulate(SimConfig.of(world=4, iterations=1, compute_ms=2.0, link_ms=1.0, buffer="sync"))
     xfers = transfers(events)
     kv = xfers[(xfers["phase"] == "fwd")]
     assert kv["transfer_ms"].to_numpy() == pytest.approx(1.0, abs=1e-6)

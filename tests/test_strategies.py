@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from support.selfcheck import run_selfcheck, strategy_cases, within_tolerance
 
 from ringbench.engine.groups import Groups, block_plan
 from ringbench.engine.layout import token_positions
@@ -17,7 +18,6 @@ from ringbench.figures.critical_path import critical_path_segments, transfers
 from ringbench.kernels.base import MaskKind
 from ringbench.orders import parse_placement
 from ringbench.rank.injection import RankFaults
-from ringbench.run.selfcheck import run_selfcheck, strategy_cases, within_tolerance
 from ringbench.scenario.scenario import Case, Scenario
 from ringbench.vocab import Layout, Mask, Strategy
 from tests.cli_helpers import assert_one_line_error, invoke
@@ -208,7 +208,7 @@ def test_a_strategy_run_records_every_pair_on_emulated_two_host_links(tmp_path):
     double = by_case[cases.loc["double-ring:2", "case_id"]]
     assert {"kv", "dkv"} <= set(double["exchange"])
     assert cases["exposed_comm_ms"].notna().all()
-    from ringbench.analysis.placement import placement
+    from ringbench.analysis.hops_on_topology import placement
 
     traffic = {t.strategy: t for t in placement(run).traffic}  # which links each strategy's traffic crossed
     assert set(traffic) == {"ulysses", "hybrid:2", "double-ring:2"}

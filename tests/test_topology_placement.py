@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from support.given import SimConfig, simulate_run, write_simulated_run
 from typer.testing import CliRunner
 
-from ringbench.analysis.placement import placement, shared_hop_costs
+from ringbench.analysis.hops_on_topology import placement, shared_hop_costs
 from ringbench.cli.app import app
+from ringbench.report.hops_on_topology import TITLE, placement_section
 from ringbench.report.html import render_section as section_html
 from ringbench.report.markdown import render_section as section_markdown
-from ringbench.report.placement import TITLE, placement_section
-from ringbench.simulate import SimConfig, simulate_run, write_simulated_run
 from ringbench.topology import load_topology
 
 DATA = Path(__file__).parent / "data" / "topology"
@@ -25,7 +25,9 @@ def _config(order: tuple[int, ...], case_id: str, **extra) -> SimConfig:
     """A simulated case whose links cost what the topology says: 5 ms between hosts, 0.3 ms inside one."""
     hops = {(order[p], order[(p + 1) % 4]): 0.3 if HOSTS[order[p]] == HOSTS[order[(p + 1) % 4]] else 5.0
             for p in range(4)}  # fmt: skip
-    return SimConfig(world=4, order=order, link_ms_by_hop=hops, case_id=case_id, iterations=3, backward=False, **extra)
+    return SimConfig.of(
+        world=4, order=order, link_ms_by_hop=hops, case_id=case_id, iterations=3, backward=False, **extra
+    )
 
 
 def _run(*configs, topology=TWO_HOSTS):

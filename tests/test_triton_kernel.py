@@ -17,11 +17,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
+from support.selfcheck import CheckCase, check_case
+
 from ringbench.kernels import get_kernel, triton_attn
 from ringbench.kernels.base import BlockMask, MaskKind, PositionMask, stats_dtype
 from ringbench.kernels.torch_sdpa import MathKernel
 from ringbench.kernels.triton_attn import TritonKernel
-from ringbench.run.selfcheck import CheckCase, check_case
 from ringbench.vocab import TOLERANCE
 
 # A Triton whose CPU interpreter cannot run the kernels here (Triton 3.6 with NumPy 2.4): the kernel refuses in one

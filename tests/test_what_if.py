@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from support.given import SimConfig, simulate
 
 from ringbench.analysis.stragglers import culprits, straggler_table
 from ringbench.analysis.what_if import Fix, savings
 from ringbench.figures.critical_path import critical_path, transfers
 from ringbench.figures.metrics import step_times
-from ringbench.simulate import SimConfig, simulate
 
 
 def _step_ms(events: pd.DataFrame) -> float:
@@ -19,7 +19,7 @@ def _step_ms(events: pd.DataFrame) -> float:
 
 
 def test_the_replay_as_recorded_reproduces_every_iteration():
-    events, _ = simulate(SimConfig(world=4, iterations=6, jitter=0.05, slow_rank=1, slow_factor=1.7, seed=3))
+    events, _ = simulate(SimConfig.of(world=4, iterations=6, jitter=0.05, slow_rank=1, slow_factor=1.7, seed=3))
     xfers = transfers(events)
     case_id = events["case_id"].iloc[0]
     replayed = savings(events, xfers, case_id, Fix())
@@ -41,8 +41,8 @@ CASES = [
 @pytest.mark.parametrize("fault", CASES, ids=["rank-double", "rank-sync", "link-sync", "link-double"])
 def test_the_replayed_cost_matches_the_simulation_without_the_fault(fault):
     common = dict(world=4, iterations=12, jitter=0.02, seed=5, backward=False)
-    with_fault, _ = simulate(SimConfig(**common, **fault))
-    without, _ = simulate(SimConfig(**common, **{k: v for k, v in fault.items() if k in ("buffer", "link_ms")}))
+    with_fault, _ = simulate(SimConfig.of(**common, **fault))
+    without, _ = simulate(SimConfig.of(**common, **{k: v for k, v in fault.items() if k in ("buffer", "link_ms")}))
     truth = _step_ms(with_fault) - _step_ms(without)
     xfers = transfers(with_fault)
     table = straggler_table(with_fault, xfers, critical_path(with_fault, xfers))

@@ -19,7 +19,6 @@ SHAPE = {"world", "seq", "heads", "head_dim", "batch", "dtype"}
 # Models that hold axes without being a workload, and why.
 NOT_A_CASE = {
     "Scenario": "a sweep: a list of values per axis, whose cartesian product makes the cases",
-    "SimConfig": "a ring at given times for tests (simulate/given.py): it states its case as a Workload",
     "ShardSpec": "one rank's input tensors in the engine, below the scenario: made from a workload by ShardSpec.of",
 }
 
@@ -46,27 +45,30 @@ def test_the_workload_is_the_axis_registry_less_how_it_is_computed():
 
 def test_every_model_that_carries_case_axes_is_or_wraps_a_workload():
     carriers, wrappers = [], []
-    for path in sorted((ROOT / "ringbench").rglob("*.py")):
+    for path in sorted([*(ROOT / "ringbench").rglob("*.py"), *(ROOT / "tests" / "support").rglob("*.py")]):
         for name, fields in _dataclass_fields(path):
             if fields.get("workload") == "Workload":
                 wrappers.append(name)
             elif len(SHAPE & set(fields)) >= 3 and name != "Workload" and name not in NOT_A_CASE:
                 carriers.append(f"{path.relative_to(ROOT)}:{name} ({', '.join(sorted(SHAPE & set(fields)))})")
     assert not carriers, f"models with their own case axes (wrap a Workload instead): {carriers}"
-    assert {"Case", "SimCase", "PlanRequest", "CheckCase"} <= set(wrappers), wrappers
+    assert {"Case", "SimCase", "PlanRequest", "CheckCase", "SimConfig"} <= set(wrappers), wrappers
 
 
-@pytest.mark.parametrize("model", ["Case", "SimCase", "PlanRequest", "CheckCase"])
+@pytest.mark.parametrize("model", ["Case", "SimCase", "PlanRequest", "CheckCase", "SimConfig"])
 def test_a_wrapper_reads_the_workloads_axes_as_its_own(model):
+    from support.given import SimConfig
+    from support.selfcheck import CheckCase
+
     from ringbench.advise.planner import PlanRequest
-    from ringbench.run.selfcheck import CheckCase
     from ringbench.simulate.case import SimCase
 
     workload = Workload(world=4, seq=256, heads=4, kv_heads=2, head_dim=16, dtype="float32", strategy="hybrid:2",
                         placement="interleaved")  # fmt: skip
     made = {"Case": lambda: Case(workload=workload), "SimCase": lambda: SimCase(workload=workload),
             "PlanRequest": lambda: PlanRequest(workload=workload, topology=Path("t.yaml")),
-            "CheckCase": lambda: CheckCase(workload=workload)}[model]()  # fmt: skip
+            "CheckCase": lambda: CheckCase(workload=workload),
+            "SimConfig": lambda: SimConfig(workload=workload)}[model]()  # fmt: skip
     assert {name: getattr(made, name) for name in WORKLOAD_FIELDS} == workload.axes()
     assert made.ring == [0, 2, 1, 3] and made.key_value_heads == 2
     with pytest.raises((AttributeError, TypeError)):  # frozen slots classes refuse with either, by Python version

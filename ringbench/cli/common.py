@@ -28,7 +28,7 @@ OUTPUT_PANEL = "Output"
 # own format and version.
 JSON_DOCUMENTS = {
     "run": 1, "analyze": 1, "report": 1, "import": 1, "simulate": 1, "probe": 1, "recommend": 1, "topo": 1,
-    "check-timeline": 1, "baseline": 1, "compare": 1, "plan": 1, "calibrate": 1, "check": 1,
+    "check-timeline": 1, "baseline": 1, "baseline-noise": 1, "compare": 1, "plan": 1, "calibrate": 1, "check": 1,
 }  # fmt: skip
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 

@@ -218,55 +218,57 @@ def _resolve(run_dir, topology, order, message_mib, gpu, detect):
     return loaded, result, prediction, priced_for
 
 
+def recommend(
+    run_dir: Annotated[
+        Optional[Path], typer.Argument(help="A results run directory whose meta.json records the topology.")
+    ] = None,
+    topology: TopologyOption = None,
+    order: Annotated[
+        Optional[str],
+        typer.Option(
+            "--order",
+            "-o",
+            metavar="ORDER",
+            help="The ring order to compare with (as run --order takes it): identity, reverse, "
+            "stride:K, random:SEED or 0-3-1-2. Default: the run's ring, when a RUN_DIR is given.",
+        ),
+    ] = None,
+    message_mib: Annotated[
+        Optional[float], typer.Option(help="Reference message per hop in MiB (default: the topology's, 32).")
+    ] = None,
+    gpu: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The GPU (NVML name or alias; ringbench plan --list-gpus): price the link classes as "
+            "NCCL moves data on it (PRIOR figures; default: what NVML finds here)."
+        ),
+    ] = None,
+    detect: Annotated[
+        bool, typer.Option("--detect/--no-detect", help="Ask NVML which GPUs this machine has (fills --gpu).")
+    ] = True,
+    json_output: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    with cli_errors():
+        loaded, result, prediction, priced_for = _resolve(run_dir, topology, order, message_mib, gpu, detect)
+    out = Output(json=json_output, quiet=quiet, document="recommend")
+    render(result, loaded, out, prediction)
+    if priced_for is not None:
+        for source in priced_for.sources:
+            if source.cost.startswith("link."):
+                out.print(f"{source.cost}: {source.how}")
+    document = ({"run_dir": str(run_dir)} if run_dir is not None else {}) | result.to_dict()
+    document["gpu"] = priced_for.gpu.key if priced_for is not None else None
+    document["topology"] = loaded.describe()
+    if prediction is not None:
+        speedup = prediction.speedup(ring_text(result.current_order), result.order_arg)
+        document["predicted_step"] = prediction.to_dict() | {"speedup": speedup}
+    document["headline"] = headline(result, prediction)
+    out.emit(document)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command(
+    app.command(
         "recommend",
         help="Recommend a ring order that minimises the worst hop (then the total) for a topology or a run.",
-    )
-    def recommend(
-        run_dir: Annotated[
-            Optional[Path], typer.Argument(help="A results run directory whose meta.json records the topology.")
-        ] = None,
-        topology: TopologyOption = None,
-        order: Annotated[
-            Optional[str],
-            typer.Option(
-                "--order",
-                "-o",
-                metavar="ORDER",
-                help="The ring order to compare with (as run --order takes it): identity, reverse, "
-                "stride:K, random:SEED or 0-3-1-2. Default: the run's ring, when a RUN_DIR is given.",
-            ),
-        ] = None,
-        message_mib: Annotated[
-            Optional[float], typer.Option(help="Reference message per hop in MiB (default: the topology's, 32).")
-        ] = None,
-        gpu: Annotated[
-            Optional[str],
-            typer.Option(
-                help="The GPU (NVML name or alias; ringbench plan --list-gpus): price the link classes as "
-                "NCCL moves data on it (PRIOR figures; default: what NVML finds here)."
-            ),
-        ] = None,
-        detect: Annotated[
-            bool, typer.Option("--detect/--no-detect", help="Ask NVML which GPUs this machine has (fills --gpu).")
-        ] = True,
-        json_output: JsonOption = False,
-        quiet: QuietOption = False,
-    ) -> None:
-        with cli_errors():
-            loaded, result, prediction, priced_for = _resolve(run_dir, topology, order, message_mib, gpu, detect)
-        out = Output(json=json_output, quiet=quiet, document="recommend")
-        render(result, loaded, out, prediction)
-        if priced_for is not None:
-            for source in priced_for.sources:
-                if source.cost.startswith("link."):
-                    out.print(f"{source.cost}: {source.how}")
-        document = ({"run_dir": str(run_dir)} if run_dir is not None else {}) | result.to_dict()
-        document["gpu"] = priced_for.gpu.key if priced_for is not None else None
-        document["topology"] = loaded.describe()
-        if prediction is not None:
-            speedup = prediction.speedup(ring_text(result.current_order), result.order_arg)
-            document["predicted_step"] = prediction.to_dict() | {"speedup": speedup}
-        document["headline"] = headline(result, prediction)
-        out.emit(document)
+    )(recommend)

@@ -57,7 +57,8 @@ def run_calibration(scenario: Scenario, *, out: str | Path = "results", command:
                     on_case: Callable[[dict, int, int], None] | None = None,
                     device: str | None = None) -> tuple[Path, Calibration]:  # fmt: skip
     """Run the calibration sweep, fit the simulator's costs on it, and keep them in the run's meta.json."""
-    from ringbench.record.meta import read_meta, write_meta
+    from ringbench.record.folder import RecordFolder
+    from ringbench.record.meta import read_meta
     from ringbench.record.store import load_run
     from ringbench.run.sweep import execute
 
@@ -66,8 +67,9 @@ def run_calibration(scenario: Scenario, *, out: str | Path = "results", command:
         return Path(), None  # type: ignore[return-value]
     run_dir = Path(state.run_dir)
     calibration = calibrate(load_run(run_dir))
-    meta = dict(read_meta(run_dir))
-    write_meta(run_dir, meta | {"calibration": calibration.to_dict()}, "run")
+    folder = RecordFolder(run_dir=run_dir, meta=read_meta(run_dir), producer="run")  # the sweep's finished folder
+    folder.meta["calibration"] = calibration.to_dict()
+    folder.save_meta()
     return run_dir, calibration
 
 

@@ -197,7 +197,7 @@ def run_cases_in_namespaces(
     for out in outputs:
         for line in out.splitlines():
             if line.startswith(RESULT_PREFIX):
-                from ringbench.rank.report import RankReport
+                from ringbench.rank.rank_report import RankReport
 
                 result = RankReport.from_dict(json.loads(line[len(RESULT_PREFIX) :]))
                 per_case[result.case_id].append(result)

@@ -5,14 +5,14 @@ look at both numbers. The first (``iter_cv``, within a repeat) is what 20 iterat
 (``repeat_cv``, run to run) is what only more repeats can average away, and what the threshold must sit well
 above::
 
-    python -m ringbench.gate.noise results/<run-id> [more run dirs or baseline files ...]
+    ringbench baseline noise results/<run-id> [more run dirs or baseline files ...]
 
 Samples are the gate's own (``samples.iteration_samples``); CVs use the sample standard deviation (ddof=1).
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,23 +73,6 @@ def format_noise(rows: list[CaseNoise]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ringbench.errors import UsageError
-
-    paths = sys.argv[1:] if argv is None else argv
-    if not paths:
-        print("usage: python -m ringbench.gate.noise RUN_DIR_OR_BASELINE [...]", file=sys.stderr)
-        return 2
-    for path in paths:
-        try:
-            rows = side_noise(path)
-        except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(path)
-        print(format_noise(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def noise_of(paths: Sequence[str]) -> dict[str, list[CaseNoise]]:
+    """Each run directory's or baseline file's noise per case, by path (a bad one raises a UsageError naming it)."""
+    return {str(path): side_noise(str(path)) for path in paths}

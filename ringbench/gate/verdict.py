@@ -3,7 +3,7 @@
 A case *regressed* when its slowdown is both **significant** (Mann–Whitney p < alpha) and **large** (the point
 estimate of the ratio of medians exceeds 1 + max_regression); *improved* symmetrically (ratio below
 1 / (1 + max_regression), so that a 5% tolerance is the same distance from 1 in log space both ways); otherwise
-*no change*. Why these defaults (numbers from ``python -m ringbench.gate.power``, docs/ci-gate.md):
+*no change*. Why these defaults (numbers from ``python benchmarks/gate_power.py``, docs/ci-gate.md):
 
 * ``alpha = 0.01``: the gate fails when *any* case regresses, so per-case false alarms add up over a sweep of
   m cases (about m * alpha / 2 for a one-directional false alarm). At the default sample size (20 iterations, one

@@ -177,7 +177,7 @@ def agree(needs: list[CallNeed], ops) -> AutoModel:
     return AutoModel(gflops, round_up_ms(floor))
 
 
-def calibrate_auto(session, cases, settings) -> AutoModel | None:
+def measure_rate(session, cases, settings) -> AutoModel | None:
     """``emulated:auto``'s one model for these cases (None without such a case): the lowest rate and the highest
     floor any of them needs (AutoModel.combine).
 

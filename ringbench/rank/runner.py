@@ -26,14 +26,14 @@ from ringbench.engine.warm import compiles, warm
 from ringbench.errors import UsageError
 from ringbench.kernels import get_kernel, spin
 from ringbench.kernels.emulated import EmulatedKernel
-from ringbench.rank.autorate import AutoModel, calibrate_auto, check_pacing
+from ringbench.rank.autorate import AutoModel, check_pacing, measure_rate
 from ringbench.rank.clock import ClockAlignment, align_clocks, fit_drift
 from ringbench.rank.collectives import GroupOps
 from ringbench.rank.injection import RankFaults
 from ringbench.rank.layer_checks import check_layers, layer_rules, nonfinite_tensors
 from ringbench.rank.memory import TensorPeak, peak_mb, reset_peak
 from ringbench.rank.metadata import describe_device
-from ringbench.rank.report import RankReport
+from ringbench.rank.rank_report import RankReport
 from ringbench.scenario.faults import parse_fault
 from ringbench.scenario.scenario import Case, Scenario
 
@@ -231,7 +231,7 @@ def _set_up(case: Case, session: RankSession, settings: RunSettings, progress) -
         session.ops.min_int_after(0, settings.timeout + COMPILE_PATIENCE_S)  # ranks compile for different times
     emulated_gflops = getattr(kernel, "gflops", None)
     if getattr(get_kernel(case.kernel), "auto", False):
-        model = auto_model(settings) or calibrate_auto(session, [case], settings)
+        model = auto_model(settings) or measure_rate(session, [case], settings)
         emulated_gflops = model.gflops
         kernel = faults.wrap_kernel(EmulatedKernel(model.gflops, floor_ms=model.floor_ms))
         for layer_ctx in contexts:
@@ -374,7 +374,7 @@ def auto_model(settings: RunSettings) -> AutoModel | None:
 
 def calibration_worker(worker_ctx, cases: list[Case], settings: RunSettings) -> AutoModel | None:
     """Entry point inside each local rank of the calibration launch (ringbench.run.sweep)."""
-    return calibrate_auto(open_session(worker_ctx.env), cases, settings)
+    return measure_rate(open_session(worker_ctx.env), cases, settings)
 
 
 def _settle(contexts, timeline, timeout_s: float, rank: int) -> None:
@@ -410,7 +410,7 @@ def rank_worker(worker_ctx, cases: list[tuple[int, Case]], settings: RunSettings
     session = open_session(worker_ctx.env, on_stall=worker_ctx.abort)
     stored = 0
     if settings.calibrate_auto and settings.emulated_auto_gflops is None:
-        model = calibrate_auto(session, [case for _, case in cases], settings)
+        model = measure_rate(session, [case for _, case in cases], settings)
         settings = with_auto_model(settings, model)
         worker_ctx.send({"emulated_auto_gflops": settings.emulated_auto_gflops,
                          "emulated_auto_floor_ms": settings.emulated_auto_floor_ms, "rank": session.env.rank})  # fmt: skip

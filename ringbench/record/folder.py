@@ -3,10 +3,12 @@
     folder = RecordFolder.create(out, "default", meta, producer="run")   # a new, uniquely named folder
     folder.add(events, row)                                            # one atomic rewrite per finished case
     folder = RecordFolder.reopen(run_dir)                              # an existing record, to add to it
+    RecordFolder.write(run, "simulate")                                # a whole record at once, at run.path
 
-The measured run (run/results.py: ``ResultsFolder`` adds its cases' figures and notes), the simulator, the trace
-importer and the gate's synthetic records all create their folders here: one name scheme, one meta.json writer
-(record/meta.py), one atomic store (record/store.py) per case, so an interrupted producer loses nothing.
+Every producer stores here: the measured run case by case (run/results.py: ``ResultsFolder`` adds its cases'
+figures and notes; ``ringbench calibrate`` then adds the fitted costs to its meta.json), the simulator and the trace
+importer, which make every case before they write, with ``write``. One name scheme (``new_run_dir``), one meta.json
+writer (record/meta.py), one atomic store (record/store.py), so an interrupted producer loses nothing it finished.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ringbench.errors import UsageError
 from ringbench.record import store
 from ringbench.record.meta import RunMeta, write_meta
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.record.store import RunData
 
 
 def new_run_id(name: str) -> str:
@@ -74,6 +77,17 @@ class RecordFolder:
         folder = cls(run_dir=Path(run_dir), meta=previous.meta, cases=previous.cases)
         if len(previous.events):
             folder.events.append(previous.events)
+        return folder
+
+    @classmethod
+    def write(cls, run: RunData, producer: str) -> RecordFolder:
+        """Store a whole record at ``run.path`` (made if missing): events, then cases, then meta.json, each written
+        atomically, so a folder with a meta.json holds every table it names."""
+        folder = cls(run_dir=Path(run.path), meta=RunMeta(run.meta), producer=producer, events=[run.events],
+                     cases=run.cases)  # fmt: skip
+        store.write_events(folder.run_dir, run.events)
+        store.write_cases(folder.run_dir, run.cases)
+        folder.save_meta()
         return folder
 
     def add(self, events: pd.DataFrame, row: dict) -> None:

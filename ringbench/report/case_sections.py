@@ -23,8 +23,8 @@ from ringbench.analysis.stragglers import (
     RANK_MARGIN,
     UNIT_QUANTILE,
 )
-from ringbench.report import case_figures
-from ringbench.report.figures import Culprit, Png
+from ringbench.report import case_charts
+from ringbench.report.charts import Culprit, Png
 from ringbench.report.model import Cases, Section, Table, culprit_text, fmt, ring_of, table
 
 MAX_SECTIONS = 6
@@ -137,17 +137,17 @@ def _case_section(analysis: RunAnalysis, cases: Cases, case_id: str, why: list[s
     number = int(row["number"])
     ring = ring_of(analysis, case_id)
     culprit = _culprit(row)
-    iteration = case_figures.representative_iteration(analysis.run.events, case_id)
+    iteration = case_charts.representative_iteration(analysis.run.events, case_id)
     stem = f"case{number}"
     drawn = [
         ("timeline", "Timeline of one iteration, one panel per phase",
-         lambda: case_figures.timeline(iteration, analysis.transfers, ring, culprit), False),
+         lambda: case_charts.timeline(iteration, analysis.transfers, ring, culprit), False),
         ("ring", "Ring order and hop latency",
-         lambda: case_figures.ring_diagram(analysis.hops, ring, case_id, culprit), True),
+         lambda: case_charts.ring_diagram(analysis.hops, ring, case_id, culprit), True),
         ("hops", "Transfer time per ring hop",
-         lambda: case_figures.hop_bars(analysis.hops, case_id, ring, culprit), True),
+         lambda: case_charts.hop_bars(analysis.hops, case_id, ring, culprit), True),
         ("compute_wait", "Compute vs wait per rank",
-         lambda: case_figures.compute_wait_bars(analysis.run.events, ring, case_id, culprit), True),
+         lambda: case_charts.compute_wait_bars(analysis.run.events, ring, case_id, culprit), True),
     ]  # fmt: skip
     pngs = []
     for name, caption, draw, half in drawn:

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ringbench.analysis.conformance import grid_table, precision_table
 from ringbench.record.atomic import write_bytes
-from ringbench.report.figures import HIGHLIGHT, Png, rendered
+from ringbench.report.charts import HIGHLIGHT, Png, rendered
 from ringbench.report.html import render_html
 from ringbench.report.markdown import render_markdown
 from ringbench.report.model import Cell, ReportContent, Section, Table, fmt

@@ -15,8 +15,9 @@ import pandas as pd
 from ringbench.analysis.answers import answers, case_labels
 from ringbench.analysis.findings import RunAnalysis, interrupted_line, label_line, verdict_lines
 from ringbench.analysis.implementations import implementations_table
-from ringbench.report import figures
+from ringbench.report import charts
 from ringbench.report.case_sections import case_sections
+from ringbench.report.hops_on_topology import placement_section
 from ringbench.report.model import (
     Cases,
     Cell,
@@ -29,7 +30,6 @@ from ringbench.report.model import (
     frame_rows,
     table,
 )
-from ringbench.report.placement import placement_section
 from ringbench.report.plans import plans_section
 from ringbench.report.run_info import run_section
 from ringbench.report.scale import scale_section
@@ -51,9 +51,9 @@ def build_content(analysis: RunAnalysis) -> ReportContent:
     content.sections.append(Section("Answers", lead=block[0] if block else "", lines=tuple(block[1:]),
                                     anchor="answers"))  # fmt: skip
     content.sections.append(Section("Verdict", lines=tuple(verdict), anchor="verdict"))
-    chart = figures.step_time_chart(_chart_rows(cases))
+    chart = charts.step_time_chart(_chart_rows(cases))
     if chart:
-        png = figures.Png("step_time", "Median step time per case, p10–p90", chart)
+        png = charts.Png("step_time", "Median step time per case, p10–p90", chart)
         content.sections.append(Section("Step time per case", figures=(png,), anchor="step-time"))
     content.sections.append(_cases_section(analysis, cases, {c.anchor for c in detail.children}))
     if detail.children or detail.lines:
@@ -192,7 +192,7 @@ def _run_level_sections(analysis: RunAnalysis) -> list[Section]:
     buf = analysis.overlap_buffers.copy()
     if len(buf):
         buf["eff_pct"], buf["exp_pct"] = buf["overlap_efficiency"] * 100, buf["exposed_comm_frac"] * 100
-        chart = figures.overlap_bars(buf)
+        chart = charts.overlap_bars(buf)
         overlap = table("Per buffer strategy", buf, {
             "buffer": ("buffer", ""),
             "cases": ("cases", ".0f"),
@@ -201,7 +201,7 @@ def _run_level_sections(analysis: RunAnalysis) -> list[Section]:
             "eff_pct": ("hidden %", ".0f"),
             "exp_pct": ("exposed share of iteration %", ".1f"),
         })  # fmt: skip
-        pngs = (figures.Png("overlap", "Overlap efficiency per buffer strategy", chart, half=True),) if chart else ()
+        pngs = (charts.Png("overlap", "Overlap efficiency per buffer strategy", chart, half=True),) if chart else ()
         sections.append(Section("Overlap", figures=pngs, tables=(overlap,), anchor="overlap"))
     numerics = table("Max |ring - float64 reference| per world size and dtype", analysis.numerics, {
         "world": ("world", ".0f"),
@@ -212,8 +212,8 @@ def _run_level_sections(analysis: RunAnalysis) -> list[Section]:
         "bwd_max_abs_err": ("bwd", ".2e"),
         "passed": ("passed", ""),
     })  # fmt: skip
-    chart = figures.error_figure(analysis.numerics, TOLERANCE)
-    pngs = (figures.Png("errors", "Error against the float64 reference", chart, half=True),) if chart else ()
+    chart = charts.error_figure(analysis.numerics, TOLERANCE)
+    pngs = (charts.Png("errors", "Error against the float64 reference", chart, half=True),) if chart else ()
     unchecked = () if chart else ("No case was checked against the float64 reference (run --check), so no figure.",)
     sections.append(Section("Numerics", figures=pngs, tables=(numerics,), notes=unchecked, anchor="numerics"))
     cases = analysis.run.cases

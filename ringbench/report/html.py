@@ -11,7 +11,7 @@ import base64
 import re
 from html import escape
 
-from ringbench.report.figures import Png
+from ringbench.report.charts import Png
 from ringbench.report.model import Cell, ReportContent, Section, Table
 
 CSS = """

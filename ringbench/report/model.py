@@ -15,7 +15,7 @@ import pandas as pd
 from ringbench.analysis.answers import AXES, case_labels, varied_axes
 from ringbench.analysis.findings import RunAnalysis
 from ringbench.fmt import number
-from ringbench.report import figures
+from ringbench.report import charts
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class Section:
     lines: tuple[str, ...] = ()
     tables: tuple[Table, ...] = ()
     notes: tuple[str, ...] = ()
-    figures: tuple[figures.Png, ...] = ()
+    figures: tuple[charts.Png, ...] = ()
     anchor: str = ""
     lead: str = ""
     children: tuple[Section, ...] = ()
@@ -71,7 +71,7 @@ class ReportContent:
     notes: list[str] = field(default_factory=list)  # about the report itself (e.g. the trace was capped)
 
     @property
-    def figures(self) -> list[figures.Png]:
+    def figures(self) -> list[charts.Png]:
         """Every figure of the report, in page order."""
 
         def walk(sections):

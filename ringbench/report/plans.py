@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ringbench.analysis.balance import plan_grid
-from ringbench.report import figures
-from ringbench.report.figures import COLORS, MIN_FONT_PT, rendered
+from ringbench.report import charts
+from ringbench.report.charts import COLORS, MIN_FONT_PT, rendered
 from ringbench.report.model import Section
 
 KINDS = ("skip", "full", "causal", "partial")
@@ -123,13 +123,13 @@ def plans_section(analysis, labels: dict[str, str], table_of):
     pngs = []
     chart = plan_grids(_distinct_grids(analysis))
     if chart:
-        pngs.append(figures.Png("plan_grids", "The mask plan per layout and mask: pair kinds", chart))
+        pngs.append(charts.Png("plan_grids", "The mask plan per layout and mask: pair kinds", chart))
     per_rank = analysis.balance_ranks
     per_rank = per_rank[per_rank["case_id"].astype(str).isin(plans)] if len(per_rank) else per_rank
     emulated = bool(analysis.run.emulated)
     chart = work_against_compute(per_rank, labels, emulated) if len(per_rank) else None
     if chart:
-        pngs.append(figures.Png("balance", "Predicted work against measured compute per rank", chart))
+        pngs.append(charts.Png("balance", "Predicted work against measured compute per rank", chart))
     cases = analysis.run.cases.drop_duplicates("case_id").copy()
     keep = [c for c in ("case_id", "mask", "layout", "buffer", "world", "docs", "predicted_imbalance", "imbalance",
                         "ring_steps", "kernel_calls", "bytes_moved") if c in cases]  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import math
 
-from ringbench.report import figures
+from ringbench.report import charts
 from ringbench.report.model import Section, Table
 
 TITLE = "Scale (SIMULATED)"
@@ -43,7 +43,7 @@ def scale_section(view: dict | None) -> Section | None:
                  f"×{_cell(r['vs_identity'], '.3f')}"] for r in view["orders"]]  # fmt: skip
         tables.append(Table("Ring orders on the topology", ["order", "step ms", "exposed %", "vs identity"], rows))
     data = scale_figure(view)
-    pngs = (figures.Png("scale", "Step time, efficiency and blast radius against N (SIMULATED)", data),) if data else ()
+    pngs = (charts.Png("scale", "Step time, efficiency and blast radius against N (SIMULATED)", data),) if data else ()
     return Section(TITLE, lead="SIMULATED: every number below is a model's prediction, not a measurement.",
                    tables=tuple(tables), figures=pngs, anchor="scale")  # fmt: skip
 

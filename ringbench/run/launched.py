@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ringbench.errors import RunFailure, UsageError
 from ringbench.rank.metadata import collect_metadata
-from ringbench.rank.report import RankReport
+from ringbench.rank.rank_report import RankReport
 from ringbench.run.cases import preflight, reported, runnable, with_profile
 from ringbench.run.interrupt import RankSignals, bind_to_parent, signal_name
 from ringbench.run.launch import Progress, where_text
@@ -200,7 +200,7 @@ def _plan(session, env, scenario, *, resume, out, trace, command, device, profil
 
 
 def _run_cases(session, env, plan, folder, tracker: Tracker, stop: RankStop, on_case) -> None:
-    from ringbench.rank.autorate import AutoModel, calibrate_auto
+    from ringbench.rank.autorate import AutoModel, measure_rate
     from ringbench.rank.runner import profile_path, run_case, with_auto_model
 
     scenario, settings, cases = plan["scenario"], plan["settings"], plan["cases"]
@@ -208,7 +208,7 @@ def _run_cases(session, env, plan, folder, tracker: Tracker, stop: RankStop, on_
         settings = with_auto_model(settings, AutoModel(plan["rate"], plan["floor_ms"]))
     else:
         tracker.activity = "the emulated:auto calibration"
-        model = calibrate_auto(session, cases, settings)  # every rank calls it: it is collective
+        model = measure_rate(session, cases, settings)  # every rank calls it: it is collective
         tracker.activity = None
         if model is not None:
             settings = with_auto_model(settings, model)

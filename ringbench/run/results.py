@@ -20,7 +20,7 @@ import pandas as pd
 from ringbench.figures.critical_path import clock_tolerance_ns
 from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, rank_balance
 from ringbench.kernels import get_kernel
-from ringbench.rank.report import RankReport
+from ringbench.rank.rank_report import RankReport
 from ringbench.record.folder import RecordFolder
 from ringbench.record.rows import case_row
 from ringbench.record.schema import ERROR_COLUMNS, EVENT_COLUMNS

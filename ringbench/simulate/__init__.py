@@ -15,21 +15,21 @@ pair_table (the mask plan's pairs at any N), costs (the price list, and where ea
 catalogue GPU's costs), phase_ring (one phase of a ring, vectorised over positions; fastring its compiled pass),
 ring_timeline (a ring's phases end to end), walk (the critical path), events (a timeline as the record's rows),
 grouped, flows and strategy_results (Ulysses, the hybrid, the double ring), traffic (bytes per link class),
-host_floor (the framework's host time), prediction and simulated_record (the two doors), case_result, given
-(``SimConfig``: a ring at given compute and link times). docs/simulate.md is the model in one page.
+host_floor (the framework's host time), prediction and simulated_record (the two doors), case_result.
+docs/simulate.md is the model in one page.
 
 The predict wing's base: the calibration (ringbench/calibration/) and the advisers (ringbench/advise/) build on it
 through these names; it imports only the base (scenario, figures, record, engine, topology, hardware).
+(A ring at given compute and link times for the tests, ``SimConfig``, is in tests/support/given.py.)
 """
 
 from typing import TYPE_CHECKING
 
 # The public names load on first use (PEP 562): the planner imports the model without pandas, which the record
-# writers (given, simulated_record) need.
+# writer (simulated_record) needs.
 _HOMES = {
     "Cluster": "case", "SimCase": "case", "CaseResult": "case_result", "DEFAULTS": "costs", "Costs": "costs",
-    "LinkCost": "costs", "SimConfig": "given", "pair_work": "given", "simulate": "given", "simulate_run": "given",
-    "write_simulated_run": "given", "Prediction": "prediction", "predict": "prediction", "describe_framework": "priors",
+    "LinkCost": "costs", "Prediction": "prediction", "predict": "prediction", "describe_framework": "priors",
     "find_hardware": "priors", "framework_costs": "priors", "gpu_prior": "priors", "MAX_EVENTS": "simulated_record",
     "run_data": "simulated_record", "simulate_case": "simulated_record", "simulate_cases": "simulated_record",
     "write_run": "simulated_record",
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from ringbench.simulate.case import Cluster, SimCase
     from ringbench.simulate.case_result import CaseResult
     from ringbench.simulate.costs import DEFAULTS, Costs, LinkCost
-    from ringbench.simulate.given import SimConfig, pair_work, simulate, simulate_run, write_simulated_run
     from ringbench.simulate.prediction import Prediction, predict
     from ringbench.simulate.priors import describe_framework, find_hardware, framework_costs, gpu_prior
     from ringbench.simulate.simulated_record import MAX_EVENTS, run_data, simulate_case, simulate_cases, write_run
@@ -63,18 +62,13 @@ __all__ = [
     "LinkCost",
     "Prediction",
     "SimCase",
-    "SimConfig",
     "describe_framework",
     "find_hardware",
     "framework_costs",
     "gpu_prior",
-    "pair_work",
     "predict",
     "run_data",
-    "simulate",
     "simulate_case",
     "simulate_cases",
-    "simulate_run",
     "write_run",
-    "write_simulated_run",
 ]

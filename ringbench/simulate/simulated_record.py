@@ -9,6 +9,7 @@ exposed communication from the engine's own walk of the critical path (walk.py, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 from collections.abc import Sequence
@@ -21,9 +22,9 @@ import pandas as pd
 
 from ringbench.errors import UsageError
 from ringbench.figures.metrics import CASE_FIGURES, bytes_moved, case_balance, case_figures, max_over_mean, rank_balance
-from ringbench.record.meta import write_meta
+from ringbench.record.folder import RecordFolder
 from ringbench.record.schema import CASE_COLUMNS, ERROR_COLUMNS, SCHEMA_VERSION
-from ringbench.record.store import RunData, write_cases, write_events
+from ringbench.record.store import RunData
 from ringbench.simulate.case import Cluster, SimCase, class_flops
 from ringbench.simulate.case_result import CaseResult, case_axes
 from ringbench.simulate.costs import Costs
@@ -322,9 +323,7 @@ def run_data(results: Sequence[CaseResult], costs: Costs, *, run_id: str, path: 
 
 
 def write_run(out_dir: str | Path, run: RunData) -> Path:
-    """Store a simulated record with the store's atomic writers."""
+    """Store a simulated record at ``out_dir`` (ringbench.record.folder: every producer's one writer)."""
     out_dir = Path(out_dir)
-    write_events(out_dir, run.events)
-    write_cases(out_dir, run.cases)
-    write_meta(out_dir, dict(run.meta), "simulate")
+    RecordFolder.write(dataclasses.replace(run, path=out_dir), "simulate")
     return out_dir

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringbench.errors import bad_value
+from ringbench.errors import UsageError, bad_value
 from ringbench.fmt import ring_text
-from ringbench.orders import validate_ring
+from ringbench.orders import parse_order, validate_ring
 from ringbench.topology.exact import MAX_EXACT, solve_exact
 from ringbench.topology.heuristic import hierarchical
 from ringbench.topology.linkmodel import ring_links
 from ringbench.topology.model import Topology
-from ringbench.topology.order_spec import parse_order
 
 DEFAULT_EXACT_LIMIT = 12
 DEFAULT_TIME_BUDGET_S = 4.0
@@ -300,9 +299,14 @@ def recommend(
 
 
 def _current(current_order: Sequence[int] | str | None, world: int) -> list[int]:
-    """``recommend``'s ``current_order`` as ranks in ring order (None: identity)."""
+    """``recommend``'s ``current_order`` as ranks in ring order (None: identity); a bad spec's error reads
+    ``order: order='0-1' is not a permutation ..``: the option's name, then the parser's line (ringbench.orders, the
+    parser ``run --order`` uses, so ``recommend --order random:7`` names the same ring)."""
     if isinstance(current_order, str):
-        return parse_order(current_order, world)
+        try:
+            return parse_order(current_order, world)
+        except (UsageError, TypeError, ValueError) as exc:
+            raise UsageError(f"order: {exc}") from None
     if current_order is None:
         return list(range(world))
     return validate_ring(current_order, world, "current_order")

@@ -30,11 +30,10 @@ import numpy as np
 import pandas as pd
 
 from ringbench.errors import UsageError
-from ringbench.record import store
-from ringbench.record.folder import new_run_dir
-from ringbench.record.meta import write_meta
+from ringbench.record.folder import RecordFolder, new_run_dir
 from ringbench.record.rows import case_row
 from ringbench.record.schema import CASE_COLUMNS, SCHEMA_VERSION
+from ringbench.record.store import RunData
 from ringbench.scenario.workload import Case, Workload
 from ringbench.traces.arrow_memory import system_allocator
 from ringbench.traces.assemble import assemble
@@ -311,12 +310,13 @@ def import_traces(
                           command=command, progress=progress, workers=workers)  # fmt: skip
     run_dir = new_run_dir(out, run_name)
     meta = rebuilt.meta | {"run_id": run_dir.name}
+    run = RunData(path=run_dir, events=rebuilt.events, cases=rebuilt.cases, meta=meta)
     with system_allocator():
-        store.write_events(run_dir, rebuilt.events)
-        store.write_cases(run_dir, rebuilt.cases)
-    seconds = round(time.monotonic() - started, 3)
-    meta["imported"] = meta["imported"] | {"seconds": seconds}
-    write_meta(run_dir, meta, "import")
+        folder = RecordFolder.write(run, "import")
+    seconds = round(time.monotonic() - started, 3)  # the import's time includes storing it: noted once it is stored
+    folder.meta["imported"] = folder.meta["imported"] | {"seconds": seconds}
+    folder.save_meta()
+    meta = dict(folder.meta)
     return ImportResult(run_dir=run_dir, ring=rebuilt.ring, events=rebuilt.events, cases=rebuilt.cases, meta=meta,
                         seconds=seconds, trace_bytes=rebuilt.trace_bytes,
                         notes=rebuilt.notes)  # fmt: skip

@@ -7,7 +7,7 @@ repeat is a fresh process group with its own luck)::
 
 (a lognormal with that sigma has exactly the given coefficient of variation). Whole batches go through the same
 functions as a real case (stats.case_statistics, verdict.decide), so the figures describe
-the shipped rule, not a re-implementation of it. Run ``python -m ringbench.gate.power`` for the table quoted in
+the shipped rule, not a re-implementation of it. Run ``python benchmarks/gate_power.py`` for the table quoted in
 docs/ci-gate.md.
 """
 

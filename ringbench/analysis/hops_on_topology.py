@@ -18,7 +18,7 @@ moved over which link class (``StrategyTraffic``: per exchange and class, the pa
 median transfer), so a reader sees whether the all-to-all stayed inside a host and how often the network was crossed.
 
 and the recommended order (`recommend`). `placement(run)` is None when the run records no topology; the report
-renders it (ringbench/report/placement.py).
+renders it (ringbench/report/hops_on_topology.py).
 """
 
 from __future__ import annotations

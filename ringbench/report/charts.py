@@ -2,7 +2,7 @@
 
 Each function returns PNG bytes, or None when there is nothing to show (``.figure(...)`` gives the Figure).
 Matplotlib runs headless: figures are built on ``matplotlib.figure.Figure`` (the Agg canvas), never through
-pyplot's global state. The per-case figures (timeline, ring, hops, compute vs wait) are in case_figures.py.
+pyplot's global state. The per-case figures (timeline, ring, hops, compute vs wait) are in case_charts.py.
 
 Resolution: figures are saved at ``DPI`` = 2 x 96 and shown at half their pixel size (report.html sets the image's
 width), so a label of ``MIN_FONT_PT`` points is that size on screen at 100% zoom and stays sharp on a 2x display.

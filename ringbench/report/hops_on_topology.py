@@ -1,4 +1,4 @@
-"""The placement section of a report: the run's ring hops against the topology (ringbench.analysis.placement).
+"""The placement section of a report: the run's ring hops against the topology (ringbench.analysis.hops_on_topology).
 
 One summary line per case (its hop classes, the worst hop, the model's predicted ratio against the recommended ring
 and the flagged hops), then a table of hops per case with flagged rows highlighted. Rendered like every other
@@ -7,7 +7,7 @@ section of the report content model, so HTML and Markdown carry the same words a
 
 from __future__ import annotations
 
-from ringbench.analysis.placement import CasePlacement, PlacedHop, Placement, StrategyTraffic, placement
+from ringbench.analysis.hops_on_topology import CasePlacement, PlacedHop, Placement, StrategyTraffic, placement
 from ringbench.errors import UsageError
 from ringbench.fmt import number, ring_text
 from ringbench.report.model import Section, Table

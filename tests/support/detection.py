@@ -5,7 +5,7 @@ the same ring: a slow rank (random rank, factor in [1.5, 3]), a slow link (rando
 of a step's compute), and a fault-free control. A hit names exactly the injected rank (kind compute) or hop
 (kind link, no rank blamed); anything named in the control, or a wrong name, is a false alarm.
 
-    python -c "from ringbench.experiments.detection import detection_rate; print(detection_rate(20))"
+The rate over N trials is a benchmark: ``python benchmarks/detection_rate.py 20``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 
 from ringbench.analysis.stragglers import culprits, straggler_table
 from ringbench.figures.critical_path import transfers
-from ringbench.simulate import SimConfig, simulate
+from support.given import SimConfig, simulate
 
 TRIAL_COLUMNS = ["trial", "fault", "injected", "named_kind", "named", "hit", "false_alarm", "ratio", "cost_ms"]
 
@@ -41,7 +41,7 @@ def detection_trials(trials: int = 20, *, world: int = 8, iterations: int = 8, s
     compute_ms = 2.0
     for trial in range(trials):
         order = tuple(int(r) for r in rng.permutation(world)) if rng.random() < 0.5 else None
-        base = SimConfig(
+        base = SimConfig.of(
             world=world, order=order, buffer=str(rng.choice(["double", "sync"])), iterations=iterations,
             backward=bool(rng.random() < 0.5), compute_ms=compute_ms, link_ms=float(rng.uniform(0.3, 1.0)),
             jitter=float(rng.uniform(0.02, 0.05)), seed=int(rng.integers(1 << 31)),
@@ -78,17 +78,3 @@ def _replace(cfg: SimConfig, **changes) -> SimConfig:
     from dataclasses import replace
 
     return replace(cfg, **changes)
-
-
-def detection_rate(trials: int = 20, **kwargs) -> dict:
-    """Summary of detection_trials: faults injected, hits, detection rate, controls, false alarms."""
-    table = detection_trials(trials, **kwargs)
-    faulty = table[table["fault"] != "none"]
-    return {
-        "trials": trials,
-        "faults": len(faulty),
-        "hits": int(faulty["hit"].sum()),
-        "detection_rate": float(faulty["hit"].mean()) if len(faulty) else float("nan"),
-        "controls": int((table["fault"] == "none").sum()),
-        "false_alarms": int(table["false_alarm"].sum()),
-    }

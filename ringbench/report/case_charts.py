@@ -1,7 +1,7 @@
 """Figures of one case: the timeline of its median iteration, the ring, its hops and compute vs wait per rank.
 
 Drawn from analysis tables and, for the timeline, the events of one chosen iteration. Every figure marks the
-case's culprit (``figures.Culprit``) in red: the rank's row and label, or the slow hop's transfers and bar.
+case's culprit (``charts.Culprit``) in red: the rank's row and label, or the slow hop's transfers and bar.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch
 
 from ringbench.analysis.hops import hop_matrix
-from ringbench.report.figures import COLORS, HIGHLIGHT, MIN_FONT_PT, Culprit, rendered
+from ringbench.report.charts import COLORS, HIGHLIGHT, MIN_FONT_PT, Culprit, rendered
 
 PHASES = {"fwd": "Forward", "bwd": "Backward"}
 EXCHANGES = {"kv": "K/V", "dkv": "dK/dV"}

@@ -9,6 +9,10 @@ An *exchange* is what one post started: the send / recv rows of one rank with th
 and start (an all-to-all's pairs are one exchange). It lasts from its post to the last of its rows' ends. Labels
 ``shared:<role>`` all name the caller's one group, so they count as one channel; a record without the column
 (older versions, imports, the simulator) has nothing to judge.
+
+A test's oracle, not an analysis of ``ringbench analyze``: ringbench's own runs give every ring its own group, so on
+their records it finds nothing by construction (what tests/test_channels.py holds), and the records of other
+programs (imports) carry no channel.
 """
 
 from __future__ import annotations

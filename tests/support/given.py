@@ -2,7 +2,7 @@
 
 For tests and experiments that need a ring with exactly these costs: a healthy full (query block, key block) pair
 computes in ``compute_ms`` (the backward ``bwd_compute_factor`` times that), a K/V block crosses a link in
-``link_ms`` (per hop: ``link_ms_by_hop``). It is stated as a `SimCase` and `Costs` (and, for per-hop times, a
+``link_ms`` (per hop: ``link_ms_by_hop``). It is stated as a `Workload` and `Costs` (and, for per-hop times, a
 measured-matrix topology) and simulated by `simulate_case`, exactly as ``ringbench simulate`` does: the engine's
 backward with its separate dK/dV exchange (fp32 accumulators: their transfer takes ``link_ms`` times their bytes
 over the K/V block's), no host overheads, every rank starting an iteration at once. A slow rank and a slow link
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ from ringbench.errors import UsageError, bad_value
 from ringbench.kernels.base import block_flops
 from ringbench.record.schema import CASE_COLUMNS
 from ringbench.record.store import RunData
-from ringbench.scenario.workload import Workload
+from ringbench.scenario.workload import Workload, reads_workload
 from ringbench.simulate.case import DTYPE_BYTES, Cluster, SimCase
 from ringbench.simulate.costs import Costs, LinkCost
 from ringbench.simulate.simulated_record import run_data, simulate_case, write_run
@@ -39,23 +39,13 @@ LAYOUTS = ("contiguous", "zigzag", "striped")
 _TYPICAL_ERROR = {"float64": 1e-15, "float32": 3e-7, "bfloat16": 8e-3, "float16": 1e-3}
 
 
+@reads_workload
 @dataclass(kw_only=True, slots=True, frozen=True)
 class SimConfig:
-    """One simulated case at the timing level. Times are milliseconds of a healthy rank / link."""
+    """One simulated case at the timing level: a workload (it reads the workload's axes as its own) and the times of
+    a healthy rank and link, in milliseconds. ``SimConfig.of(world=4, buffer="sync", ...)`` builds it from flat axes."""
 
-    world: int = 4
-    """Number of ranks N."""
-    order: tuple[int, ...] | None = None
-    """Ranks in ring order (ring position p -> rank); None: identity."""
-    seq: int = 8192
-    heads: int = 8
-    head_dim: int = 64
-    batch: int = 1
-    dtype: str = "float32"
-    mask: str = "none"
-    """none | causal (skip fully masked pairs) | causal-naive (compute every pair)."""
-    layout: str = "contiguous"
-    buffer: str = "double"
+    workload: Workload
     backward: bool = True
     iterations: int = 10
     repeats: int = 1
@@ -82,19 +72,28 @@ class SimConfig:
     seed: int = 0
     case_id: str | None = None
 
+    @classmethod
+    def of(cls, *, world: int = 4, order: Sequence[int] | None = None, seq: int = 8192, heads: int = 8,
+           head_dim: int = 64, batch: int = 1, dtype: str = "float32", mask: str = "none", layout: str = "contiguous",
+           buffer: str = "double", **timing) -> SimConfig:  # fmt: skip
+        """A config from flat axes: ``order`` the ranks in ring order (None: identity); ``mask`` none | causal (skip
+        fully masked pairs) | causal-naive (compute every pair); ``seq`` rounded down to what the layout divides
+        (only bytes and FLOPs use it)."""
+        if world < 1:
+            raise bad_value("world", world, "an integer >= 1")
+        for name, value, allowed in (("buffer", buffer, BUFFERS), ("mask", mask, MASKS), ("layout", layout, LAYOUTS),
+                                     ("dtype", dtype, tuple(DTYPE_BYTES))):  # fmt: skip
+            if value not in allowed:
+                raise bad_value(name, value, f"one of: {', '.join(allowed)}")
+        if order is not None and sorted(order) != list(range(world)):
+            raise UsageError(f"order={tuple(order)!r} is not a permutation of ranks 0..{world - 1}")
+        parts = 2 * world if layout == "zigzag" else world
+        workload = Workload(world=world, seq=max(parts, seq // parts * parts), heads=heads, head_dim=head_dim,
+                            batch=batch, dtype=dtype, mask=mask, layout=layout, buffer=buffer,
+                            order="-".join(map(str, order if order is not None else range(world))))  # fmt: skip
+        return cls(workload=workload, **timing)
+
     def __post_init__(self) -> None:
-        if self.world < 1:
-            raise bad_value("world", self.world, "an integer >= 1")
-        if self.buffer not in BUFFERS:
-            raise bad_value("buffer", self.buffer, f"one of: {', '.join(BUFFERS)}")
-        if self.mask not in MASKS:
-            raise bad_value("mask", self.mask, f"one of: {', '.join(MASKS)}")
-        if self.layout not in LAYOUTS:
-            raise bad_value("layout", self.layout, f"one of: {', '.join(LAYOUTS)}")
-        if self.dtype not in DTYPE_BYTES:
-            raise bad_value("dtype", self.dtype, f"one of: {', '.join(DTYPE_BYTES)}")
-        if self.order is not None and sorted(self.order) != list(range(self.world)):
-            raise UsageError(f"order={self.order!r} is not a permutation of ranks 0..{self.world - 1}")
         if self.iterations < 1 or self.repeats < 1:
             raise bad_value("iterations", (self.iterations, self.repeats), "iterations >= 1 and repeats >= 1")
         if self.slow_rank is not None and not 0 <= self.slow_rank < self.world:
@@ -103,10 +102,6 @@ class SimConfig:
             raise bad_value("slow_link", self.slow_link, f"a ring hop (src, dst), one of {self.hops()}")
         if self.compute_ms < 0 or self.link_ms < 0 or self.jitter < 0 or self.slow_factor <= 0:
             raise bad_value("compute_ms/link_ms/jitter/slow_factor", self, "non-negative times, positive factor")
-
-    @property
-    def ring(self) -> tuple[int, ...]:
-        return tuple(self.order) if self.order is not None else tuple(range(self.world))
 
     def hops(self) -> list[tuple[int, int]]:
         """The ring's links (src, dst) in ring order."""
@@ -130,44 +125,35 @@ class SimConfig:
         return self.case_id or f"sim-w{self.world}-{self.buffer}-{self.mask}-{self.layout}"
 
     def sim_case(self, repeat: int = 0) -> SimCase:
-        """The case on the engine (``seq`` rounded down to what the layout divides: only bytes and FLOPs use it)."""
-        order = "-".join(map(str, self.ring))
-        parts = 2 * self.world if self.layout == "zigzag" else self.world
-        seq = max(parts, self.seq // parts * parts)
-        workload = Workload(
-            world=self.world,
-            seq=seq,
-            heads=self.heads,
-            head_dim=self.head_dim,
-            batch=self.batch,
-            dtype=self.dtype,
-            mask=self.mask,
-            layout=self.layout,
-            buffer=self.buffer,
-            order=order,
-        )
-        return SimCase(workload=workload, backward=self.backward, iterations=self.iterations,
+        """The case on the simulator's model."""
+        return SimCase(workload=self.workload, backward=self.backward, iterations=self.iterations,
                        seed=self.seed * 7919 + repeat, faults=tuple(self.faults()))  # fmt: skip
 
+    def costs(self) -> Costs:
+        """Costs whose full pair computes in compute_ms (forward) and bwd_compute_factor x that (backward), and
+        whose K/V block crosses a link in link_ms."""
+        local = self.seq // self.world
+        pair_gflop = block_flops(self.batch, self.heads, local, local, self.head_dim, 1.0, False) / 1e9
+        gflops = pair_gflop * 1e3 / self.compute_ms if self.compute_ms > 0 else 1e18
+        bwd = self.bwd_compute_factor / 2.5  # block_flops prices the backward at 2.5x the forward
+        zero = {phase: {buffer: dict.fromkeys(("enter_ms", "pre_ms", "mid_ms", "post_ms"), 0.0)
+                        for buffer in BUFFERS} for phase in ("fwd", "bwd")}  # fmt: skip
+        kv = self.sim_case().block_bytes("kv")
+        bandwidth = kv / (self.link_ms * 1e6) if self.link_ms > 0 else 1e12  # GB/s that move one block in link_ms
+        return Costs(
+            gflops=gflops, call_ms={"fwd": 0.0, "bwd": 0.0}, host_ms=zero, gap_ms=self.gap_ms,
+            efficiency={"fwd": dict.fromkeys(("full", "causal", "partial"), 1.0),
+                        "bwd": dict.fromkeys(("full", "causal", "partial"), bwd if bwd > 0 else 1e-12)},
+            compute_cv=self.jitter, link_cv=self.jitter,
+            links={"local": LinkCost(latency_us=0.0, bandwidth_gbps=bandwidth)}, source="SimConfig",
+        )  # fmt: skip
 
-def _costs(cfg: SimConfig, case: SimCase) -> Costs:
-    """Costs whose full pair computes in compute_ms (forward) and bwd_compute_factor x that (backward), and whose
-    K/V block crosses a link in link_ms."""
-    local = case.seq // cfg.world
-    pair_gflop = block_flops(cfg.batch, cfg.heads, local, local, cfg.head_dim, 1.0, False) / 1e9
-    gflops = pair_gflop * 1e3 / cfg.compute_ms if cfg.compute_ms > 0 else 1e18
-    bwd = cfg.bwd_compute_factor / 2.5  # block_flops prices the backward at 2.5x the forward
-    zero = {phase: {buffer: dict.fromkeys(("enter_ms", "pre_ms", "mid_ms", "post_ms"), 0.0)
-                    for buffer in BUFFERS} for phase in ("fwd", "bwd")}  # fmt: skip
-    kv = case.block_bytes("kv")
-    bandwidth = kv / (cfg.link_ms * 1e6) if cfg.link_ms > 0 else 1e12  # GB/s that move one block in link_ms
-    return Costs(
-        gflops=gflops, call_ms={"fwd": 0.0, "bwd": 0.0}, host_ms=zero, gap_ms=cfg.gap_ms,
-        efficiency={"fwd": dict.fromkeys(("full", "causal", "partial"), 1.0),
-                    "bwd": dict.fromkeys(("full", "causal", "partial"), bwd if bwd > 0 else 1e-12)},
-        compute_cv=cfg.jitter, link_cv=cfg.jitter, links={"local": LinkCost(latency_us=0.0, bandwidth_gbps=bandwidth)},
-        source="SimConfig",
-    )  # fmt: skip
+    def plain(self) -> dict:
+        """The config as JSON-ready values (meta.json's ``simulation.configs``): the workload's axes flat."""
+        timing = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "workload"}
+        return {key: ([[*list(k), v] for k, v in value.items()] if isinstance(value, Mapping) else
+                      list(value) if isinstance(value, tuple) else value)
+                for key, value in (self.workload.axes() | timing).items()}  # fmt: skip
 
 
 def _cluster(cfg: SimConfig, case: SimCase) -> Cluster:
@@ -187,7 +173,7 @@ def _cluster(cfg: SimConfig, case: SimCase) -> Cluster:
 
 def _simulate_repeat(cfg: SimConfig, repeat: int) -> tuple[pd.DataFrame, dict]:
     case = cfg.sim_case(repeat)
-    result = simulate_case(case, _costs(cfg, case), _cluster(cfg, case), repeat=repeat, max_events=1 << 62,
+    result = simulate_case(case, cfg.costs(), _cluster(cfg, case), repeat=repeat, max_events=1 << 62,
                            case_id=cfg.name)  # fmt: skip
     row = result.row | {"order": "-".join(map(str, cfg.ring)), "faults": ";".join(cfg.faults()),
                         "emulated_gflops": math.nan}  # fmt: skip
@@ -221,9 +207,8 @@ def simulate_run(
     configs = [configs] if isinstance(configs, SimConfig) else list(configs)
     events, cases = simulate(configs)
     first = configs[0]
-    run = run_data([], _costs(first, first.sim_case()), run_id=run_id, path=path,
-                   command="ringbench.simulate (SimConfig)",
-                   extra={"configs": [_plain(asdict(c)) for c in configs]})  # fmt: skip
+    run = run_data([], first.costs(), run_id=run_id, path=path, command="ringbench.simulate (SimConfig)",
+                   extra={"configs": [cfg.plain() for cfg in configs]})  # fmt: skip
     if any(cfg.synthetic_errors for cfg in configs):
         run.meta["simulation"]["synthetic_errors"] = True  # the error columns are made up: the record says so
     run.events, run.cases = events, cases
@@ -233,26 +218,7 @@ def simulate_run(
     return run
 
 
-def _plain(config: dict) -> dict:
-    return {key: ([[*list(k), v] for k, v in value.items()] if isinstance(value, Mapping) else
-                  list(value) if isinstance(value, tuple) else value) for key, value in config.items()}  # fmt: skip
-
-
 def write_simulated_run(out_dir: str | Path, configs: SimConfig | Sequence[SimConfig]) -> Path:
     """Simulate and store ``out_dir/`` (events.parquet, cases.parquet/csv, meta.json) with the store's writers."""
     out_dir = Path(out_dir)
     return write_run(out_dir, simulate_run(configs, run_id=out_dir.name, path=out_dir))
-
-
-def pair_work(world: int, mask: str, layout: str) -> tuple[np.ndarray, np.ndarray]:
-    """(kind[q, k], visible share[q, k]) of every pair, from the plan's pair classes (plans.py)."""
-    from ringbench.simulate.pair_classes import pair_classes
-
-    seq = 2 * world * 8
-    classes = pair_classes(mask, layout, seq, world)
-    q, k = np.meshgrid(np.arange(world), np.arange(world), indexing="ij")
-    index = classes.classify(q, k)
-    entries = (seq // world) ** 2
-    kinds = np.array(classes.kinds(), dtype=object)
-    visible = np.array([sum(b.visible_pairs for b in c.blocks) / entries for c in classes.classes])
-    return kinds[index], visible[index]

@@ -2,7 +2,7 @@
 
 For the gate's tests and for trying `ringbench compare` without torch::
 
-    from ringbench.gate.synthetic import lognormal_steps, write_synthetic_run
+    from support.synthetic import lognormal_steps, write_synthetic_run
     write_synthetic_run("results/a", {"seq": 4096}, lognormal_steps(cv=0.02, iterations=20, repeats=3, seed=1))
 """
 
