@@ -157,6 +157,8 @@ SHARED_STEMS = {"model", "base", "hops_on_topology"}
 # Module stems equal to a package's name, where the module is about that package: the implementations' names (the
 # ``impl`` axis) beside the implementations themselves, and the analysis of a conformance check's rows.
 STEMS_NAMING_THEIR_PACKAGE = {"impls": "scenario/impls.py", "conformance": "analysis/conformance.py"}
+
+
 # simulate/engine.py becomes simulate/phase_ring.py in the change that gives the predict wing its door; until then
 # its stem is the engine package's name.
 def _modules() -> list[Path]:
