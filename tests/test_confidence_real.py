@@ -50,6 +50,8 @@ TRIED = {
     ),
 }
 
+COST_TIMING = pytest.mark.timing(reason="a verdict's cost against the step time the fault added, both measured")
+
 
 def _analysis(tmp_path, scenario: Scenario):
     state = execute(scenario, out=tmp_path)
@@ -73,7 +75,7 @@ def test_a_saturated_measurement_is_inconclusive_or_names_the_injected_rank(tmp_
         assert case["straggler_rank"] == rank or case["confidence"] == "inconclusive", case
 
 
-@pytest.mark.parametrize("buffer", ["double", pytest.param("sync", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("buffer", ["double", pytest.param("sync", marks=[pytest.mark.slow, COST_TIMING])])
 def test_the_straggler_cost_is_what_the_fault_adds_to_the_step(tmp_path, buffer):
     # scenarios/stragglers.yaml on 4 ranks: rank 2 computes 1.5x slower (forward, emulated compute).
     # A pinned emulated rate: the faulted and the clean run must model the same machine (emulated:auto would

@@ -131,6 +131,7 @@ def _random_programs(rng: random.Random, world: int, count: int) -> list[UserRin
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason="verdicts on measured traces, and their costs against the programs' measured slowdowns")
 @pytest.mark.parametrize("world", [2, 3, 4, 5])
 def test_the_random_matrix_of_user_rings(tmp_path, world):
     rng = random.Random(1000 + world)
