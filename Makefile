@@ -18,22 +18,20 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/ringbench run
 
-# Two tiers (README, "Tests"): `make test` is the default tier (every behaviour, one real end-to-end run each);
-# `make test-slow` the wide sweeps (8-rank exactness, every variant of the real detection runs, browser screenshots
-# of every fixture, network namespaces, the GPU check's dry run). CI (.ci/run) runs both.
+# Two tiers (README, "Tests"; docs/architecture.md, "Tests"): `make test` is the default tier (every behaviour, one
+# real end-to-end run each); `make test-slow` the wide sweeps (8-rank exactness, every variant of the real detection
+# runs, browser screenshots of every fixture, network namespaces, the GPU check's dry run). CI (.ci/run) runs both.
 # The default tier spreads its tests over the machine's cores (pytest-xdist; at most 4 workers, each test's ranks
-# are processes), and a failed test runs once more before it counts: a test that compares measured times can lose
-# its margin to the other worker's load (a real defect fails both times; the summary lists what passed on its rerun).
-# The slow tier runs one test at a time: its measured checks (predicted against measured speedups, the random
-# matrix of user rings) compare timings that a second worker's load would distort; like the default tier, a failed
-# test runs once more before it counts (a detection that a busy machine's noise hid is judged again; a real defect
-# fails both times).
+# are processes) and reruns nothing: a test that fails there is a defect or a flaky test to fix. A test whose
+# assertion is a margin between measured times, which another worker's load can erase, is marked `timing` with its
+# reason and runs in the slow tier instead, one test at a time; there, and only for `timing` tests (tests/conftest.py),
+# a failure runs once more before it counts (a busy machine's noise hides a margin once; a real defect fails twice).
 test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q -m "not slow" -n auto --maxprocesses 4 --reruns 1
+	$(PY) -m pytest -q -m "not slow and not timing" -n auto --maxprocesses 4
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --reruns 1
+	$(PY) -m pytest -q -m "slow or timing"
 
 test-all: test test-slow
 
@@ -44,8 +42,8 @@ lint: $(STAMP)
 clean-results:
 	find results reports -mindepth 1 ! -name README.md -exec rm -rf {} +
 
-# The GPU check's bundle (README, "GPU check"): ringbench's wheel and the wheels a bare GPU machine lacks (never
-# torch, triton or numpy), with a manifest, at most 64 MiB. Made where a registry is reached, for the GPU machine's
+# The GPU check's bundle (docs/gpu-check.md, "On a bare GPU machine"): ringbench's wheel and the wheels a bare GPU
+# machine lacks (never torch, triton or numpy), with a manifest, at most 64 MiB. Made where a registry is reached, for the GPU machine's
 # CPython: `make gpu-bundle BUNDLE_PY=3.12` for the lent H100 / H200. Then, there:
 # bash benchmarks/gpu_check.sh --bundle $(BUNDLE)
 BUNDLE    ?= dist/gpu-bundle

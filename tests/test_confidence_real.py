@@ -50,6 +50,10 @@ TRIED = {
     ),
 }
 
+COST_TIMING = pytest.mark.timing(
+    reason="a clean run named nobody conclusively; a verdict's cost against the step time the fault added, both measured"
+)
+
 
 def _analysis(tmp_path, scenario: Scenario):
     state = execute(scenario, out=tmp_path)
@@ -73,13 +77,23 @@ def test_a_saturated_measurement_is_inconclusive_or_names_the_injected_rank(tmp_
         assert case["straggler_rank"] == rank or case["confidence"] == "inconclusive", case
 
 
-@pytest.mark.parametrize("buffer", ["double", pytest.param("sync", marks=pytest.mark.slow)])
-def test_the_straggler_cost_is_what_the_fault_adds_to_the_step(tmp_path, buffer):
+def _stragglers(buffer: str) -> Scenario:
     # scenarios/stragglers.yaml on 4 ranks: rank 2 computes 1.5x slower (forward, emulated compute).
     # A pinned emulated rate: the faulted and the clean run must model the same machine (emulated:auto would
     # calibrate each run on its own).
-    scenario = load_scenario("stragglers").with_overrides(world=[4], buffer=[buffer], kernel=["emulated:1"], iters=6,
-                                                          warmup=1)  # fmt: skip
+    return load_scenario("stragglers").with_overrides(world=[4], buffer=[buffer], kernel=["emulated:1"], iters=6,
+                                                      warmup=1)  # fmt: skip
+
+
+def test_the_slow_rank_of_the_stragglers_scenario_is_named_conclusively(tmp_path):
+    faulty = verdict_document(_analysis(tmp_path, _stragglers("double")))
+    assert (faulty["straggler_kind"], faulty["straggler_rank"], faulty["confidence"]) == ("compute", 2, "conclusive")
+
+
+@COST_TIMING
+@pytest.mark.parametrize("buffer", ["double", pytest.param("sync", marks=pytest.mark.slow)])
+def test_the_straggler_cost_is_what_the_fault_adds_to_the_step(tmp_path, buffer):
+    scenario = _stragglers(buffer)
     faulty = verdict_document(_analysis(tmp_path / "fault", scenario))
     clean = verdict_document(_analysis(tmp_path / "clean", dataclasses.replace(scenario, faults=())))
     assert (faulty["straggler_kind"], faulty["straggler_rank"], faulty["confidence"]) == ("compute", 2, "conclusive")

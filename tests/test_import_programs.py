@@ -27,6 +27,9 @@ from ringbench.traces.importer import import_traces
 
 WORLD = 4
 PAD = "slow_rank_pad"
+VERDICT = (
+    "a verdict on a profiled program's measured traces: the injected 25 ms against the other ranks' and hops' noise"
+)
 
 
 def _hand_ring(worker_ctx, folder: str, iters: int, slow_rank: int, slow_ms: float, late_src: int, late_ms: float,
@@ -80,6 +83,7 @@ def _analyze(tmp_path, *import_args) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason=VERDICT)
 def test_slow_rank_in_a_profiled_program_is_named(tmp_path):
     launch_local(WORLD, _hand_ring, (str(tmp_path), 4, 2, 25.0, -1, 0.0), timeout_s=120)
     verdict = _analyze(tmp_path, str(tmp_path), "--compute-pattern", PAD)
@@ -87,6 +91,7 @@ def test_slow_rank_in_a_profiled_program_is_named(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason=VERDICT)
 def test_a_rank_busy_outside_every_op_is_named_not_its_link(tmp_path):
     """A bare sleep after the attention op: the trace shows only the late completions of the rank's exchanges.
     Their peers saw them complete long before, so the time is the rank's own, not a slow hop's."""
@@ -97,6 +102,7 @@ def test_a_rank_busy_outside_every_op_is_named_not_its_link(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason=VERDICT)
 def test_late_send_on_one_hop_is_named(tmp_path):
     launch_local(WORLD, _hand_ring, (str(tmp_path), 4, -1, 0.0, 1, 25.0), timeout_s=120)
     verdict = _analyze(tmp_path, str(tmp_path))

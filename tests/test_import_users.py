@@ -58,6 +58,15 @@ def test_a_send_the_trace_does_not_hold_is_the_link_or_the_senders_code(imported
     assert "ringbench probe" in answers and "GPU kernels" in answers, answers
 
 
+def test_a_clean_user_ring_names_nobody(imported):
+    """The clean program of tests/test_user_rings.py, recorded: no fault, so no rank and no hop (on a live launch
+    that assertion rests on the machine's load, so there it is a timing test)."""
+    document, verdict = imported["w3_clean"]
+    assert document["emulated"] is True, document
+    assert (verdict["straggler_kind"], verdict["straggler_rank"], verdict["slow_hop"]) == (None, None, None), verdict
+    assert verdict["confidence"] == "conclusive", verdict
+
+
 def test_two_ranks_of_real_compute_are_never_judged_confidently_wrong(imported):
     """Rank 1 computes every block twice (real matmuls, no attention op): either it is named, or the case is
     inconclusive and says why -- never "no straggler"."""

@@ -74,6 +74,7 @@ def test_pcie_ulysses_is_last_in_every_row(validated):
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason="planned step times against measured CPU runs")
 def test_masks_planned_against_measured_cpu_runs(tmp_path, capsys, monkeypatch):
     masks = _module("validate_plan_masks")
     monkeypatch.setattr("sys.argv", ["validate_plan_masks", "--out", str(tmp_path), "--iters", "4"])

@@ -26,6 +26,7 @@ def _run(tmp_path, name: str, *args: str):
 
 
 @pytest.mark.slow  # a measured step against a prediction within 25 %: the serial tier, where no other test shares the cores
+@pytest.mark.timing(reason="a measured step against a prediction within 25 %")
 def test_predicts_a_measured_ring_of_another_size(tmp_path):
     calibration = _run(tmp_path, "cal", "--world", "4")
     target = _run(tmp_path, "target", "--world", "2", "--fault", "slow-link:1:0:3")
@@ -41,6 +42,7 @@ def test_predicts_a_measured_ring_of_another_size(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason="measured steps against predictions from one calibration case")
 def test_single_case_calibrations_scale(tmp_path):
     """The accuracy matrix's small version (benchmarks/accuracy_matrix.py --quick): calibrate on ONE case, predict
     2x and 4x the world and 2x the sequence, measured side by side. Every prediction is made and carries its

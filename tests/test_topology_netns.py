@@ -30,6 +30,7 @@ needs_netns = pytest.mark.skipif(_REASON is not None, reason=f"real network name
 
 @needs_netns
 @pytest.mark.slow
+@pytest.mark.timing(reason="one ring order's measured step against another's")
 def test_stride_two_is_slower_than_the_recommended_ring_across_namespaces():
     recommended = format_ring(list(recommend(load_topology(TOPOLOGY)).order))
     assert recommended == "0-1-2-3"

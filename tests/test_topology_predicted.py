@@ -93,6 +93,7 @@ class_costs:
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason="measured step-time ratios of ring orders against predicted ones, within a quarter")
 @pytest.mark.parametrize("current", ["0-4-1-5-2-6-3-7", "stride:2", "0-4-1-5-2-3-6-7"])
 @pytest.mark.parametrize(("latency", "kernel"), [(100.0, "modelled:50"), (200.0, "modelled:1000000")],
                          ids=["compute", "near-zero-compute"])  # fmt: skip

@@ -5,7 +5,11 @@ link; a clean ring names nothing. With or without a barrier per iteration, K and
 isend/irecv or batch_isend_irecv.
 
 The default tier runs one launch of 3 ranks (three programs: clean, a late rank, a slow hop) and analyses its traces
-several ways; the slow tier runs the seeded random matrix (worlds 2-5, every fault, every variant).
+several ways, asserting who is named where the fault is several block times per step. What rests on a margin between
+measured times -- a clean ring naming nobody (a hop that another worker's load stretches can look slow: once named
+"link" with a cost of 0.0 ms), a cost against the program's own slowdown -- is marked timing and runs in the slow
+tier, beside the seeded random matrix (worlds 2-5, every fault, every variant); a recorded clean ring names nobody in
+the default tier (tests/test_import_users.py).
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ def _verdict(tmp_path: Path, traces: Path, *patterns: str) -> dict:
     return json.loads(analyzed.stdout) | {"run_dir": run_dir}
 
 
-def check(program: UserRing, world: int, verdict: dict, slowdown_ms: float) -> None:
-    """What a right verdict on ``program`` says (module doc), and its cost against the measured slowdown."""
+def check(program: UserRing, world: int, verdict: dict, slowdown_ms: float | None) -> None:
+    """What a right verdict on ``program`` says (module doc), and its cost against the measured slowdown (not
+    checked when ``slowdown_ms`` is None)."""
     where = f"{program.name}: {verdict.get('straggler_kind')} {verdict.get('straggler_rank')} " \
-            f"{verdict.get('slow_hop')} {verdict.get('straggler_cost_ms')} vs {slowdown_ms:.1f} ms"  # fmt: skip
+            f"{verdict.get('slow_hop')} {verdict.get('straggler_cost_ms')} vs {slowdown_ms} ms"  # fmt: skip
     if program.fault in NO_CULPRIT:
         assert verdict["straggler_kind"] is None, where
         return
@@ -56,8 +61,9 @@ def check(program: UserRing, world: int, verdict: dict, slowdown_ms: float) -> N
         else:
             assert sorted(named) == ranks, where
         assert verdict["slow_hop"] is None, where
-        cost = verdict["straggler_cost_ms"]
-        assert abs(cost - slowdown_ms) <= COST_TOLERANCE * slowdown_ms + COST_SLACK_MS, where
+        if slowdown_ms is not None:
+            cost = verdict["straggler_cost_ms"]
+            assert abs(cost - slowdown_ms) <= COST_TOLERANCE * slowdown_ms + COST_SLACK_MS, where
         return
     assert program.fault in LINK_FAULTS
     assert verdict["straggler_rank"] is None, where  # a slow hop is never a slow rank
@@ -85,13 +91,21 @@ def user_traces(tmp_path_factory) -> tuple[Path, dict[str, float]]:
     return root, run_programs(DEFAULT, root, DEFAULT_WORLD, timeout_s=180)
 
 
-def test_a_late_rank_and_a_slow_hop_of_a_user_ring_are_named_with_their_cost(tmp_path, user_traces):
+def test_a_late_rank_and_a_slow_hop_of_a_user_ring_are_named(tmp_path, user_traces):
+    root, _ = user_traces
+    for program in DEFAULT[1:]:  # the faults: 15 and 20 ms per step against 3 ms blocks
+        check(program, DEFAULT_WORLD, _verdict(tmp_path / program.name, root / program.name), None)
+    # The annotated compute range counted as compute: the same verdict.
+    late = DEFAULT[1]
+    check(late, DEFAULT_WORLD, _verdict(tmp_path / "range", root / late.name, COMPUTE_RANGE), None)
+
+
+@pytest.mark.timing(reason="a clean ring names nobody only while no hop looks slow by chance; costs against slowdowns")
+def test_a_clean_user_ring_names_nobody_and_each_cost_is_the_programs_own_slowdown(tmp_path, user_traces):
     root, measured = user_traces
     for program in DEFAULT:
         slowdown = measured[program.name] - measured["clean"]
-        verdict = _verdict(tmp_path / program.name, root / program.name)
-        check(program, DEFAULT_WORLD, verdict, slowdown)
-    # The annotated compute range counted as compute: the same verdicts.
+        check(program, DEFAULT_WORLD, _verdict(tmp_path / program.name, root / program.name), slowdown)
     late = DEFAULT[1]
     verdict = _verdict(tmp_path / "range", root / late.name, COMPUTE_RANGE)
     check(late, DEFAULT_WORLD, verdict, measured[late.name] - measured["clean"])
@@ -131,6 +145,7 @@ def _random_programs(rng: random.Random, world: int, count: int) -> list[UserRin
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason="verdicts on measured traces, and their costs against the programs' measured slowdowns")
 @pytest.mark.parametrize("world", [2, 3, 4, 5])
 def test_the_random_matrix_of_user_rings(tmp_path, world):
     rng = random.Random(1000 + world)

@@ -68,6 +68,7 @@ def test_the_answers_say_what_the_short_ring_would_move_and_how_to_ask_for_it():
 
 
 @pytest.mark.slow
+@pytest.mark.timing(reason="a window's measured step against causal's")
 def test_a_window_steps_no_slower_than_causal_and_its_short_ring_moves_under_a_third(tmp_path):
     # One run, one emulated:auto model for both masks. The window of S/8 sees an eighth of what causal sees at its
     # busiest rank; before its plan lost the one-key FULL sliver, emulated:auto's rate collapsed on it (39x causal).

@@ -15,7 +15,7 @@ N - 1 on a causal contiguous ring, where it trades O(S) memory for the bytes; th
 
 A context gets a line when the short ring would move at most SHORT_SHARE of the full ring's bytes and the run did
 not already run it there (then the buffer comparison says what it did). Buffers are never switched for the user:
-a window mask on ``--buffer double`` runs the full ring (README, "Masks").
+a window mask on ``--buffer double`` runs the full ring (docs/strategies.md, "Window masks and the short ring").
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@
     axis("mask").help           # the one help text every command shows for --mask
 
 The scenario schema (scenario/scenario.py: AXES, INT_AXES), the options of `run`, `simulate`, `plan` and `calibrate`
-(cli/axis_options.py builds them from these records), the run summary's shown axes and the README's axis table all read
-this list; tests/test_cli_conventions.py holds them to it. A command that takes one value of an axis (``plan``,
-``calibrate``) says so in ``single``; the others repeat it, and the cartesian product runs.
+(cli/axis_options.py builds them from these records), the run summary's shown axes and docs/scenarios.md's axis table
+(written by docs/scenarios_table.py) all read this list; tests/test_cli_conventions.py holds them to it. A command
+that takes one value of an axis (``plan``, ``calibrate``) says so in ``single``; the others repeat it, and the
+cartesian product runs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Axis:
     shown: int = 0
     """Its place in a run summary's case label (the registry's own order is the sweep's: the cartesian product
     varies the last axis fastest)."""
+    doc: str = ""
+    """Its values as docs/scenarios.md describes them, where the help text is too short to say what each does
+    (Markdown; empty: the help text)."""
 
 
 MASK_HELP = ("none, causal, causal-naive, causal-document, full-document, window:W (a causal sliding window), "
@@ -59,6 +63,10 @@ AXES: tuple[Axis, ...] = (
         kind=int,
         help="Key/value heads (grouped-query attention: dividing --heads; 0, the default: as many as --heads).",
         commands=(RUN, CHECK),
+        doc=(
+            "key/value heads, grouped-query attention: `0` (as many as `heads`, the default) or a divisor of `heads`;"
+            " K and V travel at that many heads in every strategy ([strategies.md](strategies.md))"
+        ),
     ),
     Axis(name="head_dim", shown=3, kind=int, help="Head dimension.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
     Axis(name="batch", shown=4, kind=int, help="Batch size.", commands=_CHECKED, single=(PLAN, CALIBRATE)),
@@ -70,7 +78,19 @@ AXES: tuple[Axis, ...] = (
         commands=_CHECKED,
         single=(PLAN, CALIBRATE),
     ),
-    Axis(name="mask", shown=8, kind=str, help=MASK_HELP, commands=_CHECKED, single=(PLAN,)),
+    Axis(
+        name="mask",
+        shown=8,
+        kind=str,
+        help=MASK_HELP,
+        commands=_CHECKED,
+        single=(PLAN,),
+        doc=(
+            "`none`, `causal` (fully masked block pairs skipped), `causal-naive` (every pair computed with its mask),"
+            " `causal-document` / `full-document` (a token sees only its own document, causally or fully), `window:W`"
+            " (causal sliding window: query t sees keys t-W+1..t), `causal-document+window:W`"
+        ),
+    ),
     Axis(
         name="layout",
         shown=9,
@@ -78,6 +98,10 @@ AXES: tuple[Axis, ...] = (
         help="contiguous, zigzag, striped, doc-balanced (document masks).",
         commands=_CHECKED,
         single=(PLAN, CALIBRATE),
+        doc=(
+            "`contiguous`, `zigzag` (rank i owns chunks i and 2N-1-i), `striped` (token t on rank t mod N), "
+            "`doc-balanced` (equal chunks given to ranks by their visible work; document masks)"
+        ),
     ),
     Axis(
         name="buffer",
@@ -85,6 +109,12 @@ AXES: tuple[Axis, ...] = (
         kind=str,
         help="sync, double, allgather, sync-short, double-short (the short ring stops when no rank needs more blocks).",
         commands=(RUN, SIMULATE),
+        doc=(
+            "`sync` (exchange, then compute), `double` (compute while the next block travels), `allgather` (O(S) "
+            "memory baseline), `sync-short` / `double-short` (the short ring: a block travels only as far as some "
+            "rank sees it, the ring stops when the window is covered, dK/dV go home along the same path; never chosen"
+            " for you: [strategies.md](strategies.md#window-masks-and-the-short-ring))"
+        ),
     ),
     Axis(
         name="order",
@@ -92,6 +122,7 @@ AXES: tuple[Axis, ...] = (
         kind=str,
         help="identity, reverse, random:SEED, stride:K, or 0-3-1-2.",
         commands=(RUN, SIMULATE),
+        doc="`identity`, `reverse`, `random:SEED`, `stride:K` (topology-hostile), explicit `0-3-1-2`",
     ),
     Axis(
         name="kernel",
@@ -100,6 +131,10 @@ AXES: tuple[Axis, ...] = (
         help="torch, math, triton, emulated:GFLOPS, emulated:auto, modelled:GFLOPS.",
         commands=(RUN, CALIBRATE),
         single=(CALIBRATE,),
+        doc=(
+            "`torch` (SDPA ops with log-sum-exp), `math`, `triton`, `emulated:GFLOPS`, `emulated:auto`, "
+            "`modelled:GFLOPS` ([results.md](results.md#emulated-compute))"
+        ),
     ),
     Axis(
         name="impl",
@@ -108,6 +143,11 @@ AXES: tuple[Axis, ...] = (
         help="ringbench, torch-ring[:alltoall|:allgather], ring-attention-pytorch, "
         "ring-flash-attn, transformer-engine, or module:function.",
         commands=(RUN,),
+        doc=(
+            "`ringbench` (this engine), `torch-ring[:alltoall\\|:allgather]`, `ring-attention-pytorch`, "
+            "`ring-flash-attn`, `transformer-engine` (CUDA), `module:function` "
+            "([implementations.md](implementations.md))"
+        ),
     ),
     Axis(
         name="strategy",
@@ -115,6 +155,11 @@ AXES: tuple[Axis, ...] = (
         kind=str,
         help="ring, ulysses, hybrid:U, double-ring:W, allgather.",
         commands=(RUN, SIMULATE, PLAN),
+        doc=(
+            "`ring` (the engine's ring), `ulysses` (all-to-all to head shards, local attention), `hybrid:U` (Ulysses "
+            "of degree U in groups, a ring across them), `double-ring:W` (inner rings of W ranks, an outer ring "
+            "across them), `allgather` ([strategies.md](strategies.md))"
+        ),
     ),
     Axis(
         name="placement",
@@ -123,8 +168,24 @@ AXES: tuple[Axis, ...] = (
         help="The groups of a hybrid or double ring: heads-first, interleaved, or ranks "
         "in placement order such as 0-2-1-3.",
         commands=(RUN, SIMULATE),
+        doc=(
+            "grouped strategies: `heads-first` (groups of consecutive ranks), `interleaved`, or ranks in placement "
+            "order `0-2-4-6-1-3-5-7`"
+        ),
     ),
-    Axis(name="docs", shown=14, kind=str, help=DOCS_HELP, commands=(RUN, SIMULATE, PLAN, CHECK), single=(PLAN,)),
+    Axis(
+        name="docs",
+        shown=14,
+        kind=str,
+        help=DOCS_HELP,
+        commands=(RUN, SIMULATE, PLAN, CHECK),
+        single=(PLAN,),
+        doc=(
+            "the packed documents of the document masks: `lengths:8192,1024,...` (summing to S), `file:PATH[:COLUMN]`"
+            " (one length per line, or a CSV / Parquet column; packed until S), `lognormal:MEAN:SIGMA:SEED[:CAP]`, "
+            "`uniform:MIN:MAX:SEED[:CAP]` (seeded; CAP: the longest document as a share of S)"
+        ),
+    ),
     Axis(
         name="layers",
         shown=15,
@@ -132,6 +193,10 @@ AXES: tuple[Axis, ...] = (
         help="Attention layers per iteration: a count, or masks with repeats, e.g. 'window:4096 x5, causal x1'.",
         commands=(RUN, PLAN),
         single=(PLAN,),
+        doc=(
+            "attention layers per iteration, each a ring with its own mask: `4`, or `window:4096 x5, causal x1` "
+            "(`mask` in a pattern stands for the case's mask)"
+        ),
     ),
 )
 AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
