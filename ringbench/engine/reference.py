@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -142,8 +143,19 @@ def grad_rows(q, dout, lse, delta, q_blocks, key_tiles: KeyTiles, *, scale, tick
     return dq * scale
 
 
-def add_key_grads(dk, dv, k, v, k_blocks, q, dout, lse, delta, q_blocks, *, scale) -> None:
+class QueryGroup(NamedTuple):
+    """A group of query rows as the key gradients read them: q, dO, their lse and delta = dO . o, and their blocks."""
+
+    q: torch.Tensor
+    dout: torch.Tensor
+    lse: torch.Tensor
+    delta: torch.Tensor
+    blocks: list
+
+
+def add_key_grads(dk, dv, k, v, k_blocks, queries: QueryGroup, *, scale) -> None:
     """dk += c sum_i ds_ij q_i and dv += sum_i p_ij dO_i for key rows ``k``, over the query rows given (in place)."""
+    q, dout, lse, delta, q_blocks = queries
     for k_block in k_blocks:
         keys = k_block.rows
         for q_block in q_blocks:
@@ -258,7 +270,7 @@ def rank_reference(shard: ShardSpec, mask, *, device=None, backward=True, key_gr
             g_blocks = blocks(torch.arange(lo, hi), plan_tile, device, rule)
             out_g, lse_g = attend_rows(q_g, g_blocks, key_tiles, **common)  # (B, H, G, D), (B, H, G)
             delta_g = (dout_g * out_g).sum(-1)
-            add_key_grads(dk, dv, k, v, k_blocks, q_g, dout_g, lse_g, delta_g, g_blocks, scale=scale)
+            add_key_grads(dk, dv, k, v, k_blocks, QueryGroup(q_g, dout_g, lse_g, delta_g, g_blocks), scale=scale)
             if tick is not None:
                 tick(step)
     return RankReference(out=out, lse=lse, dq=dq, dk=sum_kv(dk, group), dv=sum_kv(dv, group))

@@ -214,7 +214,10 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingCon
     return (acc_out if keep_acc else acc_out.to(q.dtype)), acc_lse
 
 
-def _compute_backward(ctx, dout, q, out, lse, kv, owner, step, dq, dkv) -> None:
+def _compute_backward(ctx, saved, kv, owner, step, dq, dkv) -> None:
+    """One step's backward for the block of ``owner``: ``saved`` is (dout, q, out, lse) of this rank's queries, ``kv``
+    the block's (K, V); adds into ``dq`` and the travelling ``dkv`` (2, B, KV, L, D)."""
+    dout, q, out, lse = saved
     plan = ctx.plan(owner)
     if plan.skip:
         return
@@ -264,7 +267,7 @@ def ring_backward(dout, q, k, v, out, lse, ctx: RingContext, keep_acc: bool = Fa
             kv_pending = kv.post(ctx, "bwd", step)
         if step > 0:
             contribution.zero_()
-        _compute_backward(ctx, dout, q, out, lse, kv.in_hand, ctx.owner_at(step), step, dq, contribution)
+        _compute_backward(ctx, (dout, q, out, lse), kv.in_hand, ctx.owner_at(step), step, dq, contribution)
         if dkv_pending is not None:  # double: the accumulator travelled while we computed
             incoming, dkv_pending = _wait(ctx, dkv_pending, comm=ctx.dkv), None
         if incoming is None:  # step 0: this rank's contribution is the whole accumulator so far
@@ -328,7 +331,7 @@ def allgather_backward(dout, q, k, v, out, lse, ctx: RingContext):
     dkv_all = torch.zeros((ctx.world, 2, *k.shape), dtype=acc, device=q.device)  # every block's dK, dV
     for step in range(ctx.world):
         owner = ctx.owner_at(step)
-        _compute_backward(ctx, dout, q, out, lse, blocks[owner], owner, step, dq, dkv_all[owner])
+        _compute_backward(ctx, (dout, q, out, lse), blocks[owner], owner, step, dq, dkv_all[owner])
     if ctx.comm is not None:
         start, end = ctx.comm.collective(
             "all_reduce", lambda: dist.all_reduce(dkv_all, group=ctx.comm.pg, async_op=True), phase="bwd"

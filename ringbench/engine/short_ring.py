@@ -183,7 +183,7 @@ def short_backward(dout, q, k, v, out, lse, kept: dict[int, torch.Tensor], ctx: 
         if route.handles(position, step) and not ctx.plan(owner).skip:
             contribution = take()
             block = own if distance == 0 else kept[distance]
-            _compute_backward(ctx, dout, q, out, lse, block, owner, step, dq, contribution)
+            _compute_backward(ctx, (dout, q, out, lse), block, owner, step, dq, contribution)
         if pending is not None:  # double: the accumulator travelled while this step computed
             transfer, into, sent = pending
             _wait(ctx, transfer, comm=comm)
