@@ -16,12 +16,18 @@ def progress_line(row: dict, done: int, total: int) -> str:
     if row.get("failure"):
         detail = f"{row['failure']}: {row['failure_line']}"
     else:
-        errs = [f"{t} NaN/inf" if row.get(f"{t}_kind") == "nonfinite" else f"{t} {row.get(f'{t}_rel', math.nan):.1e}"
-                for t in ("out", "dq", "dk", "dv")
-                if row.get(f"{t}_kind") == "nonfinite" or row.get(f"{t}_rel") == row.get(f"{t}_rel")]  # fmt: skip
+        errs = [f"{t} {_error_text(row, t)}" for t in ("out", "dq", "dk", "dv") if _error_text(row, t)]
         bad = [t for t in ("out", "lse", "dq", "dk", "dv") if row.get(f"{t}_kind") not in ("ok", "", None)]
         detail = ("rel err " + ", ".join(errs)) + (f"  FAIL {', '.join(bad)}" if bad else "")
     return f"[{done}/{total}] {row['case_id']}  {status}  {detail}  ({row['seconds']:.2f} s)"
+
+
+def _error_text(row: dict, tensor: str) -> str:
+    """A tensor's relative error as the progress line shows it: NaN/inf when it holds them, '' when not compared."""
+    if row.get(f"{tensor}_kind") == "nonfinite":
+        return "NaN/inf"
+    rel = row.get(f"{tensor}_rel", math.nan)
+    return "" if rel is None or rel != rel else f"{rel:.1e}"
 
 
 def _ranks(ranks: list[int]) -> str:
